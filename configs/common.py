@@ -1,0 +1,69 @@
+"""Every config field, declared once with its default and what it means.
+
+Other configs start from `get_config()` and override fields; code reads
+`config.field` directly. The returned config is locked, so a misspelt
+`--config.field=value` override is an error rather than a silent no-op.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+
+def get_model_config() -> ml_collections.ConfigDict:
+  model = ml_collections.ConfigDict()
+  model.variant = "ViT-B/16"  # A name from vit_jax/models/variants.py.
+  # representation_size: width of the tanh pre-logits layer that the paper
+  # uses at pre-training only; None (the default) means no such layer.
+  model.classifier = "token"  # token (class token) | gap | map (attention pool).
+  model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
+  model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
+  model.dropout_rate = 0.0  # After position embeddings, attention and MLP.
+  model.attention_dropout_rate = 0.0  # On the attention weights.
+  model.dtype = "float32"  # Compute dtype: float32 | bfloat16 | float16.
+  model.param_dtype = "float32"  # Storage dtype of the parameters.
+  model.remat = "none"  # Rematerialise blocks: none | full | dots.
+  model.scan_layers = False  # One scanned block (faster compile for deep models).
+  return model
+
+
+def get_config(arg=None) -> ml_collections.ConfigDict:
+  del arg
+  config = ml_collections.ConfigDict()
+  config.seed = 0  # Seeds parameter init, dropout and the data order.
+
+  # Data.
+  config.dataset = "digits"  # TFDS name; 'digits' is built in (no download).
+  config.data_dir = config_dict.placeholder(str)  # TFDS data_dir; None: default.
+  config.train_split = "train"  # TFDS split string, e.g. 'train[:98%]'.
+  config.eval_split = "test"  # Split for periodic and final evaluation.
+  config.image_size = 224  # Square input resolution in pixels.
+  config.pp_train = "inception_crop|flip_lr|value_range"  # '|'-joined op names.
+  config.pp_eval = "resize_small|central_crop|value_range"  # Evaluation ops.
+  config.shuffle_buffer = 50_000  # Examples in the training shuffle buffer.
+  config.cache = False  # Keep the decoded dataset in host memory.
+
+  # Batches and duration.
+  config.batch_size = 512  # Global training batch, split over all devices.
+  config.eval_batch_size = 512  # Global evaluation batch.
+  config.total_steps = 10_000  # Training steps (ignored when num_epochs is set).
+  config.num_epochs = config_dict.placeholder(float)  # Duration in epochs.
+
+  # Optimizer and schedule.
+  config.optimizer = "adam"  # adam (decoupled weight decay) | sgd (momentum).
+  config.lr = 1e-3  # Peak learning rate, reached at the end of warmup.
+  config.warmup_steps = 10_000  # Linear warmup from 0 to lr.
+  config.decay_type = "cosine"  # After warmup: cosine | linear | constant.
+  config.b1 = 0.9  # Adam first-moment decay.
+  config.b2 = 0.999  # Adam second-moment decay.
+  config.momentum = 0.9  # SGD momentum.
+  config.weight_decay = 0.0  # Decoupled weight decay (multiplied by the lr).
+  config.grad_clip_norm = 1.0  # Global-norm gradient clipping; 0 disables.
+  config.loss = "softmax_xent"  # softmax_xent | sigmoid_xent.
+
+  # Model.
+  config.model = get_model_config()
+
+  # Loop.
+  config.log_every_steps = 50  # Training metrics to the writers.
+  config.eval_every_steps = 1000  # Test accuracy during training; 0: end only.
+  return config

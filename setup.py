@@ -1,0 +1,28 @@
+"""vit_jax: Vision Transformers in JAX/Flax, from one CPU to a pod."""
+
+import setuptools
+
+setuptools.setup(
+    name="vit_jax",
+    version="0.1.0",
+    description="Pre-train, fine-tune and evaluate Vision Transformers with JAX/Flax.",
+    packages=setuptools.find_packages(include=["vit_jax", "vit_jax.*"]),
+    python_requires=">=3.11",
+    install_requires=[
+        "absl-py>=2.0",
+        "clu>=0.0.12",
+        "flax>=0.10",
+        "importlib_resources>=6",  # TFDS builders need it but do not declare it.
+        "jax>=0.6",
+        "ml-collections>=1.0",
+        "numpy>=1.26",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        "scikit-learn>=1.4",
+        "scipy>=1.11",
+        "tensorboard>=2.16",
+        "tensorflow-cpu>=2.16",
+        "tensorflow-datasets>=4.9.4",
+    ],
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5"]},
+)

@@ -1,0 +1,29 @@
+"""Test set-up: 8 simulated CPU devices, quiet TensorFlow, a local TFDS dir."""
+
+import os
+
+# Must happen before JAX initialises its backends.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tfds_data_dir(tmp_path_factory) -> str:
+  """A TFDS data_dir with the built-in digits dataset prepared (no network)."""
+  import tensorflow_datasets as tfds
+  from vit_jax.data import digits  # noqa: F401  (registers the builder)
+  data_dir = str(tmp_path_factory.mktemp("tfds"))
+  tfds.builder("digits", data_dir=data_dir).download_and_prepare()
+  return data_dir
+
+
+@pytest.fixture
+def digits_config(tfds_data_dir):
+  """The demo config in its `runlocal` form, reading the test's data_dir."""
+  from configs import digits
+  config = digits.get_config("runlocal")
+  config.data_dir = tfds_data_dir
+  return config

@@ -1,0 +1,33 @@
+"""Every config loads, is locked, and passes the pre-compile checks."""
+
+import glob
+import importlib
+import os
+
+import pytest
+
+from vit_jax import sharding, train
+
+_CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
+CONFIGS = sorted(
+    os.path.basename(p)[:-3] for p in glob.glob(os.path.join(_CONFIG_DIR, "*.py"))
+    if not os.path.basename(p).startswith(("_", "common")))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("arg", [None, "runlocal"])
+def test_config_is_valid_and_locked(name, arg):
+  config = importlib.import_module(f"configs.{name}").get_config(arg)
+  assert config.is_locked
+  with pytest.raises(AttributeError):
+    config.not_a_field = 1
+  train.check_config(config, sharding.make_mesh())
+
+
+def test_every_default_is_documented():
+  """Each field of configs/common.py carries a comment saying what it does."""
+  with open(os.path.join(_CONFIG_DIR, "common.py")) as f:
+    lines = [l for l in f if l.strip().startswith(("config.", "model."))]
+  undocumented = [l.strip() for l in lines if "#" not in l
+                  and "get_model_config" not in l]
+  assert not undocumented

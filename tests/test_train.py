@@ -1,0 +1,102 @@
+"""End-to-end training on the built-in digits dataset, and config errors."""
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vit_jax import sharding, train
+
+
+def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
+  digits_config.total_steps = 60
+  digits_config.lr = 1e-2
+  digits_config.log_every_steps = 20
+  digits_config.eval_every_steps = 30
+  result = train.train_and_evaluate(digits_config, str(tmp_path))
+  # The zero-initialised head starts at exactly ln(10).
+  assert result["train_loss"] < 0.8 * math.log(10)
+  assert result["test_accuracy"] > 0.4  # Chance is 0.1.
+  assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
+  with open(tmp_path / "config.json") as f:
+    assert json.load(f)["model"]["variant"] == "testing"
+
+
+def test_sharded_training_equals_single_device(digits_config):
+  """The loss trajectory does not depend on how the batch is sharded."""
+  import jax
+  from vit_jax import models, optim
+  from vit_jax.data import input_pipeline
+
+  builder = input_pipeline.get_builder(digits_config)
+  info = input_pipeline.get_info(digits_config, builder)
+  batches = input_pipeline.make_train_iterator(digits_config, builder, info)
+  batches = [next(batches) for _ in range(3)]
+  model = models.build_model(digits_config.model, info.num_classes)
+  tx, schedule = optim.make_optimizer(digits_config, 3)
+
+  def losses(mesh):
+    state, state_sharding = train.create_train_state(model, tx, digits_config,
+                                                     mesh)
+    step = jax.jit(train.make_train_step(model, tx, train.softmax_xent,
+                                         schedule),
+                   in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
+                   donate_argnums=0)
+    out = []
+    for batch in batches:
+      state, metrics = step(state, sharding.to_global_batch(batch, mesh))
+      out.append(float(metrics["loss"]))
+    return out
+
+  assert jax.device_count() == 8
+  one = losses(sharding.make_mesh(devices=jax.devices()[:1]))
+  eight = losses(sharding.make_mesh())
+  assert one == pytest.approx(eight, rel=1e-5)
+  assert one[-1] < one[0]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("image_size", 18, "not divisible by the patch size 4"),
+    ("batch_size", 30, "not divisible by the 8 data shards"),
+    ("eval_batch_size", 12, "eval_batch_size=12 is not divisible"),
+    ("optimizer", "lamb", "optimizer='lamb' is not one of"),
+    ("pp_train", "resize|sharpen", "Unknown preprocessing op 'sharpen'"),
+])
+def test_bad_config_fails_before_compiling(digits_config, field, value,
+                                          message):
+  digits_config[field] = value
+  with pytest.raises(ValueError, match=message):
+    train.check_config(digits_config, sharding.make_mesh())
+
+
+def test_unknown_variant_lists_the_known_ones(digits_config):
+  digits_config.model.variant = "ViT-X/99"
+  with pytest.raises(ValueError, match="Unknown model variant.*ViT-B/16"):
+    train.check_config(digits_config, sharding.make_mesh())
+
+
+def test_mesh_must_fit_the_devices():
+  with pytest.raises(ValueError, match="does not fit 8 devices"):
+    sharding.make_mesh(data=-1, model=3)
+
+
+def test_main_runs_the_readme_command(tfds_data_dir, tmp_path):
+  """`python -m vit_jax.main --config=configs/digits.py:runlocal ...`."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  cmd = [sys.executable, "-m", "vit_jax.main",
+         "--config=configs/digits.py:runlocal", f"--workdir={tmp_path}",
+         f"--config.data_dir={tfds_data_dir}"]
+  env = {**os.environ, "XLA_FLAGS": ""}
+  done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "test_accuracy=" in done.stdout
+
+  typo = subprocess.run(cmd + ["--config.totl_steps=5"], cwd=repo, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert typo.returncode != 0
+  assert "totl_steps" in typo.stderr

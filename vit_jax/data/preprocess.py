@@ -1,0 +1,118 @@
+"""Image preprocessing ops, chosen by name in the config.
+
+A pipeline is a string of ops joined by `|`, e.g. the paper's training recipe
+`"inception_crop|flip_lr|value_range"` and its evaluation recipe
+`"resize_small|central_crop|value_range"`. An op may take numeric arguments:
+`inception_crop(0.35)` crops at least 35% of the area. Every op maps
+`(image uint8/float HxWxC, seed, size, *args) -> image`; random ops are
+stateless and take a per-example seed, so the pipeline is deterministic.
+Grayscale images always become 3-channel; the output is float32.
+"""
+
+import ast
+import re
+from typing import Callable
+
+import tensorflow as tf
+
+Op = Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor]
+
+# Resize the shorter side to size/0.875 before a central crop (224 -> 256).
+_CROP_FRACTION = 0.875
+
+
+def resize(image, seed, size):
+  """Plain resize to size x size (upsamples small images such as digits)."""
+  del seed
+  return tf.image.resize(tf.cast(image, tf.float32), (size, size),
+                         method="bilinear", antialias=True)
+
+
+def resize_small(image, seed, size):
+  """Resizes the shorter side to size / 0.875, keeping the aspect ratio."""
+  del seed
+  target = tf.cast(tf.math.round(size / _CROP_FRACTION), tf.float32)
+  height, width = tf.unstack(tf.cast(tf.shape(image)[:2], tf.float32))
+  scale = target / tf.minimum(height, width)
+  new_hw = tf.cast(tf.math.round(tf.stack([height, width]) * scale), tf.int32)
+  return tf.image.resize(tf.cast(image, tf.float32), new_hw, method="bilinear",
+                         antialias=True)
+
+
+def central_crop(image, seed, size):
+  """Crops the central size x size window (image must be at least that big)."""
+  del seed
+  height, width = tf.shape(image)[0], tf.shape(image)[1]
+  top, left = (height - size) // 2, (width - size) // 2
+  return image[top:top + size, left:left + size]
+
+
+def inception_crop(image, seed, size, min_area=0.05):
+  """Random crop of min_area-100% of the area, aspect 3/4-4/3, resized."""
+  begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+      seed=seed, area_range=(min_area, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
+      min_object_covered=0.0, use_image_if_no_bounding_boxes=True)
+  crop = tf.slice(image, begin, crop_size)
+  return tf.image.resize(tf.cast(crop, tf.float32), (size, size),
+                         method="bilinear", antialias=True)
+
+
+def flip_lr(image, seed, size):
+  del size
+  return tf.image.stateless_random_flip_left_right(image, seed=seed)
+
+
+def value_range(image, seed, size):
+  """Maps [0, 255] to [-1, 1]."""
+  del seed, size
+  return tf.cast(image, tf.float32) / 127.5 - 1.0
+
+
+OPS: dict[str, Op] = {
+    "resize": resize,
+    "resize_small": resize_small,
+    "central_crop": central_crop,
+    "inception_crop": inception_crop,
+    "flip_lr": flip_lr,
+    "value_range": value_range,
+}
+
+
+_OP_PATTERN = re.compile(r"^(\w+)(?:\((.*)\))?$")
+
+
+def parse(spec: str) -> list[tuple[str, tuple[float, ...]]]:
+  """Splits and validates a pipeline string into (op name, args) pairs."""
+  ops = []
+  for part in (p.strip() for p in spec.split("|") if p.strip()):
+    match = _OP_PATTERN.match(part)
+    if not match or match.group(1) not in OPS:
+      raise ValueError(f"Unknown preprocessing op {part!r} in {spec!r}. "
+                       f"Known ops: {', '.join(OPS)}.")
+    try:
+      args = ast.literal_eval(f"({match.group(2)},)") if match.group(2) else ()
+      if not all(isinstance(a, (int, float)) for a in args):
+        raise ValueError
+    except (ValueError, SyntaxError) as e:
+      raise ValueError(f"Op {part!r} in {spec!r} takes numbers as arguments, "
+                       "e.g. inception_crop(0.35).") from e
+    ops.append((match.group(1), tuple(args)))
+  return ops
+
+
+def make_image_fn(spec: str, size: int) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Returns `fn(image, seed) -> float32 size x size x 3` for a pipeline."""
+  ops = parse(spec)
+
+  def fn(image, seed):
+    if image.shape[-1] == 1:
+      image = tf.image.grayscale_to_rgb(image)
+    for i, (name, args) in enumerate(ops):
+      # A distinct stateless seed per op keeps random ops independent.
+      op_seed = tf.random.experimental.stateless_fold_in(seed, i)
+      image = OPS[name](image, op_seed, size, *args)
+    image = tf.ensure_shape(tf.cast(image, tf.float32), (size, size, 3))
+    return image
+
+  return fn

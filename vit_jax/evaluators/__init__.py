@@ -1,0 +1,1 @@
+"""Evaluators: small plug-ins with `run(params) -> dict of metrics`."""

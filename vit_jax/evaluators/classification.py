@@ -1,0 +1,43 @@
+"""Test accuracy and loss over one exact pass of a (padded, masked) split."""
+
+from typing import Callable, Iterable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from vit_jax import sharding
+
+
+class ClassificationEvaluator:
+  """Counts every example of the split exactly once (padding is masked)."""
+
+  def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
+               mesh: Mesh, loss_fn, params_sharding):
+    """`batches()` returns a fresh iterable of process-local numpy batches."""
+    self._batches = batches
+    self._mesh = mesh
+
+    def eval_step(params, batch):
+      logits, _ = model.apply({"params": params}, batch["image"], train=False)
+      mask = batch["mask"]
+      correct = jnp.argmax(logits, -1) == jnp.argmax(batch["labels"], -1)
+      return {"correct": jnp.sum(correct * mask),
+              "loss": jnp.sum(loss_fn(logits, batch["labels"]) * mask),
+              "count": jnp.sum(mask)}
+
+    self._step = jax.jit(
+        eval_step, in_shardings=(params_sharding, sharding.batch_sharding(mesh)),
+        out_shardings=sharding.replicated(mesh))
+
+  def run(self, params) -> dict[str, float]:
+    totals = None
+    for local_batch in self._batches():
+      sums = self._step(params, sharding.to_global_batch(local_batch, self._mesh))
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
+    return {"accuracy": totals["correct"] / totals["count"],
+            "loss": totals["loss"] / totals["count"],
+            "num_examples": totals["count"]}

@@ -1,0 +1,33 @@
+"""Command line: flags -> config -> `train.train_and_evaluate`.
+
+    python -m vit_jax.main --config=configs/digits.py --workdir=workdirs/digits \
+        --config.total_steps=500
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Keep TensorFlow quiet.
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from vit_jax import train  # noqa: E402
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+    "config", None, "Config file, optionally with an argument: FILE.py:ARG.",
+    lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory for metrics and checkpoints.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.INFO)
+  result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  print(" ".join(f"{k}={v:.4f}" for k, v in sorted(result.items())))
+
+
+if __name__ == "__main__":
+  app.run(main)

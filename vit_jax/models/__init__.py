@@ -1,0 +1,50 @@
+"""Model construction from the config's `model` section."""
+
+from typing import Optional
+
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax.models.variants import VARIANTS, Variant, get_variant
+from vit_jax.models.vit import CLASSIFIERS, REMAT_POLICIES, VisionTransformer
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16,
+          "float16": jnp.float16}
+
+
+def check_model_config(model_config: ml_collections.ConfigDict):
+  """Raises a clear error for a bad `config.model` before anything is traced."""
+  get_variant(model_config.variant)
+  for field, allowed in (("classifier", CLASSIFIERS), ("remat", REMAT_POLICIES),
+                         ("dtype", DTYPES), ("param_dtype", DTYPES)):
+    if model_config[field] not in allowed:
+      raise ValueError(f"config.model.{field}={model_config[field]!r} is not "
+                       f"one of {', '.join(allowed)}.")
+
+
+def build_model(model_config: ml_collections.ConfigDict,
+                num_classes: Optional[int]) -> VisionTransformer:
+  check_model_config(model_config)
+  variant: Variant = get_variant(model_config.variant)
+  return VisionTransformer(
+      num_classes=num_classes,
+      hidden_size=variant.hidden_size,
+      mlp_dim=variant.mlp_dim,
+      num_heads=variant.num_heads,
+      num_layers=variant.num_layers,
+      patch_size=variant.patch_size,
+      resnet=variant.resnet,
+      classifier=model_config.classifier,
+      representation_size=model_config.representation_size,
+      head_bias_init=model_config.head_bias_init,
+      dropout_rate=model_config.dropout_rate,
+      attention_dropout_rate=model_config.attention_dropout_rate,
+      remat=model_config.remat,
+      scan_layers=model_config.scan_layers,
+      dtype=DTYPES[model_config.dtype],
+      param_dtype=DTYPES[model_config.param_dtype],
+  )
+
+
+__all__ = ["VARIANTS", "VisionTransformer", "build_model", "get_variant",
+           "check_model_config", "DTYPES"]

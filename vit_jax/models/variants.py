@@ -1,0 +1,83 @@
+"""The table of named model variants ("ViT-B/16", "R50+ViT-B/16", "testing").
+
+A variant fixes the architecture (widths, depth, heads, patch size, hybrid
+stem). Everything else (classes, classifier, dropout, dtype, remat) comes from
+the config's `model` section, so the same variant serves pre-training and
+fine-tuning.
+"""
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetSpec:
+  """Hybrid stem: a root conv (stride 4 with its max-pool) then bottleneck stages."""
+  num_layers: tuple[int, ...]  # Units per stage; () keeps only the root.
+  width_factor: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  hidden_size: int
+  mlp_dim: int
+  num_heads: int
+  num_layers: int
+  patch_size: int  # On the image (pure ViT) or on the stem's feature map (hybrid).
+  resnet: Optional[ResNetSpec] = None
+
+  @property
+  def stride(self) -> int:
+    """Pixels per token along each side of the image."""
+    if self.resnet is None:
+      return self.patch_size
+    stem_stride = 4 * 2 ** max(len(self.resnet.num_layers) - 1, 0)
+    return stem_stride * self.patch_size
+
+
+# Encoder sizes of the paper's Table 1 (plus Ti and S from later releases).
+_WIDTHS = {
+    "Ti": dict(hidden_size=192, mlp_dim=768, num_heads=3, num_layers=12),
+    "S": dict(hidden_size=384, mlp_dim=1536, num_heads=6, num_layers=12),
+    "B": dict(hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12),
+    "L": dict(hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24),
+    "H": dict(hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32),
+}
+_R50 = ResNetSpec(num_layers=(3, 4, 9))  # The paper's hybrid: stage 4 removed.
+_R50_FULL = ResNetSpec(num_layers=(3, 4, 6, 3))
+_R26 = ResNetSpec(num_layers=(2, 2, 2, 2))
+_R_ROOT = ResNetSpec(num_layers=())
+
+VARIANTS: dict[str, Variant] = {
+    "ViT-Ti/16": Variant(**_WIDTHS["Ti"], patch_size=16),
+    "ViT-S/16": Variant(**_WIDTHS["S"], patch_size=16),
+    "ViT-S/32": Variant(**_WIDTHS["S"], patch_size=32),
+    "ViT-B/8": Variant(**_WIDTHS["B"], patch_size=8),
+    "ViT-B/16": Variant(**_WIDTHS["B"], patch_size=16),
+    "ViT-B/32": Variant(**_WIDTHS["B"], patch_size=32),
+    "ViT-L/16": Variant(**_WIDTHS["L"], patch_size=16),
+    "ViT-L/32": Variant(**_WIDTHS["L"], patch_size=32),
+    "ViT-H/14": Variant(**_WIDTHS["H"], patch_size=14),
+    "R50+ViT-B/16": Variant(**_WIDTHS["B"], patch_size=1, resnet=_R50),
+    "R50+ViT-L/32": Variant(**_WIDTHS["L"], patch_size=1, resnet=_R50_FULL),
+    "R26+ViT-S/32": Variant(**_WIDTHS["S"], patch_size=1, resnet=_R26),
+    "R26+ViT-B/32": Variant(**_WIDTHS["B"], patch_size=1, resnet=_R26),
+    "R+ViT-Ti/16": Variant(**_WIDTHS["Ti"], patch_size=8, resnet=_R_ROOT),
+    # Tiny models for tests and CPU demos.
+    "testing": Variant(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2,
+                       patch_size=4),
+    "testing-hybrid": Variant(hidden_size=16, mlp_dim=32, num_heads=2,
+                              num_layers=1, patch_size=1,
+                              resnet=ResNetSpec(num_layers=(1, 1),
+                                                width_factor=0.5)),
+    "digits": Variant(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=4,
+                      patch_size=4),
+}
+
+
+def get_variant(name: str) -> Variant:
+  if name not in VARIANTS:
+    raise ValueError(
+        f"Unknown model variant {name!r}. Pick one of: {', '.join(VARIANTS)} "
+        "(set it with --config.model.variant=NAME).")
+  return VARIANTS[name]

@@ -1,0 +1,298 @@
+"""Vision Transformer (Dosovitskiy et al., 2021) in Flax Linen.
+
+    z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos
+    z'_l = MSA(LN(z_{l-1})) + z_{l-1}
+    z_l  = MLP(LN(z'_l)) + z'_l
+    y    = LN(z_L^0)
+
+Parameter names follow the released checkpoints (`embedding`, `cls`,
+`Transformer/posembed_input/pos_embedding`, `Transformer/encoderblock_{i}/...`,
+`Transformer/encoder_norm`, `pre_logits`, `head`), so released `.npz` files map
+1:1. With `scan_layers` the blocks live in one `Transformer/encoderblock` whose
+parameters carry a leading layer axis (see `layout.py` for conversion).
+
+Precision: `dtype` is the compute dtype of every matmul/conv, `param_dtype` the
+storage dtype; softmax, LayerNorm statistics and the logits are fp32.
+"""
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vit_jax.models import resnet
+from vit_jax.models.variants import ResNetSpec
+
+Dtype = Any
+CLASSIFIERS = ("token", "gap", "map")
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class MlpBlock(nn.Module):
+  """Dense -> GELU -> Dense, with dropout after each."""
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD, deterministic: bool):
+    dense = lambda features, name: nn.Dense(
+        features, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+    h_BxNxF = nn.gelu(dense(self.mlp_dim, "Dense_0")(x_BxNxD), approximate=False)
+    h_BxNxF = nn.Dropout(self.dropout_rate)(h_BxNxF, deterministic)
+    y_BxNxD = dense(x_BxNxD.shape[-1], "Dense_1")(h_BxNxF)
+    return nn.Dropout(self.dropout_rate)(y_BxNxD, deterministic)
+
+
+class MultiHeadDotProductAttention(nn.Module):
+  """Multi-head attention with an fp32 softmax; also returns the weights."""
+  num_heads: int
+  dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool):
+    width = kv_BxNxD.shape[-1]
+    if width % self.num_heads:
+      raise ValueError(f"hidden_size {width} is not divisible by num_heads "
+                       f"{self.num_heads}.")
+    head_dim = width // self.num_heads
+    proj = lambda name: nn.DenseGeneral(
+        (self.num_heads, head_dim), dtype=self.dtype,
+        param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    q_BxMxHxK = proj("query")(q_BxMxD) / jnp.sqrt(head_dim).astype(self.dtype)
+    k_BxNxHxK = proj("key")(kv_BxNxD)
+    v_BxNxHxK = proj("value")(kv_BxNxD)
+
+    logits_BxHxMxN = jnp.einsum("bmhk,bnhk->bhmn", q_BxMxHxK, k_BxNxHxK)
+    weights_BxHxMxN = jax.nn.softmax(logits_BxHxMxN.astype(jnp.float32))
+    dropped = nn.Dropout(self.dropout_rate)(weights_BxHxMxN, deterministic)
+    y_BxMxHxK = jnp.einsum("bhmn,bnhk->bmhk", dropped.astype(self.dtype),
+                           v_BxNxHxK)
+    out_BxMxD = nn.DenseGeneral(
+        width, axis=(-2, -1), dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(), name="out")(y_BxMxHxK)
+    return out_BxMxD, weights_BxHxMxN
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LN transformer block; returns (output, per-layer intermediates)."""
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  capture_intermediates: bool = False
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD, deterministic: bool):
+    norm = lambda name: nn.LayerNorm(dtype=self.dtype,
+                                     param_dtype=self.param_dtype, name=name)
+    y = norm("LayerNorm_0")(x_BxNxD)
+    y, weights_BxHxNxN = MultiHeadDotProductAttention(
+        self.num_heads, self.attention_dropout_rate, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="MultiHeadDotProductAttention_1")(
+            y, y, deterministic)
+    x_BxNxD = x_BxNxD + nn.Dropout(self.dropout_rate)(y, deterministic)
+
+    y = norm("LayerNorm_2")(x_BxNxD)
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, dtype=self.dtype,
+                 param_dtype=self.param_dtype, name="MlpBlock_3")(y, deterministic)
+    x_BxNxD = x_BxNxD + y
+    captured = ({"block": x_BxNxD, "attention": weights_BxHxNxN}
+                if self.capture_intermediates else None)
+    return x_BxNxD, captured
+
+
+class Encoder(nn.Module):
+  """Position embeddings, L blocks (loop or scan), final LayerNorm."""
+  num_layers: int
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  use_posemb: bool = True
+  remat: str = "none"
+  scan_layers: bool = False
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD, deterministic: bool,
+               capture_intermediates: bool = False):
+    if self.use_posemb:
+      posemb_1xNxD = AddPositionEmbs(param_dtype=self.param_dtype,
+                                     name="posembed_input")
+      x_BxNxD = posemb_1xNxD(x_BxNxD)
+    x_BxNxD = nn.Dropout(self.dropout_rate)(x_BxNxD, deterministic)
+
+    block_cls = Encoder1DBlock
+    if self.remat != "none":
+      block_cls = nn.remat(block_cls, prevent_cse=not self.scan_layers,
+                           static_argnums=(2,),
+                           policy=REMAT_POLICIES[self.remat])
+    block_kwargs = dict(
+        mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+        dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        capture_intermediates=capture_intermediates, dtype=self.dtype,
+        param_dtype=self.param_dtype)
+
+    if self.scan_layers:
+      scanned = nn.scan(block_cls, variable_axes={"params": 0},
+                        split_rngs={"params": True, "dropout": True},
+                        in_axes=nn.broadcast, length=self.num_layers)
+      x_BxNxD, captured = scanned(name="encoderblock", **block_kwargs)(
+          x_BxNxD, deterministic)
+    else:
+      per_layer = []
+      for i in range(self.num_layers):
+        x_BxNxD, c = block_cls(name=f"encoderblock_{i}", **block_kwargs)(
+            x_BxNxD, deterministic)
+        per_layer.append(c)
+      captured = (jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
+                  if capture_intermediates else None)
+
+    encoded = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
+                           name="encoder_norm")(x_BxNxD)
+    return encoded, captured
+
+
+class AddPositionEmbs(nn.Module):
+  """Learned 1D position embeddings, one per token (class token included)."""
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD):
+    posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+                        (1,) + x_BxNxD.shape[1:], self.param_dtype)
+    return x_BxNxD + posemb.astype(x_BxNxD.dtype)
+
+
+class MAPHead(nn.Module):
+  """Multihead attention pooling: a learned probe attends over the tokens."""
+  mlp_dim: int
+  num_heads: int
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD):
+    width = x_BxNxD.shape[-1]
+    probe = self.param("probe", nn.initializers.xavier_uniform(),
+                       (1, 1, width), self.param_dtype)
+    probe_Bx1xD = jnp.tile(probe, (x_BxNxD.shape[0], 1, 1)).astype(self.dtype)
+    x_Bx1xD, _ = MultiHeadDotProductAttention(
+        self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
+        name="MultiHeadDotProductAttention_0")(probe_Bx1xD, x_BxNxD, True)
+    y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
+                     name="LayerNorm_0")(x_Bx1xD)
+    x_Bx1xD = x_Bx1xD + MlpBlock(self.mlp_dim, dtype=self.dtype,
+                                 param_dtype=self.param_dtype,
+                                 name="MlpBlock_0")(y, True)
+    return x_Bx1xD[:, 0]
+
+
+class VisionTransformer(nn.Module):
+  """ViT or hybrid; `__call__` returns (logits, dict of named intermediates)."""
+  num_classes: Optional[int]  # None: no head, logits are the pre-logits.
+  hidden_size: int
+  mlp_dim: int
+  num_heads: int
+  num_layers: int
+  patch_size: int
+  resnet: Optional[ResNetSpec] = None
+  classifier: str = "token"
+  representation_size: Optional[int] = None
+  head_bias_init: float = 0.0
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  use_posemb: bool = True
+  remat: str = "none"
+  scan_layers: bool = False
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images_BxHxWxC, *, train: bool = False,
+               capture_intermediates: bool = False):
+    out = {}
+    x = images_BxHxWxC.astype(self.dtype)
+    if self.resnet is not None:
+      x = out["stem"] = resnet.resnet_stem(x, self.resnet, self.dtype,
+                                           self.param_dtype)
+    _check_divisible(x.shape[1:3], self.patch_size, self.resnet is not None)
+    x = nn.Conv(self.hidden_size, (self.patch_size,) * 2,
+                strides=(self.patch_size,) * 2, padding="VALID",
+                dtype=self.dtype, param_dtype=self.param_dtype,
+                name="embedding")(x)
+    batch, grid_h, grid_w, width = x.shape
+    x_BxNxD = jnp.reshape(x, (batch, grid_h * grid_w, width))
+    out["grid"] = (grid_h, grid_w)
+
+    if self.classifier == "token":
+      cls = self.param("cls", nn.initializers.zeros, (1, 1, width),
+                       self.param_dtype)
+      cls_Bx1xD = jnp.tile(cls, (batch, 1, 1)).astype(self.dtype)
+      x_BxNxD = jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
+
+    encoded, captured = Encoder(
+        num_layers=self.num_layers, mlp_dim=self.mlp_dim,
+        num_heads=self.num_heads, dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        use_posemb=self.use_posemb, remat=self.remat,
+        scan_layers=self.scan_layers, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="Transformer")(
+            x_BxNxD, not train, capture_intermediates)
+    out["encoded"] = encoded
+    if captured is not None:
+      out["blocks"] = captured["block"]  # L x B x N x D
+      out["attention_weights"] = captured["attention"]  # L x B x H x N x N
+
+    if self.classifier == "token":
+      x_BxD = encoded[:, 0]
+    elif self.classifier == "gap":
+      x_BxD = jnp.mean(encoded, axis=1)
+    elif self.classifier == "map":
+      x_BxD = MAPHead(self.mlp_dim, self.num_heads, dtype=self.dtype,
+                      param_dtype=self.param_dtype, name="MAPHead_0")(encoded)
+    else:
+      raise ValueError(f"Unknown classifier {self.classifier!r}; use one of "
+                       f"{CLASSIFIERS}.")
+    out["head_input"] = x_BxD
+
+    if self.representation_size is not None:
+      x_BxD = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype,
+                               param_dtype=self.param_dtype,
+                               name="pre_logits")(x_BxD))
+    out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
+
+    if self.num_classes is None:
+      return x_BxD, out
+    logits_BxK = nn.Dense(
+        self.num_classes, dtype=jnp.float32, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.zeros,
+        bias_init=nn.initializers.constant(self.head_bias_init),
+        name="head")(x_BxD)
+    out["logits"] = logits_BxK
+    return logits_BxK, out
+
+
+def _check_divisible(size_hw, patch_size: int, hybrid: bool):
+  if size_hw[0] % patch_size or size_hw[1] % patch_size:
+    where = "stem feature map" if hybrid else "image"
+    raise ValueError(
+        f"The {where} size {tuple(size_hw)} is not divisible by the patch size "
+        f"{patch_size}; choose an image size that is a multiple of "
+        f"{patch_size}{' times the stem stride' if hybrid else ''}.")
