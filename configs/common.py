@@ -32,8 +32,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.seed = 0  # Seeds parameter init, dropout and the data order.
 
   # Data.
-  config.dataset = "digits"  # TFDS name; 'digits' is built in (no download).
+  # A TFDS name ('digits' is built in, no download) or 'folder:/path/to/root'
+  # for images in ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}.
+  config.dataset = "digits"  # See above.
   config.data_dir = config_dict.placeholder(str)  # TFDS data_dir; None: default.
+  config.manual_dir = config_dict.placeholder(str)  # TFDS manual downloads.
   config.train_split = "train"  # TFDS split string, e.g. 'train[:98%]'.
   config.eval_split = "test"  # Split for periodic and final evaluation.
   config.image_size = 224  # Square input resolution in pixels.

@@ -64,18 +64,18 @@ def test_unknown_op_is_a_clear_error(spec):
 def test_unknown_dataset_and_split(digits_config):
   digits_config.dataset = "no_such_dataset"
   with pytest.raises(ValueError, match="Unknown dataset 'no_such_dataset'"):
-    input_pipeline.get_builder(digits_config)
+    input_pipeline.make_source(digits_config)
   digits_config.dataset = "digits"
   digits_config.eval_split = "validation"
-  builder = input_pipeline.get_builder(digits_config)
+  source = input_pipeline.make_source(digits_config)
   with pytest.raises(ValueError, match="no split 'validation'"):
-    input_pipeline.get_info(digits_config, builder)
+    input_pipeline.get_info(digits_config, source)
 
 
 def test_train_batches_have_the_configured_shape(digits_config):
-  builder = input_pipeline.get_builder(digits_config)
-  info = input_pipeline.get_info(digits_config, builder)
-  batch = next(input_pipeline.make_train_iterator(digits_config, builder, info))
+  source = input_pipeline.make_source(digits_config)
+  info = input_pipeline.get_info(digits_config, source)
+  batch = next(input_pipeline.make_train_iterator(digits_config, source))
   size = digits_config.image_size
   assert batch["image"].shape == (digits_config.batch_size, size, size, 3)
   assert batch["labels"].shape == (digits_config.batch_size, 10)
@@ -96,16 +96,17 @@ class _ConstantClassifier(nn.Module):
 
 def test_evaluation_counts_every_example_once(digits_config):
   digits_config.eval_batch_size = 64  # 360 = 5 * 64 + 40: the last is padded.
-  builder = input_pipeline.get_builder(digits_config)
-  info = input_pipeline.get_info(digits_config, builder)
+  source = input_pipeline.make_source(digits_config)
+  info = input_pipeline.get_info(digits_config, source)
   batches = list(input_pipeline.make_eval_dataset(
-      digits_config, builder, info).as_numpy_iterator())
+      digits_config, source).as_numpy_iterator())
   assert len(batches) == 6
   assert all(b["image"].shape[0] == 64 for b in batches)
   assert sum(b["mask"].sum() for b in batches) == 360
 
   labels = np.array([ex["label"] for ex in tfds.as_numpy(
-      builder.as_dataset(split="test"))])
+      tfds.builder("digits", data_dir=digits_config.data_dir).as_dataset(
+          split="test"))])
   mesh = sharding.make_mesh()
   model = _ConstantClassifier(label=3)
   params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))["params"]

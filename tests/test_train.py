@@ -13,17 +13,18 @@ from vit_jax import sharding, train
 
 
 def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
-  digits_config.total_steps = 60
-  digits_config.lr = 1e-2
-  digits_config.log_every_steps = 20
-  digits_config.eval_every_steps = 30
+  digits_config.model.variant = "digits"
+  digits_config.total_steps = 300
+  digits_config.lr = 3e-3
+  digits_config.log_every_steps = 100
+  digits_config.eval_every_steps = 150
   result = train.train_and_evaluate(digits_config, str(tmp_path))
   # The zero-initialised head starts at exactly ln(10).
   assert result["train_loss"] < 0.8 * math.log(10)
-  assert result["test_accuracy"] > 0.4  # Chance is 0.1.
+  assert result["test_accuracy"] > 0.6  # Chance is 0.1.
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
   with open(tmp_path / "config.json") as f:
-    assert json.load(f)["model"]["variant"] == "testing"
+    assert json.load(f)["model"]["variant"] == "digits"
 
 
 def test_sharded_training_equals_single_device(digits_config):
@@ -32,9 +33,9 @@ def test_sharded_training_equals_single_device(digits_config):
   from vit_jax import models, optim
   from vit_jax.data import input_pipeline
 
-  builder = input_pipeline.get_builder(digits_config)
-  info = input_pipeline.get_info(digits_config, builder)
-  batches = input_pipeline.make_train_iterator(digits_config, builder, info)
+  source = input_pipeline.make_source(digits_config)
+  info = input_pipeline.get_info(digits_config, source)
+  batches = input_pipeline.make_train_iterator(digits_config, source)
   batches = [next(batches) for _ in range(3)]
   model = models.build_model(digits_config.model, info.num_classes)
   tx, schedule = optim.make_optimizer(digits_config, 3)

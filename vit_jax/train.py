@@ -128,8 +128,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
 
-  builder = input_pipeline.get_builder(config)
-  info = input_pipeline.get_info(config, builder)
+  source = input_pipeline.make_source(config)
+  info = input_pipeline.get_info(config, source)
   num_steps = total_steps(config, info.num_train_examples)
   model = models.build_model(config.model, info.num_classes)
   tx, schedule = optim.make_optimizer(config, num_steps)
@@ -143,9 +143,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       donate_argnums=0)
   evaluator = classification.ClassificationEvaluator(
       model, lambda: input_pipeline.make_eval_dataset(
-          config, builder, info).as_numpy_iterator(),
+          config, source).as_numpy_iterator(),
       mesh, loss_fn, state_sharding.params)
-  train_iter = input_pipeline.make_train_iterator(config, builder, info)
+  train_iter = input_pipeline.prefetch_to_device(
+      input_pipeline.make_train_iterator(config, source), mesh)
 
   logging.info("Training %s on %s for %d steps (%d classes) on %d devices.",
                config.model.variant, config.dataset, num_steps,
@@ -157,8 +158,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   pending = None  # (step, metrics) of the last dispatched step.
   tick = time.perf_counter()
   for step in range(1, num_steps + 1):
-    batch = sharding.to_global_batch(next(train_iter), mesh)
-    state, metrics = train_step(state, batch)
+    state, metrics = train_step(state, next(train_iter))
     # Metrics of the previous step are fetched after this one is dispatched.
     if pending is not None:
       result.update(_log_train(writer, *pending, config, tick))

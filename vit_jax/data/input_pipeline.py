@@ -8,6 +8,7 @@ with the same number of batches on every process (no recompilation).
 TensorFlow runs on the host CPU only.
 """
 
+import collections
 import dataclasses
 import math
 from typing import Iterator
@@ -16,13 +17,12 @@ import jax
 import ml_collections
 import numpy as np
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
-from vit_jax.data import digits  # Registers the built-in `digits` builder.
-from vit_jax.data import preprocess
+from vit_jax import sharding
+from vit_jax.data import preprocess, sources
 
-del digits
 Batch = dict[str, np.ndarray]
+make_source = sources.make_source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +31,7 @@ class DatasetInfo:
   num_classes: int
   num_train_examples: int
   num_eval_examples: int
+  multi_label: bool = False
 
 
 def hide_accelerators_from_tf():
@@ -39,34 +40,11 @@ def hide_accelerators_from_tf():
   tf.config.set_visible_devices([], "TPU")
 
 
-def get_builder(config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
-  """Returns a prepared TFDS builder, with a clear error for an unknown name."""
-  try:
-    builder = tfds.builder(config.dataset, data_dir=config.data_dir)
-  except tfds.core.registered.DatasetNotFoundError as e:
-    raise ValueError(
-        f"Unknown dataset {config.dataset!r}: TFDS has no builder of that "
-        "name. Use a TFDS name (e.g. 'cifar10') or the built-in 'digits'."
-    ) from e
-  if not builder.is_prepared():
-    builder.download_and_prepare()
-  return builder
-
-
-def get_info(config: ml_collections.ConfigDict,
-             builder: tfds.core.DatasetBuilder) -> DatasetInfo:
-  splits = builder.info.splits
-  for split in (config.train_split, config.eval_split):
-    try:
-      splits[split]
-    except (KeyError, ValueError) as e:
-      raise ValueError(
-          f"Dataset {config.dataset!r} has no split {split!r}; it has "
-          f"{', '.join(splits)}.") from e
-  return DatasetInfo(
-      num_classes=builder.info.features["label"].num_classes,
-      num_train_examples=splits[config.train_split].num_examples,
-      num_eval_examples=splits[config.eval_split].num_examples)
+def get_info(config: ml_collections.ConfigDict, source) -> DatasetInfo:
+  return DatasetInfo(num_classes=source.num_classes,
+                     num_train_examples=source.num_examples(config.train_split),
+                     num_eval_examples=source.num_examples(config.eval_split),
+                     multi_label=source.multi_label)
 
 
 def _per_process_batch(global_batch: int) -> int:
@@ -76,63 +54,98 @@ def _per_process_batch(global_batch: int) -> int:
   return global_batch // jax.process_count()
 
 
-def _example_fn(pp_spec: str, image_size: int, num_classes: int):
-  image_fn = preprocess.make_image_fn(pp_spec, image_size)
+def _example_fn(config, pp_spec: str, source, base_seed):
+  """Preprocesses one example; a label outside [0, K) fails loudly."""
+  image_fn = preprocess.make_image_fn(pp_spec, config.image_size)
+  num_classes = source.num_classes
 
-  def fn(index, example, base_seed):
+  def fn(index, example):
     seed = tf.random.experimental.stateless_fold_in(base_seed, index)
-    return {"image": image_fn(example["image"], seed),
-            "labels": tf.one_hot(example["label"], num_classes),
+    label = example["label"]
+    if source.multi_label:
+      labels = tf.cast(label, tf.float32)
+    else:
+      checks = [tf.debugging.assert_less(
+          label, tf.cast(num_classes, label.dtype),
+          message=f"Label out of range for {source.name} with "
+          f"{num_classes} classes"),
+                tf.debugging.assert_non_negative(label)]
+      with tf.control_dependencies(checks):
+        labels = tf.one_hot(label, num_classes)
+    return {"image": image_fn(example["image"], seed), "labels": labels,
             "mask": tf.constant(1.0, tf.float32)}
 
   return fn
 
 
-def make_train_iterator(config: ml_collections.ConfigDict,
-                        builder: tfds.core.DatasetBuilder,
-                        info: DatasetInfo) -> Iterator[Batch]:
+def _options() -> tf.data.Options:
+  options = tf.data.Options()
+  options.autotune.enabled = True
+  options.deterministic = True  # Same seed, same batches.
+  return options
+
+
+def make_train_dataset(config: ml_collections.ConfigDict, source,
+                       process_index=None, process_count=None) -> tf.data.Dataset:
   """Endless, shuffled, augmented batches of this process's share."""
   hide_accelerators_from_tf()
-  seed = config.seed + 1000 * jax.process_index()
-  split = tfds.split_for_jax_process(config.train_split, drop_remainder=True)
-  ds = builder.as_dataset(
-      split=split, shuffle_files=True,
-      read_config=tfds.ReadConfig(shuffle_seed=seed))
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  seed = config.seed + 1000 * index
+  split = source.process_split(config.train_split, index, count,
+                               drop_remainder=True)
+  ds = source.read(split, shuffle_files=True, seed=seed)
   if config.cache:
     ds = ds.cache()
   ds = ds.repeat().shuffle(config.shuffle_buffer, seed=seed)
-  base_seed = tf.constant([seed, 0], tf.int64)
-  example_fn = _example_fn(config.pp_train, config.image_size, info.num_classes)
-  ds = ds.enumerate().map(lambda i, ex: example_fn(i, ex, base_seed),
-                          num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(_per_process_batch(config.batch_size), drop_remainder=True)
-  return iter(tfds.as_numpy(ds.prefetch(tf.data.AUTOTUNE)))
+  example_fn = _example_fn(config, config.pp_train, source,
+                           tf.constant([seed, 0], tf.int64))
+  ds = ds.enumerate().map(example_fn, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.batch(config.batch_size // count, drop_remainder=True)
+  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
-def num_eval_batches(config: ml_collections.ConfigDict,
-                     builder: tfds.core.DatasetBuilder) -> int:
+def make_train_iterator(config: ml_collections.ConfigDict,
+                        source) -> Iterator[Batch]:
+  _per_process_batch(config.batch_size)
+  return make_train_dataset(config, source).as_numpy_iterator()
+
+
+def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
   """Batches per process: enough for the largest process share."""
-  shares = tfds.even_splits(config.eval_split, n=jax.process_count())
-  largest = max(builder.info.splits[s].num_examples for s in shares)
+  count = jax.process_count()
+  largest = max(source.num_examples(source.process_split(
+      config.eval_split, i, count, drop_remainder=False)) for i in range(count))
   return max(1, math.ceil(largest / _per_process_batch(config.eval_batch_size)))
 
 
-def make_eval_dataset(config: ml_collections.ConfigDict,
-                      builder: tfds.core.DatasetBuilder,
-                      info: DatasetInfo) -> tf.data.Dataset:
+def make_eval_dataset(config: ml_collections.ConfigDict, source,
+                      process_index=None, process_count=None) -> tf.data.Dataset:
   """One pass over this process's share, padded to a fixed number of batches."""
   hide_accelerators_from_tf()
-  split = tfds.even_splits(config.eval_split,
-                           n=jax.process_count())[jax.process_index()]
-  ds = builder.as_dataset(split=split, shuffle_files=False)
-  example_fn = _example_fn(config.pp_eval, config.image_size, info.num_classes)
-  base_seed = tf.constant([config.seed, 1], tf.int64)
-  ds = ds.enumerate().map(lambda i, ex: example_fn(i, ex, base_seed),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  split = source.process_split(config.eval_split, index, count,
+                               drop_remainder=False)
+  ds = source.read(split, shuffle_files=False, seed=config.seed)
+  example_fn = _example_fn(config, config.pp_eval, source,
+                           tf.constant([config.seed, 1], tf.int64))
+  ds = ds.enumerate().map(example_fn, num_parallel_calls=tf.data.AUTOTUNE)
   if config.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
       {k: tf.zeros(s.shape, s.dtype) for k, s in ds.element_spec.items()})
-  local_batch = _per_process_batch(config.eval_batch_size)
-  ds = ds.concatenate(padding.repeat()).batch(local_batch)
-  return ds.take(num_eval_batches(config, builder)).prefetch(tf.data.AUTOTUNE)
+  ds = ds.concatenate(padding.repeat()).batch(config.eval_batch_size // count)
+  ds = ds.take(num_eval_batches(config, source))
+  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def prefetch_to_device(batches: Iterator[Batch], mesh, size: int = 2):
+  """Yields global sharded batches, keeping `size` transfers in flight."""
+  queue = collections.deque()
+  for batch in batches:
+    queue.append(sharding.to_global_batch(batch, mesh))
+    if len(queue) > size:
+      yield queue.popleft()
+  while queue:
+    yield queue.popleft()

@@ -23,7 +23,9 @@ class ClassificationEvaluator:
     def eval_step(params, batch):
       logits, _ = model.apply({"params": params}, batch["image"], train=False)
       mask = batch["mask"]
-      correct = jnp.argmax(logits, -1) == jnp.argmax(batch["labels"], -1)
+      # Top-1 is correct when it is one of the true labels (also multi-label).
+      top1 = jnp.argmax(logits, -1)[:, None]
+      correct = jnp.take_along_axis(batch["labels"], top1, -1)[:, 0] > 0
       return {"correct": jnp.sum(correct * mask),
               "loss": jnp.sum(loss_fn(logits, batch["labels"]) * mask),
               "count": jnp.sum(mask)}

@@ -91,7 +91,7 @@ class Encoder1DBlock(nn.Module):
   num_heads: int
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
-  capture_intermediates: bool = False
+  return_intermediates: bool = False
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -111,7 +111,7 @@ class Encoder1DBlock(nn.Module):
                  param_dtype=self.param_dtype, name="MlpBlock_3")(y, deterministic)
     x_BxNxD = x_BxNxD + y
     captured = ({"block": x_BxNxD, "attention": weights_BxHxNxN}
-                if self.capture_intermediates else None)
+                if self.return_intermediates else None)
     return x_BxNxD, captured
 
 
@@ -130,7 +130,7 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool,
-               capture_intermediates: bool = False):
+               return_intermediates: bool = False):
     if self.use_posemb:
       posemb_1xNxD = AddPositionEmbs(param_dtype=self.param_dtype,
                                      name="posembed_input")
@@ -146,7 +146,7 @@ class Encoder(nn.Module):
         mlp_dim=self.mlp_dim, num_heads=self.num_heads,
         dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
-        capture_intermediates=capture_intermediates, dtype=self.dtype,
+        return_intermediates=return_intermediates, dtype=self.dtype,
         param_dtype=self.param_dtype)
 
     if self.scan_layers:
@@ -162,7 +162,7 @@ class Encoder(nn.Module):
             x_BxNxD, deterministic)
         per_layer.append(c)
       captured = (jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
-                  if capture_intermediates else None)
+                  if return_intermediates else None)
 
     encoded = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
                            name="encoder_norm")(x_BxNxD)
@@ -226,7 +226,7 @@ class VisionTransformer(nn.Module):
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,
-               capture_intermediates: bool = False):
+               return_intermediates: bool = False):
     out = {}
     x = images_BxHxWxC.astype(self.dtype)
     if self.resnet is not None:
@@ -254,7 +254,7 @@ class VisionTransformer(nn.Module):
         use_posemb=self.use_posemb, remat=self.remat,
         scan_layers=self.scan_layers, dtype=self.dtype,
         param_dtype=self.param_dtype, name="Transformer")(
-            x_BxNxD, not train, capture_intermediates)
+            x_BxNxD, not train, return_intermediates)
     out["encoded"] = encoded
     if captured is not None:
       out["blocks"] = captured["block"]  # L x B x N x D

@@ -1,0 +1,503 @@
+"""Tests of the ViT model: sizes, checkpoint names, a numpy reference, properties.
+
+Big variants are only traced (`jax.eval_shape`, no memory, no FLOPs); everything
+that actually runs uses tiny models so the file stays fast on a laptop CPU.
+The numpy reference is written from the paper's equations and never calls
+`vit_jax`, so it checks the model rather than restating it.
+"""
+
+import functools
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from scipy import special
+
+from vit_jax import models
+from vit_jax.models import VARIANTS, VisionTransformer, layout
+
+# 1000 classes, 224x224x3 input, no pre-logits. The released checkpoints'
+# sizes; a new variant must add its own line here.
+GOLDEN_PARAM_COUNTS = {
+    "ViT-Ti/16": 5_717_416,
+    "ViT-S/16": 22_050_664,
+    "ViT-S/32": 22_878_952,
+    "ViT-B/16": 86_567_656,
+    "ViT-B/32": 88_224_232,
+    "ViT-B/8": 86_576_872,
+    "ViT-L/16": 304_326_632,
+    "ViT-L/32": 306_535_400,
+    "ViT-H/14": 632_045_800,
+    "R50+ViT-B/16": 98_659_112,
+    "R50+ViT-L/32": 328_994_856,
+    "R26+ViT-S/32": 36_431_912,
+    "R26+ViT-B/32": 101_383_976,
+    "R+ViT-Ti/16": 6_337_704,
+    "testing": 72_472,
+    "testing-hybrid": 155_272,
+    "digits": 469_032,
+}
+
+# The tiny model that every numerical test runs.
+TINY = dict(num_classes=7, hidden_size=32, mlp_dim=64, num_heads=4,
+            num_layers=2, patch_size=4)
+IMAGE_SHAPE = (4, 16, 16, 3)  # A 4x4 grid of 4x4 patches.
+B = IMAGE_SHAPE[0]
+
+
+# ----------------------------------------------------------------- helpers --
+
+
+def variant_model(name: str, **kwargs) -> VisionTransformer:
+  v = VARIANTS[name]
+  return VisionTransformer(
+      hidden_size=v.hidden_size, mlp_dim=v.mlp_dim, num_heads=v.num_heads,
+      num_layers=v.num_layers, patch_size=v.patch_size, resnet=v.resnet,
+      **{"num_classes": 1000, **kwargs})
+
+
+@functools.lru_cache(maxsize=None)
+def abstract_init(name: str, size: int = 224, **kwargs):
+  """Traces init of a variant: (param shapes, output shapes, token grid)."""
+  model = variant_model(name, **kwargs)
+  grid = {}
+
+  def init(images):
+    (_, out), variables = model.init_with_output(jax.random.key(0), images)
+    grid["grid"] = out.pop("grid")  # Python ints, known while tracing.
+    return variables["params"], out
+
+  params, out = jax.eval_shape(
+      init, jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32))
+  return params, out, grid["grid"]
+
+
+def flat(params) -> dict:
+  return flax.traverse_util.flatten_dict(params, sep="/")
+
+
+def tiny_model(**kwargs) -> VisionTransformer:
+  return VisionTransformer(**{**TINY, **kwargs})
+
+
+def images(seed: int = 0, shape=IMAGE_SHAPE) -> np.ndarray:
+  return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def random_params(model, x=None, seed: int = 1, scale: float = 0.3):
+  """Params of `model` (structure from flax init) filled with noise.
+
+  Every leaf is randomised, the zero-initialised head and cls token and the
+  LayerNorm biases included (LayerNorm scales as 1 + noise), so no test passes
+  because a weight happens to be 0 or 1. The init is only traced: compiling
+  the random initialisers would dominate the run time of this file.
+  """
+  x = images() if x is None else x
+  shapes = jax.eval_shape(model.init, jax.random.key(0), x)["params"]
+  rng = np.random.default_rng(seed)
+
+  def fill(path, leaf):
+    base = 1.0 if path[-1].key == "scale" else 0.0
+    noise = rng.normal(size=leaf.shape)
+    return jnp.asarray(base + scale * noise, leaf.dtype)
+
+  return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "train",
+                                             "return_intermediates"))
+def run(model, params, x, rngs=None, train=False, return_intermediates=False):
+  """Jitted `model.apply`."""
+  return model.apply({"params": params}, x, rngs=rngs, train=train,
+                     return_intermediates=return_intermediates)
+
+
+# -------------------------------------------------- numpy reference (fp64) --
+
+
+def np_layer_norm(x, p, eps=1e-6):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def np_gelu(x):
+  return 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))
+
+
+def np_dense(x, p):
+  return x @ p["kernel"] + p["bias"]
+
+
+def np_softmax(x):
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def np_attention(x_BxNxD, p):
+  """MSA with q/k/v kernels (D, H, K) and the out kernel (H, K, D)."""
+  proj = lambda name: (np.einsum("bnd,dhk->bnhk", x_BxNxD, p[name]["kernel"])
+                       + p[name]["bias"])
+  q, k, v = proj("query"), proj("key"), proj("value")
+  weights = np_softmax(np.einsum("bmhk,bnhk->bhmn", q, k) / np.sqrt(q.shape[-1]))
+  y = np.einsum("bhmn,bnhk->bmhk", weights, v)
+  return np.einsum("bmhk,hkd->bmd", y, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+def np_patchify(images_BxHxWxC, patch):
+  """(B, H, W, C) -> (B, N, P*P*C), patches row-major, pixels (row, col, chan)."""
+  b, h, w, c = images_BxHxWxC.shape
+  x = images_BxHxWxC.reshape(b, h // patch, patch, w // patch, patch, c)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(
+      b, (h // patch) * (w // patch), patch * patch * c)
+
+
+def np_vit(params, images_BxHxWxC, patch, classifier):
+  """The paper's equations (1)-(4), plus the optional tanh pre-logits."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  kernel = p["embedding"]["kernel"]  # (P, P, C, D)
+  x = np_patchify(np.asarray(images_BxHxWxC, np.float64), patch)
+  x = x @ kernel.reshape(-1, kernel.shape[-1]) + p["embedding"]["bias"]
+  if classifier == "token":
+    cls = np.broadcast_to(p["cls"], (x.shape[0], 1, x.shape[-1]))
+    x = np.concatenate([cls, x], axis=1)
+  enc = p["Transformer"]
+  x = x + enc["posembed_input"]["pos_embedding"]
+  for i in range(sum(k.startswith("encoderblock_") for k in enc)):
+    block = enc[f"encoderblock_{i}"]
+    x = x + np_attention(np_layer_norm(x, block["LayerNorm_0"]),
+                         block["MultiHeadDotProductAttention_1"])
+    mlp = block["MlpBlock_3"]
+    h = np_gelu(np_dense(np_layer_norm(x, block["LayerNorm_2"]), mlp["Dense_0"]))
+    x = x + np_dense(h, mlp["Dense_1"])
+  x = np_layer_norm(x, enc["encoder_norm"])
+  x = x[:, 0] if classifier == "token" else x.mean(axis=1)
+  if "pre_logits" in p:
+    x = np.tanh(np_dense(x, p["pre_logits"]))
+  return np_dense(x, p["head"]), x
+
+
+# ------------------------------------------------------------------- sizes --
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_param_count_matches_golden(name):
+  assert name in GOLDEN_PARAM_COUNTS, (
+      f"Variant {name!r} has no golden parameter count; add one.")
+  # Scanned layout: the same parameters (see test_scan_layers_matches_loop...)
+  # but traced in a fraction of the time of 12-32 unrolled blocks.
+  params, _, _ = abstract_init(name, scan_layers=True)
+  count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+  assert count == GOLDEN_PARAM_COUNTS[name]
+
+
+def test_every_golden_count_is_a_registered_variant():
+  assert set(GOLDEN_PARAM_COUNTS) <= set(VARIANTS)
+
+
+def test_vit_b16_param_names_match_released_checkpoint():
+  params = flat(abstract_init("ViT-B/16")[0])
+  expected = {
+      "embedding/kernel": (16, 16, 3, 768),
+      "embedding/bias": (768,),
+      "cls": (1, 1, 768),
+      "Transformer/posembed_input/pos_embedding": (1, 197, 768),
+      "Transformer/encoderblock_0/LayerNorm_0/scale": (768,),
+      "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/query/kernel":
+          (768, 12, 64),
+      "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/out/kernel":
+          (12, 64, 768),
+      "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": (768, 3072),
+      "Transformer/encoderblock_0/LayerNorm_2/bias": (768,),
+      "Transformer/encoder_norm/scale": (768,),
+      "head/kernel": (768, 1000),
+  }
+  for name, shape in expected.items():
+    assert name in params, name
+    assert params[name].shape == shape, name
+  assert not any(k.startswith("pre_logits") for k in params)
+  assert "Transformer/encoderblock_12/LayerNorm_0/scale" not in params
+
+
+def test_vit_b16_with_representation_has_pre_logits():
+  params = flat(abstract_init("ViT-B/16", representation_size=768)[0])
+  assert params["pre_logits/kernel"].shape == (768, 768)
+  assert params["head/kernel"].shape == (768, 1000)
+
+
+def test_r50_vit_b16_param_names_match_released_checkpoint():
+  params = flat(abstract_init("R50+ViT-B/16")[0])
+  assert params["conv_root/kernel"].shape == (7, 7, 3, 64)
+  for name in ("gn_root/scale", "block1/unit1/conv1/kernel",
+               "block1/unit1/gn_proj/scale", "block3/unit9/conv3/kernel",
+               "embedding/kernel", "Transformer/encoder_norm/scale"):
+    assert name in params, name
+  assert "block3/unit10/conv1/kernel" not in params
+  assert "block4/unit1/conv1/kernel" not in params  # Stage 4 is removed.
+
+
+# -------------------------------------------------------- numpy reference --
+
+
+@pytest.mark.parametrize("classifier,representation_size",
+                         [("token", 24), ("gap", None)])
+def test_forward_matches_numpy_reference(classifier, representation_size):
+  model = tiny_model(classifier=classifier,
+                     representation_size=representation_size)
+  x = images()
+  params = random_params(model, x)
+  assert ("pre_logits" in params) == (representation_size is not None)
+  logits, out = run(model, params, x)
+  want_logits, want_pre_logits = np_vit(params, x, TINY["patch_size"],
+                                        classifier)
+  assert logits.shape == (B, 7)
+  assert np.abs(want_logits).max() > 0.5  # Not trivially zero.
+  np.testing.assert_allclose(out["pre_logits"], want_pre_logits,
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-5)
+
+
+# -------------------------------------------------------------- properties --
+
+
+def test_without_posemb_permuting_patches_permutes_tokens():
+  model = tiny_model(use_posemb=False, classifier="gap")
+  x = images()
+  params = random_params(model, x)
+  assert "posembed_input" not in params["Transformer"]
+  perm = np.random.default_rng(3).permutation(16)
+
+  b, p = x.shape[0], TINY["patch_size"]
+  blocks = x.reshape(b, 4, p, 4, p, 3).transpose(0, 1, 3, 2, 4, 5)
+  blocks = blocks.reshape(b, 16, p, p, 3)[:, perm]
+  x_perm = blocks.reshape(b, 4, 4, p, p, 3).transpose(0, 1, 3, 2, 4, 5)
+  x_perm = x_perm.reshape(x.shape)
+
+  _, out = run(model, params, x)
+  _, out_perm = run(model, params, x_perm)
+  np.testing.assert_allclose(out_perm["encoded"], out["encoded"][:, perm],
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out_perm["logits"], out["logits"],
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_batch_elements_are_independent():
+  model = tiny_model()
+  x = images()
+  params = random_params(model, x)
+  logits = run(model, params, x)[0]
+  for i in range(B):
+    np.testing.assert_allclose(logits[i], run(model, params, x[i:i + 1])[0][0],
+                               rtol=1e-5, atol=1e-5)
+
+  loss_of_first = lambda x: jnp.sum(run(model, params, x)[0][0] ** 2)
+  grad = np.asarray(jax.jit(jax.grad(loss_of_first))(x))
+  assert np.abs(grad[0]).max() > 0
+  assert np.all(grad[1:] == 0)
+
+
+def test_bf16_compute_keeps_fp32_params_and_logits():
+  model_bf16 = tiny_model(dtype=jnp.bfloat16)
+  x = images()
+  params = random_params(model_bf16, x)  # Dtypes as flax init makes them.
+  assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype("float32")}
+
+  logits_bf16, out = run(model_bf16, params, x)
+  logits_fp32, _ = run(tiny_model(), params, x)
+  assert logits_bf16.dtype == jnp.float32
+  assert out["pre_logits"].dtype == jnp.float32
+  assert out["encoded"].dtype == jnp.bfloat16  # bf16 really is used.
+  assert np.all(np.isfinite(logits_bf16))
+  scale = np.abs(logits_fp32).max()
+  assert np.abs(logits_bf16 - logits_fp32).max() / scale < 5e-2
+
+
+def test_stack_unstack_layers_round_trip_exactly():
+  params = random_params(tiny_model())
+  stacked = layout.stack_layers(params)
+  assert layout.is_scanned(stacked) and not layout.is_scanned(params)
+  assert stacked["Transformer"]["encoderblock"]["LayerNorm_0"]["scale"].shape == (
+      TINY["num_layers"], TINY["hidden_size"])
+  back = flat(layout.unstack_layers(stacked))
+  want = flat(params)
+  assert back.keys() == want.keys()
+  for k in want:
+    assert back[k].dtype == want[k].dtype, k
+    np.testing.assert_array_equal(back[k], want[k], err_msg=k)
+
+
+def test_stack_layers_rejects_missing_block():
+  params = random_params(tiny_model())
+  del params["Transformer"]["encoderblock_0"]
+  with pytest.raises(ValueError, match="encoderblock"):
+    layout.stack_layers(params)
+
+
+def test_scan_layers_matches_loop_with_converted_params():
+  x = images()
+  params = random_params(tiny_model(), x)
+  scan_model = tiny_model(scan_layers=True)
+  # The converted tree has exactly the structure that scan init creates.
+  scan_init = jax.eval_shape(scan_model.init, jax.random.key(0), x)["params"]
+  stacked = layout.stack_layers(params)
+  assert (jax.tree.map(lambda a: a.shape, scan_init)
+          == jax.tree.map(lambda a: a.shape, stacked))
+
+  logits, out = run(tiny_model(), params, x)
+  logits_scan, out_scan = run(scan_model, stacked, x)
+  np.testing.assert_allclose(out_scan["encoded"], out["encoded"],
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(logits_scan, logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("remat,scan_layers",
+                         [("full", False), ("dots", True)])
+def test_remat_gives_same_outputs_and_gradients(remat, scan_layers):
+  x = images()
+  params = random_params(tiny_model(), x)
+  if scan_layers:
+    params = layout.stack_layers(params)
+  plain = tiny_model(scan_layers=scan_layers)
+  rematted = tiny_model(scan_layers=scan_layers, remat=remat)
+
+  def loss_and_grad(model):
+    loss = lambda p: jnp.sum(jnp.sin(run(model, p, x, train=True)[0]))
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+  want_loss, want_grads = loss_and_grad(plain)
+  loss, grads = loss_and_grad(rematted)
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
+  want, got = flat(want_grads), flat(grads)
+  assert got.keys() == want.keys()
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5,
+                               err_msg=k)
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_return_intermediates(scan_layers):
+  x = images()
+  params = random_params(tiny_model(), x)
+  if scan_layers:
+    params = layout.stack_layers(params)
+  _, out = run(tiny_model(scan_layers=scan_layers), params, x,
+               return_intermediates=True)
+  num_layers, heads, width = (TINY["num_layers"], TINY["num_heads"],
+                              TINY["hidden_size"])
+  assert out["blocks"].shape == (num_layers, B, 17, width)
+  assert out["attention_weights"].shape == (num_layers, B, heads, 17, 17)
+  np.testing.assert_allclose(out["attention_weights"].sum(-1), 1.0, rtol=1e-5)
+  assert np.all(out["attention_weights"] >= 0)
+  assert not np.allclose(out["blocks"][-1], out["encoded"], atol=1e-3)
+  # The encoder output is the final LayerNorm of the last block's output.
+  norm = jax.tree.map(np.asarray, params["Transformer"]["encoder_norm"])
+  np.testing.assert_allclose(np_layer_norm(np.asarray(out["blocks"][-1]), norm),
+                             out["encoded"], rtol=1e-4, atol=1e-4)
+
+  _, plain_out = run(tiny_model(scan_layers=scan_layers), params, x)
+  assert "blocks" not in plain_out and "attention_weights" not in plain_out
+
+
+def test_return_intermediates_keyword_reaches_call():
+  """Regression: the flag once shared its name with a `Module.apply` keyword,
+  which swallowed it."""
+  model = tiny_model()
+  x = images()
+  variables = {"params": random_params(model, x)}
+  result = jax.eval_shape(
+      lambda v, x: model.apply(v, x, return_intermediates=True), variables, x)
+  assert isinstance(result[1], dict) and "blocks" in result[1]
+
+
+def test_tiny_hybrid_token_grid_follows_variant_stride():
+  variant = VARIANTS["testing-hybrid"]
+  stride = variant.stride
+  assert stride == 8  # Root /4, then one strided stage.
+  model = variant_model("testing-hybrid", num_classes=5)
+  x = images(shape=(2, 32, 48, 3))  # Not square, to catch H/W mix-ups.
+  params = random_params(model, x)
+  logits, out = run(model, params, x)
+  grid = (32 // stride, 48 // stride)
+  num_tokens = grid[0] * grid[1] + 1
+  assert out["grid"] == grid
+  assert out["stem"].shape[:3] == (2,) + grid
+  assert out["encoded"].shape == (2, num_tokens, variant.hidden_size)
+  assert params["Transformer"]["posembed_input"]["pos_embedding"].shape == (
+      1, num_tokens, variant.hidden_size)
+  assert logits.shape == (2, 5) and np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("name,stride", [("R+ViT-Ti/16", 32),
+                                         ("R50+ViT-B/16", 16),
+                                         ("ViT-B/16", 16)])
+def test_token_count_follows_variant_stride_at_224(name, stride):
+  assert VARIANTS[name].stride == stride
+  params, out, grid = abstract_init(name)
+  assert grid == (224 // stride, 224 // stride)
+  num_tokens = grid[0] * grid[1] + 1
+  assert params["Transformer"]["posembed_input"]["pos_embedding"].shape[1] == (
+      num_tokens)
+  assert out["encoded"].shape == (1, num_tokens, VARIANTS[name].hidden_size)
+
+
+def test_map_head():
+  model = tiny_model(classifier="map")
+  x = images()
+  params = random_params(model, x)
+  assert params["MAPHead_0"]["probe"].shape == (1, 1, TINY["hidden_size"])
+  assert "cls" not in params
+  logits, out = run(model, params, x)
+  assert logits.shape == (B, 7) and np.all(np.isfinite(logits))
+  assert out["head_input"].shape == (B, TINY["hidden_size"])
+
+
+def test_dropout_only_in_training():
+  model = tiny_model(dropout_rate=0.1, attention_dropout_rate=0.1)
+  x = images()
+  params = random_params(model, x)
+  eval_1 = run(model, params, x)[0]
+  eval_2 = run(model, params, x)[0]
+  np.testing.assert_array_equal(eval_1, eval_2)
+  rngs = lambda seed: {"dropout": jax.random.key(seed)}
+  train_1 = run(model, params, x, train=True, rngs=rngs(0))[0]
+  train_2 = run(model, params, x, train=True, rngs=rngs(1))[0]
+  assert not np.allclose(train_1, eval_1, atol=1e-4)
+  assert not np.allclose(train_1, train_2, atol=1e-4)
+  np.testing.assert_array_equal(
+      train_1, run(model, params, x, train=True, rngs=rngs(0))[0])
+
+
+# --------------------------------------------------------------- bad input --
+
+
+def test_image_not_divisible_by_patch_size():
+  with pytest.raises(ValueError, match="not divisible by the patch size"):
+    tiny_model().init(jax.random.key(0), images(shape=(1, 18, 18, 3)))
+
+
+def test_unknown_variant_lists_known_ones():
+  with pytest.raises(ValueError, match="ViT-X/99") as info:
+    models.get_variant("ViT-X/99")
+  for name in VARIANTS:
+    assert name in str(info.value)
+
+
+def model_config(**overrides) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({
+      "variant": "testing", "classifier": "token", "remat": "none",
+      "dtype": "float32", "param_dtype": "float32", **overrides})
+
+
+def test_check_model_config_accepts_good_config():
+  models.check_model_config(model_config())
+
+
+@pytest.mark.parametrize("field,value", [("classifier", "cls"),
+                                         ("remat", "some"),
+                                         ("dtype", "fp32")])
+def test_check_model_config_names_bad_field(field, value):
+  with pytest.raises(ValueError, match=field):
+    models.check_model_config(model_config(**{field: value}))

@@ -1,0 +1,184 @@
+"""Dataset sources: TFDS (mocked), image folders, per-process shares, errors."""
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vit_jax.data import input_pipeline
+
+CLASSES = ("bird", "cat", "dog")
+
+
+def _write_image(path, height, width, channels, value):
+  pixels = np.full((height, width, channels), value, np.uint8)
+  pixels[: height // 2] = 255 - value  # Not flat, so flips and crops show.
+  encode = tf.io.encode_png if path.endswith(".png") else tf.io.encode_jpeg
+  tf.io.write_file(path, encode(pixels))
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+  """train: 4 images per class, test: 3; mixed jpg/png/jpeg, sizes, gray/RGB."""
+  for split, per_class in (("train", 4), ("test", 3)):
+    for label, name in enumerate(CLASSES):
+      os.makedirs(tmp_path / split / name)
+      for i in range(per_class):
+        ext = (".jpg", ".png", ".jpeg")[i % 3]
+        _write_image(str(tmp_path / split / name / f"{i}{ext}"),
+                     20 + 7 * i, 30 + 5 * label, 1 if i % 2 else 3, 40 * label)
+  (tmp_path / "train" / "cat" / "notes.txt").write_text("not an image")
+  return tmp_path
+
+
+def _folder_config(digits_config, root):
+  digits_config.dataset = f"folder:{root}"
+  digits_config.image_size = 24
+  digits_config.pp_train = "inception_crop|flip_lr|value_range"
+  digits_config.pp_eval = "resize_small|central_crop|value_range"
+  digits_config.batch_size = 4
+  digits_config.eval_batch_size = 4
+  return digits_config
+
+
+def test_image_folder_trains_and_evaluates(digits_config, image_folder):
+  config = _folder_config(digits_config, image_folder)
+  source = input_pipeline.make_source(config)
+  info = input_pipeline.get_info(config, source)
+  assert (info.num_classes, info.num_train_examples,
+          info.num_eval_examples) == (3, 12, 9)
+
+  batch = next(input_pipeline.make_train_iterator(config, source))
+  assert batch["image"].shape == (4, 24, 24, 3)
+  assert batch["image"].min() >= -1 and batch["image"].max() <= 1
+
+  batches = list(input_pipeline.make_eval_dataset(config, source)
+                 .as_numpy_iterator())
+  assert len(batches) == 3  # 9 examples in batches of 4: the last is padded.
+  labels = np.concatenate([b["labels"][b["mask"] > 0] for b in batches])
+  np.testing.assert_array_equal(labels.sum(0), [3, 3, 3])
+
+
+def test_image_folder_split_slices(digits_config, image_folder):
+  config = _folder_config(digits_config, image_folder)
+  source = input_pipeline.make_source(config)
+  assert source.num_examples("train[:50%]") == 6
+  assert source.num_examples("train[2:]") == 10
+  with pytest.raises(ValueError, match="no split 'validation'"):
+    source.num_examples("validation")
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("missing", "does not exist"),
+    ("no_classes", "has no class folders"),
+    ("empty_class", "holds no .jpg/.jpeg/.png images"),
+])
+def test_malformed_image_folders(tmp_path, digits_config, problem, message):
+  root = tmp_path / "root"
+  if problem != "missing":
+    os.makedirs(root / "train")
+  if problem == "empty_class":
+    os.makedirs(root / "train" / "cat")
+  digits_config.dataset = f"folder:{root}"
+  with pytest.raises(ValueError, match=message):
+    input_pipeline.make_source(digits_config)
+
+
+def test_corrupt_image_fails_naming_its_path(digits_config, image_folder):
+  bad = image_folder / "test" / "dog" / "broken.jpg"
+  bad.write_bytes(b"this is not a jpeg")
+  config = _folder_config(digits_config, image_folder)
+  source = input_pipeline.make_source(config)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="broken.jpg"):
+    list(input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
+
+
+def _fingerprints(config, source, process_index, process_count, train=False):
+  """Hashes of the (preprocessed) real examples one process sees."""
+  if train:
+    config.batch_size = 2
+    ds = input_pipeline.make_train_dataset(config, source, process_index,
+                                           process_count).unbatch()
+    ds = ds.take(source.num_examples(config.train_split) // process_count)
+  else:
+    ds = input_pipeline.make_eval_dataset(config, source, process_index,
+                                          process_count).unbatch()
+  return [hashlib.md5(ex["image"].tobytes()).hexdigest()
+          for ex in ds.as_numpy_iterator() if ex["mask"] > 0]
+
+
+@pytest.mark.parametrize("dataset", ["digits", "folder"])
+def test_two_processes_split_the_data_exactly(digits_config, image_folder,
+                                              dataset):
+  config = (_folder_config(digits_config, image_folder)
+            if dataset == "folder" else digits_config)
+  config.pp_eval = "resize|value_range"
+  source = input_pipeline.make_source(config)
+  whole = _fingerprints(config, source, 0, 1)
+  shares = [_fingerprints(config, source, i, 2) for i in range(2)]
+  assert sorted(shares[0] + shares[1]) == sorted(whole)
+  assert len(whole) == source.num_examples(config.eval_split)
+  assert not set(shares[0]) & set(shares[1])
+
+
+def test_train_shares_are_disjoint(digits_config, image_folder):
+  config = _folder_config(digits_config, image_folder)
+  config.pp_train = "resize|value_range"
+  config.shuffle_buffer = 1
+  source = input_pipeline.make_source(config)
+  shares = [set(_fingerprints(config, source, i, 2, train=True))
+            for i in range(2)]
+  assert len(shares[0]) == len(shares[1]) == 6
+  assert not shares[0] & shares[1]
+
+
+def _mock_metadata(data_dir, name, sizes):
+  builder = tfds.builder(name, data_dir=data_dir)
+  builder.info.set_splits(tfds.core.SplitDict([
+      tfds.core.SplitInfo(name=k, shard_lengths=[v], num_bytes=0)
+      for k, v in sizes.items()]))
+  os.makedirs(builder.data_dir, exist_ok=True)
+  builder.info.write_to_directory(builder.data_dir)
+
+
+@pytest.mark.parametrize("name, eval_split, num_classes", [
+    ("cifar10", "test", 10), ("imagenet2012", "validation", 1000)])
+def test_tfds_datasets_with_mock_data(digits_config, tmp_path, name,
+                                      eval_split, num_classes):
+  _mock_metadata(str(tmp_path), name, {"train": 10, eval_split: 10})
+  digits_config.dataset = name
+  digits_config.data_dir = str(tmp_path)
+  digits_config.eval_split = eval_split
+  digits_config.image_size = 32
+  digits_config.pp_train = "inception_crop|flip_lr|value_range"
+  digits_config.pp_eval = "resize_small|central_crop|value_range"
+  digits_config.batch_size = digits_config.eval_batch_size = 4
+  with tfds.testing.mock_data(num_examples=10, data_dir=str(tmp_path),
+                              policy=tfds.testing.MockPolicy.USE_FILES):
+    source = input_pipeline.make_source(digits_config)
+    info = input_pipeline.get_info(digits_config, source)
+    assert info.num_classes == num_classes
+    batch = next(input_pipeline.make_train_iterator(digits_config, source))
+    assert batch["image"].shape == (4, 32, 32, 3)
+    assert batch["labels"].shape == (4, num_classes)
+    batches = list(input_pipeline.make_eval_dataset(digits_config, source)
+                   .as_numpy_iterator())
+    assert sum(b["mask"].sum() for b in batches) == 10
+
+
+def test_manual_download_missing_is_explained(digits_config, tmp_path):
+  digits_config.dataset = "imagenet2012"
+  digits_config.data_dir = str(tmp_path)
+  with pytest.raises(ValueError, match="needs a manual download"):
+    input_pipeline.make_source(digits_config)
+
+
+def test_label_out_of_range_is_an_error(digits_config, image_folder):
+  config = _folder_config(digits_config, image_folder)
+  source = input_pipeline.make_source(config)
+  source.num_classes = 2  # The folder has 3 classes: label 2 is now invalid.
+  with pytest.raises(tf.errors.InvalidArgumentError, match="Label out of range"):
+    list(input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
