@@ -46,6 +46,18 @@ def test_inception_crop_and_flip_are_seeded():
   assert not np.array_equal(a, c)
 
 
+def test_inception_crop_stays_inside_the_image():
+  shape = tf.constant([50, 80, 3])
+  areas = []
+  for s in range(200):
+    begin, size = (t.numpy() for t in preprocess.inception_box(
+        shape, tf.constant([s, 0], tf.int64)))
+    assert (begin >= 0).all() and (begin + size <= shape.numpy()).all()
+    areas.append(size[0] * size[1] / (50 * 80))
+  assert min(areas) >= 0.05 and max(areas) <= 1.0
+  assert np.std(areas) > 0.1  # Crops really vary.
+
+
 def test_flip_applies_to_about_half():
   image = tf.constant(np.arange(12, dtype=np.uint8).reshape(2, 2, 3))
   flip = preprocess.make_image_fn("flip_lr", 2)

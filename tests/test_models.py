@@ -7,8 +7,10 @@ The numpy reference is written from the paper's equations and never calls
 """
 
 import functools
+import inspect
 
 import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -410,6 +412,13 @@ def test_return_intermediates_keyword_reaches_call():
   result = jax.eval_shape(
       lambda v, x: model.apply(v, x, return_intermediates=True), variables, x)
   assert isinstance(result[1], dict) and "blocks" in result[1]
+
+
+def test_call_keywords_do_not_collide_with_module_apply():
+  """`apply` keeps keywords named like its own parameters from `__call__`."""
+  call = set(inspect.signature(VisionTransformer.__call__).parameters)
+  apply = set(inspect.signature(nn.Module.apply).parameters)
+  assert call & apply == {"self"}
 
 
 def test_tiny_hybrid_token_grid_follows_variant_stride():

@@ -47,12 +47,18 @@ def central_crop(image, seed, size):
   return image[top:top + size, left:left + size]
 
 
-def inception_crop(image, seed, size, min_area=0.05):
-  """Random crop of min_area-100% of the area, aspect 3/4-4/3, resized."""
+def inception_box(shape, seed, min_area=0.05):
+  """(begin, size) of a random box of min_area-100% area, aspect 3/4-4/3."""
   begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+      shape, bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
       seed=seed, area_range=(min_area, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
       min_object_covered=0.0, use_image_if_no_bounding_boxes=True)
+  return begin, crop_size
+
+
+def inception_crop(image, seed, size, min_area=0.05):
+  """Inception-style random crop (see `inception_box`), resized to size."""
+  begin, crop_size = inception_box(tf.shape(image), seed, min_area)
   crop = tf.slice(image, begin, crop_size)
   return tf.image.resize(tf.cast(crop, tf.float32), (size, size),
                          method="bilinear", antialias=True)
