@@ -86,7 +86,6 @@ def test_unknown_dataset_and_split(digits_config):
 
 def test_train_batches_have_the_configured_shape(digits_config):
   source = input_pipeline.make_source(digits_config)
-  info = input_pipeline.get_info(digits_config, source)
   batch = next(input_pipeline.make_train_iterator(digits_config, source))
   size = digits_config.image_size
   assert batch["image"].shape == (digits_config.batch_size, size, size, 3)
@@ -109,7 +108,7 @@ class _ConstantClassifier(nn.Module):
 def test_evaluation_counts_every_example_once(digits_config):
   digits_config.eval_batch_size = 64  # 360 = 5 * 64 + 40: the last is padded.
   source = input_pipeline.make_source(digits_config)
-  info = input_pipeline.get_info(digits_config, source)
+  assert input_pipeline.get_info(digits_config, source).num_eval_examples == 360
   batches = list(input_pipeline.make_eval_dataset(
       digits_config, source).as_numpy_iterator())
   assert len(batches) == 6

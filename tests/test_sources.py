@@ -182,3 +182,66 @@ def test_label_out_of_range_is_an_error(digits_config, image_folder):
   source.num_classes = 2  # The folder has 3 classes: label 2 is now invalid.
   with pytest.raises(tf.errors.InvalidArgumentError, match="Label out of range"):
     list(input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
+
+
+def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
+                                               tmp_path_factory):
+  from vit_jax import train
+  config = _folder_config(digits_config, image_folder)
+  config.batch_size = config.eval_batch_size = 8
+  config.image_size = 16
+  config.total_steps = 3
+  result = train.train_and_evaluate(config, str(tmp_path_factory.mktemp("wd")))
+  assert 0.0 <= result["test_accuracy"] <= 1.0
+  assert result["train_loss"] > 0
+
+
+def test_train_batches_depend_only_on_the_seed(digits_config):
+  digits_config.pp_train = "inception_crop|value_range"
+  source = input_pipeline.make_source(digits_config)
+  first = lambda: next(input_pipeline.make_train_iterator(digits_config,
+                                                          source))["image"]
+  a, b = first(), first()
+  digits_config.seed += 1
+  c = first()
+  np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(a, c)
+
+
+class MultiLabelToy(tfds.core.GeneratorBasedBuilder):
+  """Four images, each tagged with a set of the classes 0..3."""
+  VERSION = tfds.core.Version("1.0.0")
+  TAGS = ([0], [1, 3], [2], [0, 1, 2])
+
+  def _info(self):
+    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
+        "image": tfds.features.Image(shape=(8, 8, 3)),
+        "labels": tfds.features.Sequence(tfds.features.ClassLabel(
+            num_classes=4))}))
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples(),
+            "test": self._generate_examples()}
+
+  def _generate_examples(self):
+    for i, tags in enumerate(self.TAGS):
+      yield i, {"image": np.full((8, 8, 3), 60 * i, np.uint8), "labels": tags}
+
+
+def test_multi_label_datasets_give_multi_hot_labels(digits_config, tmp_path):
+  digits_config.dataset = "multi_label_toy"
+  digits_config.data_dir = str(tmp_path)
+  digits_config.pp_eval = "resize|value_range"
+  digits_config.eval_batch_size = 8
+  source = input_pipeline.make_source(digits_config)
+  assert source.multi_label and source.num_classes == 4
+  batch = next(input_pipeline.make_eval_dataset(digits_config, source)
+               .as_numpy_iterator())
+  real = batch["mask"] > 0
+  by_image = {round(float(img[0, 0, 0]), 3): labels for img, labels in
+              zip(batch["image"][real], batch["labels"][real])}
+  expected = {round(60 * i / 127.5 - 1, 3): np.isin(np.arange(4), tags)
+              for i, tags in enumerate(MultiLabelToy.TAGS)}
+  assert by_image.keys() == expected.keys()
+  for key, tags in expected.items():
+    np.testing.assert_array_equal(by_image[key], tags.astype(np.float32))

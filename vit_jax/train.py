@@ -4,7 +4,6 @@ config -> data (tf.data, per-process share) -> global sharded batch ->
 jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 """
 
-import json
 import math
 import os
 import time
@@ -169,24 +168,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       hook(step)
     if config.eval_every_steps and step % config.eval_every_steps == 0:
       result.update(_evaluate(evaluator, state, writer, step))
-  result.update(_log_train(writer, *pending, config, tick))
+  result.update(_log_train(writer, *pending, config, tick, final=True))
   if not config.eval_every_steps or num_steps % config.eval_every_steps:
     result.update(_evaluate(evaluator, state, writer, num_steps))
   writer.flush()
   return result
 
 
-def _log_train(writer, step, metrics, config, tick) -> dict[str, float]:
+def _log_train(writer, step, metrics, config, tick,
+               final=False) -> dict[str, float]:
   loss = float(metrics["loss"])
   if not np.isfinite(loss):
     raise FloatingPointError(
         f"Non-finite training loss {loss} at step {step}; lower config.lr, "
         "check the data, or enable config.grad_clip_norm.")
-  if step % config.log_every_steps:
-    return {}
+  if step % config.log_every_steps and not final:
+    return {"train_loss": loss}
   scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
   elapsed = time.perf_counter() - tick
-  images_per_sec = config.log_every_steps * config.batch_size / max(elapsed, 1e-9)
+  steps = (step - 1) % config.log_every_steps + 1  # Since the last write.
+  images_per_sec = steps * config.batch_size / max(elapsed, 1e-9)
   scalars["images_per_sec"] = images_per_sec
   scalars["images_per_sec_per_core"] = images_per_sec / jax.device_count()
   writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
