@@ -48,6 +48,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Batches and duration.
   config.batch_size = 512  # Global training batch, split over all devices.
   config.eval_batch_size = 512  # Global evaluation batch.
+  config.accum_steps = 1  # Micro-batches per update (gradient accumulation).
   config.total_steps = 10_000  # Training steps (ignored when num_epochs is set).
   config.num_epochs = config_dict.placeholder(float)  # Duration in epochs.
 

@@ -40,12 +40,18 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size"):
+def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size",
+                     accum_steps: int = 1):
   shards = mesh.shape[DATA_AXIS]
   if batch_size % shards:
     raise ValueError(
         f"config.{what}={batch_size} is not divisible by the {shards} data "
         f"shards of the mesh; use a multiple of {shards}.")
+  if accum_steps < 1 or batch_size % (accum_steps * shards):
+    raise ValueError(
+        f"config.{what}={batch_size} does not split into accum_steps="
+        f"{accum_steps} micro-batches over {shards} data shards; use a "
+        f"multiple of {max(accum_steps, 1) * shards}.")
 
 
 def to_global_batch(local_batch, mesh: Mesh):

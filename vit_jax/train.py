@@ -7,42 +7,17 @@ jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 import math
 import os
 import time
-from typing import Any
 
-import flax
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from absl import logging
 from clu import metric_writers, periodic_actions
 from jax.sharding import Mesh
 
-from vit_jax import models, optim, sharding
+from vit_jax import models, optim, sharding, steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.evaluators import classification
-
-
-def softmax_xent(logits, labels):
-  return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
-
-
-def sigmoid_xent(logits, labels):
-  per_class = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32),
-                                                 labels)
-  return jnp.sum(per_class, axis=-1)
-
-
-LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
-
-
-@flax.struct.dataclass
-class TrainState:
-  step: jax.Array  # int32 scalar: number of updates applied.
-  params: Any
-  opt_state: Any
-  rng: jax.Array  # uint32 key data; the dropout key of step s folds in s.
 
 
 def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
@@ -51,7 +26,8 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   preprocess.parse(config.pp_train)
   preprocess.parse(config.pp_eval)
   for field, allowed in (("optimizer", optim.OPTIMIZERS),
-                         ("decay_type", optim.DECAY_TYPES), ("loss", LOSSES)):
+                         ("decay_type", optim.DECAY_TYPES),
+                         ("loss", steps.LOSSES)):
     if config[field] not in allowed:
       raise ValueError(f"config.{field}={config[field]!r} is not one of "
                        f"{', '.join(allowed)}.")
@@ -61,7 +37,8 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
         f"config.image_size={config.image_size} is not divisible by the patch "
         f"size {stride} of {config.model.variant}; use a multiple of {stride} "
         f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
-  sharding.check_batch_size(config.batch_size, mesh, "batch_size")
+  sharding.check_batch_size(config.batch_size, mesh, "batch_size",
+                            config.accum_steps)
   sharding.check_batch_size(config.eval_batch_size, mesh, "eval_batch_size")
 
 
@@ -69,46 +46,6 @@ def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
   if config.num_epochs is not None:
     return math.ceil(config.num_epochs * num_train_examples / config.batch_size)
   return config.total_steps
-
-
-def create_train_state(model, tx, config, mesh: Mesh):
-  """Initialises the state directly with its shardings (no host copy)."""
-  def init(rng):
-    params_rng, dropout_rng = jax.random.split(rng)
-    dummy = jnp.zeros((1, config.image_size, config.image_size, 3))
-    params = model.init(params_rng, dummy, train=False)["params"]
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=tx.init(params),
-                      rng=jax.random.key_data(dropout_rng))
-
-  rng = jax.random.key(config.seed)
-  abstract = jax.eval_shape(init, rng)
-  state_sharding = jax.tree.map(lambda _: sharding.replicated(mesh), abstract)
-  state = jax.jit(init, out_shardings=state_sharding)(rng)
-  return state, state_sharding
-
-
-def make_train_step(model, tx, loss_fn, schedule):
-  def train_step(state: TrainState, batch):
-    dropout_rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng),
-                                     state.step)
-
-    def loss(params):
-      logits, _ = model.apply({"params": params}, batch["image"], train=True,
-                              rngs={"dropout": dropout_rng})
-      return jnp.mean(loss_fn(logits, batch["labels"]))
-
-    loss_value, grads = jax.value_and_grad(loss)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss_value, "learning_rate": schedule(state.step),
-               "grad_norm": optax.global_norm(grads),
-               "param_norm": optax.global_norm(params)}
-    new_state = state.replace(step=state.step + 1, params=params,
-                              opt_state=opt_state)
-    return new_state, metrics
-
-  return train_step
 
 
 def _write_config(config, workdir):
@@ -132,14 +69,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   num_steps = total_steps(config, info.num_train_examples)
   model = models.build_model(config.model, info.num_classes)
   tx, schedule = optim.make_optimizer(config, num_steps)
-  loss_fn = LOSSES[config.loss]
+  loss_fn = steps.LOSSES[config.loss]
 
-  state, state_sharding = create_train_state(model, tx, config, mesh)
-  train_step = jax.jit(
-      make_train_step(model, tx, loss_fn, schedule),
-      in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
-      out_shardings=(state_sharding, sharding.replicated(mesh)),
-      donate_argnums=0)
+  state, state_sharding = steps.create_train_state(
+      model, tx, config.image_size, config.seed, mesh)
+  train_step = steps.jit_train_step(
+      steps.make_train_step(model, tx, loss_fn, schedule, mesh,
+                            config.accum_steps), state_sharding, mesh)
   evaluator = classification.ClassificationEvaluator(
       model, lambda: input_pipeline.make_eval_dataset(
           config, source).as_numpy_iterator(),
@@ -186,8 +122,8 @@ def _log_train(writer, step, metrics, config, tick,
     return {"train_loss": loss}
   scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
   elapsed = time.perf_counter() - tick
-  steps = (step - 1) % config.log_every_steps + 1  # Since the last write.
-  images_per_sec = steps * config.batch_size / max(elapsed, 1e-9)
+  steps_since_write = (step - 1) % config.log_every_steps + 1
+  images_per_sec = steps_since_write * config.batch_size / max(elapsed, 1e-9)
   scalars["images_per_sec"] = images_per_sec
   scalars["images_per_sec_per_core"] = images_per_sec / jax.device_count()
   writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})

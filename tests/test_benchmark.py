@@ -1,0 +1,37 @@
+"""The synthetic-data benchmark: its FLOP count and its report."""
+
+import jax
+import pytest
+
+from configs import common
+from vit_jax import benchmark, models
+
+
+def _vit_macs(width, mlp, layers, heads, patch, size, classes):
+  """Multiply-adds of a ViT forward pass, from the paper's equations."""
+  tokens = (size // patch) ** 2 + 1
+  per_block = (4 * tokens * width * width  # q, k, v and out projections
+               + 2 * tokens * tokens * width  # q.k and attention x v
+               + 2 * tokens * width * mlp)  # the two MLP layers
+  embedding = (tokens - 1) * patch * patch * 3 * width
+  return layers * per_block + embedding + width * classes
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_forward_macs_match_the_paper_formula(scan_layers):
+  config = common.get_model_config()
+  config.variant = "ViT-B/16"
+  config.scan_layers = scan_layers
+  macs = benchmark.forward_macs(models.build_model(config, 1000), 224)
+  assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000) == 17_563_828_224
+
+
+def test_benchmark_reports_speed_and_mfu():
+  result = benchmark.run("testing", batch=8, image_size=32, num_steps=2,
+                         peak_tflops=1.0)
+  assert result["images_per_sec"] == pytest.approx(8 / result["step_s"])
+  assert result["compile_s"] > 0 and result["peak_host_rss_gib"] > 0
+  assert result["mfu"] == pytest.approx(
+      result["model_tflops_per_sec"] / jax.device_count())
+  assert result["forward_gmacs_per_image"] * 1e9 == _vit_macs(
+      16, 32, 2, 2, 4, 32, 1000)

@@ -1,0 +1,80 @@
+"""The update step: sharding and gradient accumulation do not change it."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from vit_jax import models, optim, sharding, steps
+from vit_jax.data import input_pipeline
+
+
+@pytest.fixture
+def setup(digits_config):
+  """A tiny model, SGD and three real digits batches of 32.
+
+  SGD keeps updates linear in the gradients. (Adam divides by the gradient's
+  scale, which turns float noise in exactly-zero gradients, such as the
+  attention key bias's, into lr-sized updates.)
+  """
+  digits_config.model.dropout_rate = 0.0
+  digits_config.optimizer = "sgd"
+  digits_config.lr = 0.1
+  source = input_pipeline.make_source(digits_config)
+  batches = input_pipeline.make_train_iterator(digits_config, source)
+  batches = [next(batches) for _ in range(3)]
+  model = models.build_model(digits_config.model, source.num_classes)
+  tx, schedule = optim.make_optimizer(digits_config, 3)
+  return digits_config, model, tx, schedule, batches
+
+
+def _train(setup, mesh, accum_steps=1):
+  config, model, tx, schedule, batches = setup
+  state, state_sharding = steps.create_train_state(
+      model, tx, config.image_size, config.seed, mesh)
+  step = steps.jit_train_step(
+      steps.make_train_step(model, tx, steps.softmax_xent, schedule, mesh,
+                            accum_steps), state_sharding, mesh)
+  losses = []
+  for batch in batches:
+    state, metrics = step(state, sharding.to_global_batch(batch, mesh))
+    losses.append(float(metrics["loss"]))
+  return losses, jax.device_get(state.params)
+
+
+def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol,
+                                                       atol=atol), a, b)
+
+
+def test_sharded_training_equals_single_device(setup):
+  assert jax.device_count() == 8
+  one_losses, one_params = _train(setup, sharding.make_mesh(
+      devices=jax.devices()[:1]))
+  eight_losses, eight_params = _train(setup, sharding.make_mesh())
+  np.testing.assert_allclose(one_losses, eight_losses, rtol=1e-5)
+  _assert_trees_close(one_params, eight_params)
+  assert one_losses[-1] < one_losses[0]
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_gradient_accumulation_equals_the_big_batch(setup, devices):
+  mesh = sharding.make_mesh(devices=jax.devices()[:devices])
+  big_losses, big_params = _train(setup, mesh)
+  acc_losses, acc_params = _train(setup, mesh, accum_steps=4)
+  np.testing.assert_allclose(big_losses, acc_losses, rtol=1e-5)
+  _assert_trees_close(big_params, acc_params)
+
+
+def test_core_modules_import_no_tensorflow():
+  """The model, the step and the benchmark run where TensorFlow is absent."""
+  code = ("import sys; import vit_jax.models, vit_jax.steps, vit_jax.optim, "
+          "vit_jax.benchmark; "
+          "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  done = subprocess.run([sys.executable, "-c", code], cwd=repo,
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,161 @@
+"""Training speed on synthetic data: images/s, step and compile time, memory, MFU.
+
+    python -m vit_jax.benchmark --variant=ViT-B/16 --batch=256 --dtype=bfloat16 \
+        --out=bench.json
+
+Needs only jax/flax/optax (no TensorFlow), so it runs on any accelerator host.
+Model FLOPs count 6 x forward multiply-adds per image (forward + backward), as
+the paper's compute figures do; MFU divides the achieved model FLOP/s by the
+device's peak (known accelerators, or --peak_tflops).
+"""
+
+import json
+import math
+import resource
+import statistics
+import time
+
+from absl import app, flags
+import jax
+import jax.extend as jex
+import jax.numpy as jnp
+import numpy as np
+
+from configs import common
+from vit_jax import models, optim, sharding, steps
+
+# Dense bf16 peak per device, TFLOP/s, by a substring of `device_kind`.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0,
+                    "TPU v4": 275.0, "TPU v5 lite": 197.0, "TPU v5p": 459.0,
+                    "TPU v6": 918.0}
+
+flags.DEFINE_string("variant", "ViT-B/16", "Model variant.")
+flags.DEFINE_integer("batch", 32, "Global batch size.")
+flags.DEFINE_integer("image_size", 224, "Input resolution.")
+flags.DEFINE_integer("num_classes", 1000, "Classes of the head.")
+flags.DEFINE_integer("steps", 10, "Timed steps (after one warm-up step).")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
+flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
+flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
+flags.DEFINE_string("out", None, "Write the JSON result here as well.")
+
+
+def forward_macs(model, image_size: int) -> int:
+  """Multiply-adds of one image's forward pass: its matmuls and convolutions."""
+  params = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, image_size, image_size, 3))))["params"]
+  images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
+  closed = jax.make_jaxpr(lambda p, x: model.apply({"params": p}, x)[0])(
+      params, images)
+  return _count_macs(closed.jaxpr)
+
+
+def _count_macs(jaxpr) -> int:
+  total = 0
+  for eqn in jaxpr.eqns:
+    out_size = math.prod(eqn.outvars[0].aval.shape) if eqn.outvars else 0
+    if eqn.primitive.name == "dot_general":
+      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+      lhs_shape = eqn.invars[0].aval.shape
+      total += out_size * math.prod(lhs_shape[d] for d in lhs_contract)
+    elif eqn.primitive.name == "conv_general_dilated":
+      kernel = eqn.invars[1].aval.shape
+      rhs_spec = eqn.params["dimension_numbers"].rhs_spec  # (out, in, *space)
+      total += out_size * math.prod(kernel[d] for d in rhs_spec[1:])
+    repeat = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(sub, jex.core.ClosedJaxpr):
+          total += repeat * _count_macs(sub.jaxpr)
+        elif isinstance(sub, jex.core.Jaxpr):
+          total += repeat * _count_macs(sub)
+  return total
+
+
+def peak_flops(device, dtype: str, override_tflops):
+  if override_tflops:
+    return override_tflops * 1e12
+  if dtype == "bfloat16":
+    for kind, tflops in PEAK_BF16_TFLOPS.items():
+      if kind in device.device_kind:
+        return tflops * 1e12
+  return None
+
+
+def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
+        num_steps: int = 10, dtype: str = "float32", remat: str = "none",
+        scan_layers: bool = False, peak_tflops=None) -> dict:
+  model_config = common.get_model_config()
+  model_config.update(dict(variant=variant, dtype=dtype, remat=remat,
+                           scan_layers=scan_layers))
+  model = models.build_model(model_config, num_classes)
+  config = common.get_config()
+  config.update(dict(optimizer="adam", warmup_steps=1))
+  mesh = sharding.make_mesh()
+  sharding.check_batch_size(batch, mesh, "batch")
+  tx, schedule = optim.make_optimizer(config, num_steps + 1)
+  state, state_sharding = steps.create_train_state(model, tx, image_size, 0,
+                                                   mesh)
+  train_step = steps.jit_train_step(
+      steps.make_train_step(model, tx, steps.softmax_xent, schedule, mesh),
+      state_sharding, mesh)
+  rng = np.random.default_rng(0)
+  batch_data = sharding.to_global_batch({
+      "image": rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype(
+          np.float32),
+      "labels": np.eye(num_classes, dtype=np.float32)[
+          rng.integers(0, num_classes, batch)]}, mesh)
+
+  start = time.perf_counter()
+  compiled = train_step.lower(state, batch_data).compile()
+  compile_s = time.perf_counter() - start
+  state, metrics = compiled(state, batch_data)  # Warm-up.
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(num_steps):
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch_data)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+
+  step_s = statistics.median(times)
+  images_per_sec = batch / step_s
+  macs = forward_macs(model, image_size)
+  device = jax.devices()[0]
+  peak = peak_flops(device, dtype, peak_tflops)
+  model_flops_per_sec = images_per_sec * 6 * macs
+  memory = device.memory_stats() or {}
+  return {
+      "variant": variant, "batch": batch, "image_size": image_size,
+      "dtype": dtype, "remat": remat, "scan_layers": scan_layers,
+      "device": device.device_kind, "num_devices": jax.device_count(),
+      "compile_s": compile_s, "step_s": step_s,
+      "images_per_sec": images_per_sec,
+      "images_per_sec_per_device": images_per_sec / jax.device_count(),
+      "forward_gmacs_per_image": macs / 1e9,
+      "model_tflops_per_sec": model_flops_per_sec / 1e12,
+      "mfu": (model_flops_per_sec / (peak * jax.device_count())
+              if peak else None),
+      "peak_device_memory_gib": (memory["peak_bytes_in_use"] / 2**30
+                                 if "peak_bytes_in_use" in memory else None),
+      "peak_host_rss_gib": resource.getrusage(
+          resource.RUSAGE_SELF).ru_maxrss / 2**20,
+      "final_loss": float(metrics["loss"]),
+  }
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  result = run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
+               f.dtype, f.remat, f.scan_layers, f.peak_tflops)
+  text = json.dumps(result, indent=2)
+  print(text)
+  if f.out:
+    with open(f.out, "w") as out:
+      out.write(text + "\n")
+
+
+if __name__ == "__main__":
+  app.run(main)

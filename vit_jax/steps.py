@@ -1,0 +1,114 @@
+"""Train state, losses and the jitted update step. Imports no TensorFlow.
+
+This is what runs on the accelerator, so benchmarks and inference can use it
+where only jax/flax/optax are installed.
+"""
+
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vit_jax import sharding
+
+
+def softmax_xent(logits, labels):
+  return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
+
+
+def sigmoid_xent(logits, labels):
+  per_class = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32),
+                                                 labels)
+  return jnp.sum(per_class, axis=-1)
+
+
+LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # int32 scalar: number of updates applied.
+  params: Any
+  opt_state: Any
+  rng: jax.Array  # uint32 key data; the dropout key of step s folds in s.
+
+
+def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh):
+  """Initialises the state directly with its shardings (no host copy)."""
+  def init(rng):
+    params_rng, dropout_rng = jax.random.split(rng)
+    dummy = jnp.zeros((1, image_size, image_size, 3))
+    params = model.init(params_rng, dummy, train=False)["params"]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=tx.init(params),
+                      rng=jax.random.key_data(dropout_rng))
+
+  rng = jax.random.key(seed)
+  abstract = jax.eval_shape(init, rng)
+  state_sharding = jax.tree.map(lambda _: sharding.replicated(mesh), abstract)
+  state = jax.jit(init, out_shardings=state_sharding)(rng)
+  return state, state_sharding
+
+
+def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
+                    accum_steps: int = 1):
+  """`train_step(state, batch) -> (state, metrics)`.
+
+  With `accum_steps > 1` the batch is split into that many micro-batches whose
+  gradients are averaged before one update: the same update as the whole
+  batch at once (without dropout), in a fraction of the activation memory.
+  """
+  def loss(params, images, labels, rng):
+    logits, _ = model.apply({"params": params}, images, train=True,
+                            rngs={"dropout": rng})
+    return jnp.mean(loss_fn(logits, labels))
+
+  grad_fn = jax.value_and_grad(loss)
+
+  def accumulated_grads(params, batch, rng):
+    if accum_steps == 1:
+      return grad_fn(params, batch["image"], batch["labels"], rng)
+    # Micro-batch i takes every accum_steps-th example, so each device keeps
+    # working on its own rows: (B, ...) -> (accum, B / accum, ...).
+    def split(x):
+      x = x.reshape((x.shape[0] // accum_steps, accum_steps) + x.shape[1:])
+      return jax.lax.with_sharding_constraint(
+          jnp.swapaxes(x, 0, 1), NamedSharding(mesh, P(None, sharding.DATA_AXIS)))
+    micro = jax.tree.map(split, {"image": batch["image"],
+                                 "labels": batch["labels"]})
+
+    def add_micro_batch(carry, xs):
+      index, mb = xs
+      value, grads = grad_fn(params, mb["image"], mb["labels"],
+                             jax.random.fold_in(rng, index))
+      return jax.tree.map(jnp.add, carry, (value, grads)), None
+
+    zeros = (jnp.zeros((), jnp.float32),
+             jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+    total, _ = jax.lax.scan(add_micro_batch, zeros,
+                            (jnp.arange(accum_steps), micro))
+    return jax.tree.map(lambda x: x / accum_steps, total)
+
+  def train_step(state: TrainState, batch):
+    rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    loss_value, grads = accumulated_grads(state.params, batch, rng)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {"loss": loss_value, "learning_rate": schedule(state.step),
+               "grad_norm": optax.global_norm(grads),
+               "param_norm": optax.global_norm(params)}
+    return state.replace(step=state.step + 1, params=params,
+                         opt_state=opt_state), metrics
+
+  return train_step
+
+
+def jit_train_step(train_step, state_sharding, mesh: Mesh):
+  """Explicit in/out shardings; the old state's buffers are donated."""
+  return jax.jit(train_step,
+                 in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
+                 out_shardings=(state_sharding, sharding.replicated(mesh)),
+                 donate_argnums=0)
