@@ -15,7 +15,8 @@ $(STAMP): setup.py constraints.txt
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
+	rm -rf $(WORKDIR)
 	$(VENV)/bin/python -m vit_jax.main --config=configs/digits.py --workdir=$(WORKDIR)
 
 test: $(STAMP)

@@ -70,4 +70,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Loop.
   config.log_every_steps = 50  # Training metrics to the writers.
   config.eval_every_steps = 1000  # Test accuracy during training; 0: end only.
+  config.checkpoint_every_steps = 1000  # Async Orbax save; also at the end.
+  config.keep_checkpoints = 3  # Most recent checkpoints kept.
+  config.keep_checkpoint_every_steps = 0  # Also keep every N-th step; 0: none.
   return config

@@ -15,7 +15,7 @@ from absl import logging
 from clu import metric_writers, periodic_actions
 from jax.sharding import Mesh
 
-from vit_jax import models, optim, sharding, steps
+from vit_jax import checkpoint, models, optim, sharding, steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.evaluators import classification
 
@@ -80,19 +80,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       model, lambda: input_pipeline.make_eval_dataset(
           config, source).as_numpy_iterator(),
       mesh, loss_fn, state_sharding.params)
+  manager = checkpoint.make_manager(workdir, config)
+  state = checkpoint.restore_latest(manager, state, state_sharding)
+  start_step = int(state.step)
   train_iter = input_pipeline.prefetch_to_device(
-      input_pipeline.make_train_iterator(config, source), mesh)
+      input_pipeline.make_train_iterator(config, source, start_step), mesh)
 
-  logging.info("Training %s on %s for %d steps (%d classes) on %d devices.",
-               config.model.variant, config.dataset, num_steps,
-               info.num_classes, jax.device_count())
+  logging.info("Training %s on %s from step %d to %d (%d classes) on %d "
+               "devices.", config.model.variant, config.dataset, start_step,
+               num_steps, info.num_classes, jax.device_count())
+  preemption = checkpoint.PreemptionFlag()
+  try:
+    result = _loop(config, state, train_step, train_iter, evaluator, manager,
+                   writer, preemption, start_step, num_steps)
+  finally:
+    preemption.restore()
+    manager.wait_until_finished()
+    manager.close()
+    writer.flush()
+  return result
+
+
+def _loop(config, state, train_step, train_iter, evaluator, manager, writer,
+          preemption, start_step, num_steps) -> dict[str, float]:
   progress = periodic_actions.ReportProgress(num_train_steps=num_steps,
                                              writer=writer)
   hooks = [progress] if jax.process_index() == 0 else []
   result = {}
   pending = None  # (step, metrics) of the last dispatched step.
   tick = time.perf_counter()
-  for step in range(1, num_steps + 1):
+  for step in range(start_step + 1, num_steps + 1):
     state, metrics = train_step(state, next(train_iter))
     # Metrics of the previous step are fetched after this one is dispatched.
     if pending is not None:
@@ -102,12 +119,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     pending = (step, metrics)
     for hook in hooks:
       hook(step)
+    if step % config.checkpoint_every_steps == 0 or preemption.raised:
+      checkpoint.save(manager, step, state, force=preemption.raised)
+    if preemption.raised:
+      logging.warning("Stopped at step %d after SIGTERM; rerun the same "
+                      "command to continue.", step)
+      return {**result, "preempted_at_step": float(step)}
     if config.eval_every_steps and step % config.eval_every_steps == 0:
       result.update(_evaluate(evaluator, state, writer, step))
-  result.update(_log_train(writer, *pending, config, tick, final=True))
-  if not config.eval_every_steps or num_steps % config.eval_every_steps:
+  if pending is not None:
+    result.update(_log_train(writer, *pending, config, tick, final=True))
+  if start_step < num_steps and num_steps % config.checkpoint_every_steps:
+    checkpoint.save(manager, num_steps, state, force=True)
+  if (not config.eval_every_steps or num_steps % config.eval_every_steps
+      or start_step == num_steps):
     result.update(_evaluate(evaluator, state, writer, num_steps))
-  writer.flush()
   return result
 
 

@@ -86,29 +86,50 @@ def _options() -> tf.data.Options:
 
 
 def make_train_dataset(config: ml_collections.ConfigDict, source,
-                       process_index=None, process_count=None) -> tf.data.Dataset:
-  """Endless, shuffled, augmented batches of this process's share."""
+                       process_index=None, process_count=None,
+                       start_step: int = 0) -> tf.data.Dataset:
+  """Endless, shuffled, augmented batches of this process's share.
+
+  The stream is a pure function of the seed: epoch e shuffles the undecoded
+  records with seed (seed, e), and the augmentation of the n-th example
+  folds in n. Starting at `start_step` skips the batches already consumed
+  (before decoding) so a resumed run sees exactly the same batches.
+  """
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   seed = config.seed + 1000 * index
+  local_batch = config.batch_size // count
   split = source.process_split(config.train_split, index, count,
                                drop_remainder=True)
-  ds = source.read(split, shuffle_files=True, seed=seed)
+  records = source.read(split, shuffle_files=False, seed=seed)
   if config.cache:
-    ds = ds.cache()
-  ds = ds.repeat().shuffle(config.shuffle_buffer, seed=seed)
+    records = records.cache()
+  per_epoch = source.num_examples(split)
+  buffer = min(config.shuffle_buffer, per_epoch)
+
+  def epoch(e):
+    return records.shuffle(buffer, seed=seed * 1_000_003 + e,
+                           reshuffle_each_iteration=False)
+
+  first_example = start_step * local_batch
+  first_epoch, offset = divmod(first_example, per_epoch)
+  ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
+      tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
   example_fn = _example_fn(config, config.pp_train, source,
                            tf.constant([seed, 0], tf.int64))
-  ds = ds.enumerate().map(example_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(config.batch_size // count, drop_remainder=True)
+  ds = ds.enumerate(start=first_example).map(
+      lambda i, record: example_fn(i, source.decode(record)),
+      num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.batch(local_batch, drop_remainder=True)
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
-def make_train_iterator(config: ml_collections.ConfigDict,
-                        source) -> Iterator[Batch]:
+def make_train_iterator(config: ml_collections.ConfigDict, source,
+                        start_step: int = 0) -> Iterator[Batch]:
   _per_process_batch(config.batch_size)
-  return make_train_dataset(config, source).as_numpy_iterator()
+  return make_train_dataset(config, source,
+                            start_step=start_step).as_numpy_iterator()
 
 
 def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
@@ -130,7 +151,8 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
   ds = source.read(split, shuffle_files=False, seed=config.seed)
   example_fn = _example_fn(config, config.pp_eval, source,
                            tf.constant([config.seed, 1], tf.int64))
-  ds = ds.enumerate().map(example_fn, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.enumerate().map(lambda i, record: example_fn(i, source.decode(record)),
+                          num_parallel_calls=tf.data.AUTOTUNE)
   if config.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.

@@ -1,8 +1,9 @@
 """Where examples come from: a TFDS dataset or a folder of images.
 
-Both sources give `{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}`
-examples for one process's disjoint share of a split, plus the metadata the
-trainer needs (classes, split sizes). `config.dataset` picks the source: a
+Both sources read undecoded records of one process's disjoint share of a
+split (cheap to skip when resuming) and `decode` them into
+`{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}`, and give the
+metadata the trainer needs (classes, split sizes). `config.dataset` picks the source: a
 TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`) or
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`.
 """
@@ -73,19 +74,19 @@ class TfdsSource:
     return tfds.even_splits(split, n=count, drop_remainder=drop_remainder)[index]
 
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
-    ds = self._builder.as_dataset(
+    """Undecoded records; `decode` turns one into an example."""
+    return self._builder.as_dataset(
         split=split, shuffle_files=shuffle_files,
-        read_config=tfds.ReadConfig(shuffle_seed=seed))
-    num_classes, multi_label = self.num_classes, self.multi_label
+        read_config=tfds.ReadConfig(shuffle_seed=seed),
+        decoders={"image": tfds.decode.SkipDecoding()})
 
-    def to_example(ex):
-      if multi_label:
-        label = tf.reduce_max(tf.one_hot(ex["labels"], num_classes), axis=0)
-      else:
-        label = ex["label"]
-      return {"image": ex["image"], "label": label}
-
-    return ds.map(to_example, num_parallel_calls=tf.data.AUTOTUNE)
+  def decode(self, record):
+    image = self._builder.info.features["image"].decode_example(record["image"])
+    if self.multi_label:
+      label = tf.reduce_max(tf.one_hot(record["labels"], self.num_classes), 0)
+    else:
+      label = record["label"]
+    return {"image": image, "label": label}
 
 
 class ImageFolderSource:
@@ -145,14 +146,16 @@ class ImageFolderSource:
     return self._files[name][start:stop]
 
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
+    """(path, label) records; `decode` reads and decodes the image."""
     files = self._slice(split)
-    paths = [path for path, _ in files]
-    labels = [self.class_names.index(c) for _, c in files]
-    ds = tf.data.Dataset.from_tensor_slices((paths, labels))
-    if shuffle_files:
-      ds = ds.shuffle(len(files), seed=seed)
-    return ds.map(lambda p, l: {"image": _decode(p), "label": tf.cast(l, tf.int64)},
-                  num_parallel_calls=tf.data.AUTOTUNE)
+    ds = tf.data.Dataset.from_tensor_slices({
+        "path": [path for path, _ in files],
+        "label": [self.class_names.index(c) for _, c in files]})
+    return ds.shuffle(len(files), seed=seed) if shuffle_files else ds
+
+  def decode(self, record):
+    return {"image": _decode(record["path"]),
+            "label": tf.cast(record["label"], tf.int64)}
 
 
 def _list_split(split_dir: str) -> list[tuple[str, str]]:

@@ -1,0 +1,112 @@
+"""Checkpoints: a killed run resumes on the same trajectory; any device count."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from vit_jax import checkpoint, models, optim, sharding, steps
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOTAL_STEPS = 150
+
+
+def _command(workdir, data_dir):
+  return [sys.executable, "-m", "vit_jax.main",
+          "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
+          f"--config.data_dir={data_dir}", "--config.model.variant=digits",
+          f"--config.total_steps={TOTAL_STEPS}",
+          "--config.checkpoint_every_steps=25", "--config.eval_every_steps=0",
+          "--config.log_every_steps=1000"]
+
+
+def _run(workdir, data_dir, kill_after_checkpoint=None, sig=None):
+  """Runs main; optionally sends `sig` once that checkpoint is written."""
+  env = {**os.environ, "XLA_FLAGS": ""}
+  proc = subprocess.Popen(_command(workdir, data_dir), cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  if kill_after_checkpoint is not None:
+    marker = os.path.join(workdir, "checkpoints", str(kill_after_checkpoint))
+    deadline = time.time() + 240
+    while not os.path.exists(marker) and proc.poll() is None:
+      assert time.time() < deadline, "no checkpoint appeared"
+      time.sleep(0.02)
+    proc.send_signal(sig)
+  stdout, stderr = proc.communicate(timeout=300)
+  return proc.returncode, stdout, stderr
+
+
+def _final_params(workdir):
+  path = os.path.join(workdir, "checkpoints", str(TOTAL_STEPS), "default")
+  return ocp.StandardCheckpointer().restore(path)["params"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_run_resumes_the_same_trajectory(tfds_data_dir, tmp_path, sig):
+  code, reference, err = _run(str(tmp_path / "whole"), tfds_data_dir)
+  assert code == 0, err[-3000:]
+
+  interrupted = str(tmp_path / "interrupted")
+  code, out, err = _run(interrupted, tfds_data_dir, kill_after_checkpoint=25,
+                        sig=sig)
+  if sig == signal.SIGTERM:
+    assert code == 0 and "preempted_at_step=" in out, err[-3000:]
+  else:
+    assert code == -signal.SIGKILL
+  saved = [int(d) for d in os.listdir(os.path.join(interrupted, "checkpoints"))
+           if d.isdigit()]
+  assert 25 <= max(saved) < TOTAL_STEPS
+
+  code, resumed, err = _run(interrupted, tfds_data_dir)
+  assert code == 0, err[-3000:]
+  assert "Resumed from step" in err
+  # The final train loss and parameters equal the uninterrupted run's.
+  final = lambda text: text.strip().splitlines()[-1]
+  assert final(resumed) == final(reference)
+  jax.tree.map(np.testing.assert_array_equal,
+               _final_params(interrupted), _final_params(str(tmp_path / "whole")))
+
+
+def _state(config, mesh, variant="testing"):
+  config.model.variant = variant
+  model = models.build_model(config.model, 10)
+  tx, _ = optim.make_optimizer(config, 10)
+  return steps.create_train_state(model, tx, config.image_size, config.seed,
+                                  mesh)
+
+
+@pytest.mark.parametrize("save_on, load_on", [(8, 1), (1, 8)])
+def test_checkpoint_restores_on_another_device_count(digits_config, tmp_path,
+                                                     save_on, load_on):
+  mesh = lambda n: sharding.make_mesh(devices=jax.devices()[:n])
+  state, _ = _state(digits_config, mesh(save_on))
+  state = state.replace(step=state.step + 7)
+  manager = checkpoint.make_manager(str(tmp_path), digits_config)
+  checkpoint.save(manager, 7, state)
+  manager.wait_until_finished()
+
+  digits_config.seed += 1  # A different init, to be overwritten.
+  fresh, fresh_sharding = _state(digits_config, mesh(load_on))
+  restored = checkpoint.restore_latest(manager, fresh, fresh_sharding)
+  assert int(restored.step) == 7
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params),
+               jax.device_get(state.params))
+  leaf = jax.tree.leaves(restored.params)[0]
+  assert len(leaf.sharding.device_set) == load_on
+
+
+def test_checkpoint_of_another_model_is_refused(digits_config, tmp_path):
+  state, _ = _state(digits_config, sharding.make_mesh())
+  manager = checkpoint.make_manager(str(tmp_path), digits_config)
+  checkpoint.save(manager, 1, state)
+  manager.wait_until_finished()
+  other, other_sharding = _state(digits_config, sharding.make_mesh(), "digits")
+  with pytest.raises(ValueError, match="does not match this config's model"):
+    checkpoint.restore_latest(manager, other, other_sharding)
