@@ -56,6 +56,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.optimizer = "adam"  # adam (decoupled weight decay) | sgd (momentum).
   config.lr = 1e-3  # Peak learning rate, reached at the end of warmup.
   config.warmup_steps = 10_000  # Linear warmup from 0 to lr.
+  config.warmup_epochs = config_dict.placeholder(float)  # Overrides warmup_steps.
   config.decay_type = "cosine"  # After warmup: cosine | linear | constant.
   config.b1 = 0.9  # Adam first-moment decay.
   config.b2 = 0.999  # Adam second-moment decay.
@@ -63,6 +64,28 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.weight_decay = 0.0  # Decoupled weight decay (multiplied by the lr).
   config.grad_clip_norm = 1.0  # Global-norm gradient clipping; 0 disables.
   config.loss = "softmax_xent"  # softmax_xent | sigmoid_xent.
+  config.label_smoothing = 0.0  # Training targets mixed with uniform (0: off).
+  config.mu_dtype = "float32"  # Adam first moment / SGD momentum: or bfloat16.
+  # Per-parameter rules: regexes match the whole '/'-joined parameter path
+  # (e.g. 'head/.*'); the first match wins; a regex matching nothing is an error.
+  config.lr_mults = ()  # ((regex, factor), ...): learning-rate multipliers.
+  config.wd_mults = ()  # ((regex, factor), ...): weight-decay multipliers.
+  config.frozen = ()  # (regex, ...): parameters not trained (no optimizer state).
+  config.ema_decay = 0.0  # Polyak/EMA of params used by evaluation (paper: 0.9999).
+
+  # Devices and sharding (see vit_jax/sharding.py).
+  config.mesh = ml_collections.ConfigDict()  # Sizes of the named mesh axes.
+  config.mesh.data = -1  # Devices on the batch/FSDP axis; -1: all the rest.
+  config.mesh.model = 1  # Devices on the tensor-parallel axis.
+  config.sharding = ml_collections.ConfigDict()  # Parameter layout on the mesh.
+  # ((regex, strategy), ...) on parameter paths, first match wins; strategies:
+  # replicate | fsdp | tp | fsdp+tp. Every parameter must match a rule.
+  config.sharding.params = ((".*", "replicate"),)  # See above.
+  config.sharding.fsdp_min_size = 2**14  # Smaller parameters stay replicated.
+  # Logical axis names (models/partitioning.py) -> mesh axes, for weights
+  # under 'tp' and for the activations the model annotates.
+  config.sharding.logical_axis_rules = (  # See above.
+      ("batch", "data"), ("heads", "model"), ("mlp", "model"))
 
   # Model.
   config.model = get_model_config()
@@ -73,4 +96,5 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 1000  # Async Orbax save; also at the end.
   config.keep_checkpoints = 3  # Most recent checkpoints kept.
   config.keep_checkpoint_every_steps = 0  # Also keep every N-th step; 0: none.
+  config.profile_steps = 0  # Profiler trace of this many steps after step 10.
   return config

@@ -1,16 +1,33 @@
-"""Optimizers and learning-rate schedules from the config."""
+"""Optimizers, schedules, per-parameter lr/wd multipliers and freezing.
 
+Parameters are addressed by regexes that must match their whole
+'/'-joined path (e.g. `head/.*`, `Transformer/encoderblock_\\d+/.*`); the
+first matching rule wins. A rule that matches no parameter is an error, so a
+typo never silently trains (or freezes) the wrong thing.
+
+    adam: clip -> Adam moments -> + wd * mult * param -> * -lr * lr_mult
+    sgd:  clip -> + wd * mult * param -> momentum -> * -lr * lr_mult
+
+Frozen parameters get no update and carry no optimizer state.
+"""
+
+import re
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
 OPTIMIZERS = ("adam", "sgd")
 DECAY_TYPES = ("cosine", "linear", "constant")
+MOMENTUM_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def make_schedule(config: ml_collections.ConfigDict,
-                  total_steps: int) -> optax.Schedule:
+def make_schedule(config: ml_collections.ConfigDict, total_steps: int,
+                  warmup_steps: int) -> optax.Schedule:
   """Linear warmup to `lr`, then cosine/linear decay to 0 (or constant)."""
-  warmup = min(config.warmup_steps, total_steps)
+  warmup = min(warmup_steps, total_steps)
   decay_steps = max(total_steps - warmup, 1)
   decay = {
       "cosine": lambda: optax.cosine_decay_schedule(config.lr, decay_steps),
@@ -23,15 +40,90 @@ def make_schedule(config: ml_collections.ConfigDict,
       [optax.linear_schedule(0.0, config.lr, warmup), decay], [warmup])
 
 
-def make_optimizer(config: ml_collections.ConfigDict, total_steps: int):
+def path_of(key_path) -> str:
+  return "/".join(str(getattr(k, "key", getattr(k, "name", k)))
+                  for k in key_path)
+
+
+def _first_match(rules, path: str, default):
+  for regex, value in rules:
+    if re.fullmatch(regex, path):
+      return value
+  return default
+
+
+def check_param_rules(config: ml_collections.ConfigDict, params):
+  """Every regex of lr_mults, wd_mults and frozen matches some parameter."""
+  paths = [path_of(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+      params)[0]]
+  for field in ("lr_mults", "wd_mults", "frozen"):
+    regexes = ([r for r, _ in config[field]] if field != "frozen"
+               else list(config[field]))
+    for regex in regexes:
+      if not any(re.fullmatch(regex, p) for p in paths):
+        raise ValueError(
+            f"config.{field} regex {regex!r} matches no parameter (paths look "
+            f"like {paths[0]!r}, {paths[-1]!r}); fix or remove it.")
+  if config.frozen and all(_first_match([(r, 1) for r in config.frozen], p, 0)
+                           for p in paths):
+    raise ValueError("config.frozen freezes every parameter; nothing would "
+                     "train.")
+
+
+def _scale_per_param(rules: Sequence, default: float, add_params=False,
+                     factor: float = 1.0) -> optax.GradientTransformation:
+  """u -> u * mult(path) or, with `add_params`, u + factor * mult(path) * p."""
+  def update(updates, state, params=None):
+    def one(key_path, u, p):
+      mult = _first_match(rules, path_of(key_path), default)
+      if add_params:
+        return u if mult == 0 else u + factor * mult * p.astype(u.dtype)
+      return u if mult == 1 else u * mult
+    return jax.tree_util.tree_map_with_path(
+        one, updates, params if add_params else updates), state
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
+                   warmup_steps: int | None = None):
   """Returns (optax transformation, schedule)."""
-  schedule = make_schedule(config, total_steps)
-  if config.optimizer == "adam":
-    opt = optax.adamw(schedule, b1=config.b1, b2=config.b2,
-                      weight_decay=config.weight_decay)
-  else:
-    opt = optax.chain(optax.add_decayed_weights(config.weight_decay),
-                      optax.sgd(schedule, momentum=config.momentum))
+  warmup = config.warmup_steps if warmup_steps is None else warmup_steps
+  schedule = make_schedule(config, total_steps, warmup)
+  momentum_dtype = MOMENTUM_DTYPES[config.mu_dtype]
+  decay = _scale_per_param(config.wd_mults, 1.0, add_params=True,
+                           factor=config.weight_decay)
+  parts = []
   if config.grad_clip_norm:
-    opt = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), opt)
-  return opt, schedule
+    parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
+  if config.optimizer == "adam":
+    # The second moment stays fp32 whatever mu_dtype says.
+    parts += [optax.scale_by_adam(b1=config.b1, b2=config.b2,
+                                  mu_dtype=momentum_dtype)]
+    if config.weight_decay:
+      parts.append(decay)
+  else:
+    if config.weight_decay:
+      parts.append(decay)
+    if config.momentum:
+      parts.append(optax.trace(config.momentum,
+                               accumulator_dtype=momentum_dtype))
+  parts.append(optax.scale_by_learning_rate(schedule))
+  if config.lr_mults:
+    parts.append(_scale_per_param(config.lr_mults, 1.0))
+  tx = optax.chain(*parts)
+  if config.frozen:
+    frozen = [(regex, "frozen") for regex in config.frozen]
+    labels = lambda params: jax.tree_util.tree_map_with_path(
+        lambda p, _: _first_match(frozen, path_of(p), "trained"), params)
+    tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()},
+                               labels)
+  return tx, schedule
+
+
+def ema_update(ema_params, params, step, decay: float):
+  """Polyak averaging with TF's warm-up: the decay is min(decay, (1+t)/(10+t)),
+  so early averages are not dominated by the random initialisation."""
+  step = step.astype(jnp.float32)
+  rate = jnp.minimum(decay, (1.0 + step) / (10.0 + step))
+  return jax.tree.map(lambda e, p: rate * e + (1.0 - rate) * p, ema_params,
+                      params)

@@ -1,15 +1,39 @@
-"""Device mesh and the shardings of batches and the train state.
+"""Device mesh, and how batches, parameters and optimizer state lie on it.
 
-The mesh has a `data` axis (batch) and a `model` axis; batches are sharded
-over `data`, every parameter is replicated.
+The mesh has a `data` axis (batch, and FSDP) and a `model` axis (tensor
+parallelism). Batches are sharded over `data`. Each parameter gets the
+strategy of the first `config.sharding.params` rule whose regex matches its
+'/'-joined path:
+
+  replicate  a full copy on every device;
+  fsdp       its largest dimension divisible by the `data` axis is split
+             over it (parameters under `fsdp_min_size` elements stay whole);
+  tp         its logical axes (`models/partitioning.py`: attention heads,
+             MLP hidden units) split over the mesh axes that
+             `config.sharding.logical_axis_rules` names;
+  fsdp+tp    both (fsdp takes the largest dimension tp left free).
+
+Optimizer-state leaves follow the parameter they mirror. Activations carry
+the same logical names, mapped by the same rules inside jitted functions run
+through `jit_on_mesh`.
 """
 
+import contextlib
+import re
+from typing import Any, Callable, Sequence
+
+import flax
+import flax.linen as nn
 import jax
+import ml_collections
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax.models import partitioning
+
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
+STRATEGIES = ("replicate", "fsdp", "tp", "fsdp+tp")
 
 
 def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
@@ -18,18 +42,25 @@ def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
   count = len(devices)
   sizes = {DATA_AXIS: data, MODEL_AXIS: model}
   known = int(np.prod([s for s in sizes.values() if s != -1]))
-  if list(sizes.values()).count(-1) > 1 or count % known:
+  if (list(sizes.values()).count(-1) > 1 or known < 1 or count % known or
+      any(s == 0 or s < -1 for s in sizes.values())):
     raise ValueError(f"Mesh {sizes} does not fit {count} devices: the product "
                      "of the fixed sizes must divide the device count, and at "
-                     "most one axis may be -1.")
+                     "most one axis may be -1 (set config.mesh.data and "
+                     "config.mesh.model).")
   sizes = {k: (count // known if s == -1 else s) for k, s in sizes.items()}
   if int(np.prod(list(sizes.values()))) != count:
     raise ValueError(f"Mesh {sizes} uses {np.prod(list(sizes.values()))} "
-                     f"devices but there are {count}; set one axis to -1.")
+                     f"devices but there are {count}; set one axis of "
+                     "config.mesh to -1.")
   # Auto axes: the compiler propagates shardings from the annotated inputs.
   return jax.make_mesh(tuple(sizes.values()), tuple(sizes),
                        axis_types=(AxisType.Auto,) * len(sizes),
                        devices=devices)
+
+
+def mesh_from_config(config: ml_collections.ConfigDict, devices=None) -> Mesh:
+  return make_mesh(config.mesh.data, config.mesh.model, devices)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
@@ -60,3 +91,130 @@ def to_global_batch(local_batch, mesh: Mesh):
   return jax.tree.map(
       lambda x: jax.make_array_from_process_local_data(sharding, x),
       local_batch)
+
+
+def check_strategy_rules(rules: Sequence[tuple[str, str]]):
+  """Config-time check of `config.sharding.params` (no parameters needed)."""
+  for rule in rules:
+    if len(rule) != 2 or rule[1] not in STRATEGIES:
+      raise ValueError(
+          f"config.sharding.params rule {rule!r} must be a pair (regex, "
+          f"strategy) with strategy one of {', '.join(STRATEGIES)}.")
+    re.compile(rule[0])
+
+
+def _logical_to_mesh(rules) -> dict[str, str]:
+  return {logical: mesh_axis for logical, mesh_axis in rules}
+
+
+def param_partition_specs(abstract_params, mesh: Mesh,
+                          sharding_config: ml_collections.ConfigDict):
+  """A PartitionSpec per parameter from the config's rules (see module doc)."""
+  rules = list(sharding_config.params)
+  check_strategy_rules(rules)
+  flat = flax.traverse_util.flatten_dict(abstract_params, sep="/")
+  used = set()
+  logical = _logical_to_mesh(sharding_config.logical_axis_rules)
+  specs = {}
+  for path, leaf in flat.items():
+    index = next((i for i, (regex, _) in enumerate(rules)
+                  if re.fullmatch(regex, path)), None)
+    if index is None:
+      raise ValueError(
+          f"Parameter {path} matches no rule of config.sharding.params "
+          f"{rules}; add a catch-all rule such as ('.*', 'replicate').")
+    used.add(index)
+    specs[path] = _spec_for(path, leaf.shape, rules[index][1], mesh, logical,
+                            sharding_config.fsdp_min_size)
+  unused = [rules[i] for i in range(len(rules)) if i not in used]
+  if unused:
+    raise ValueError(
+        f"config.sharding.params rules {unused} match no parameter (names "
+        f"look like {next(iter(flat))!r}); fix or remove them.")
+  return flax.traverse_util.unflatten_dict(specs, sep="/")
+
+
+def _spec_for(path: str, shape, strategy: str, mesh: Mesh,
+              logical: dict[str, str], fsdp_min_size: int) -> P:
+  spec: list[Any] = [None] * len(shape)
+  if "tp" in strategy:
+    names = partitioning.param_logical_axes(path, len(shape))
+    for dim, name in enumerate(names):
+      axis = logical.get(name)
+      if axis is None or axis == DATA_AXIS or mesh.shape[axis] == 1:
+        continue
+      if shape[dim] % mesh.shape[axis]:
+        raise ValueError(
+            f"Tensor parallelism splits dimension {dim} ({name}) of {path} "
+            f"with shape {tuple(shape)} over the {mesh.shape[axis]} devices "
+            f"of mesh axis {axis!r}, which does not divide {shape[dim]}; "
+            "choose another config.mesh.model or use 'fsdp' for it.")
+      spec[dim] = axis
+  data = mesh.shape[DATA_AXIS]
+  if "fsdp" in strategy and data > 1 and np.prod(shape) >= fsdp_min_size:
+    free = [d for d in range(len(shape))
+            if spec[d] is None and shape[d] % data == 0]
+    if free:
+      spec[max(free, key=lambda d: (shape[d], -d))] = DATA_AXIS
+  return P(*spec)
+
+
+def _path_names(key_path) -> tuple:
+  return tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))
+               for k in key_path)
+
+
+def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):
+  """Shardings of the whole train state.
+
+  Every leaf whose key path ends with a parameter's path and has its shape
+  (params, EMA params, Adam moments, momentum) takes that parameter's spec;
+  the rest (step, counts, RNG) is replicated.
+  """
+  by_path = {}
+  for key_path, leaf in jax.tree_util.tree_flatten_with_path(
+      abstract_params)[0]:
+    names = _path_names(key_path)
+    spec = param_specs
+    for name in names:
+      spec = spec[name]
+    by_path[names] = (tuple(leaf.shape), spec)
+  depths = sorted({len(k) for k in by_path})
+
+  def leaf_sharding(key_path, leaf):
+    names = _path_names(key_path)
+    for depth in depths:
+      match = by_path.get(names[-depth:])
+      if match and match[0] == tuple(getattr(leaf, "shape", ())):
+        return NamedSharding(mesh, match[1])
+    return replicated(mesh)
+
+  return jax.tree_util.tree_map_with_path(leaf_sharding, abstract_state)
+
+
+class jit_on_mesh:  # pylint: disable=invalid-name
+  """`jax.jit` whose tracing sees the mesh and the logical-axis rules.
+
+  The model's `nn.with_logical_constraint` annotations turn into sharding
+  constraints only when traced under both (`jax.set_mesh` must be entered
+  outside jit, hence this wrapper around every call).
+  """
+
+  def __init__(self, fn: Callable, mesh: Mesh, logical_axis_rules, **jit_kw):
+    self._jitted = jax.jit(fn, **jit_kw)
+    self._mesh = mesh
+    self._rules = tuple(tuple(r) for r in logical_axis_rules)
+
+  @contextlib.contextmanager
+  def _context(self):
+    with jax.set_mesh(self._mesh), nn.logical_axis_rules(self._rules):
+      yield
+
+  def __call__(self, *args):
+    with self._context():
+      return self._jitted(*args)
+
+  def lower(self, *args):
+    with self._context():
+      return self._jitted.lower(*args)
+

@@ -9,10 +9,11 @@ from typing import Any, Callable
 import flax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import sharding
+from vit_jax import optim, sharding
 
 
 def softmax_xent(logits, labels):
@@ -34,34 +35,62 @@ class TrainState:
   params: Any
   opt_state: Any
   rng: jax.Array  # uint32 key data; the dropout key of step s folds in s.
+  ema_params: Any = None  # Polyak average of params; None when disabled.
+
+  def eval_params(self):
+    """The parameters evaluation uses: the average when there is one."""
+    return self.params if self.ema_params is None else self.ema_params
 
 
-def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh):
-  """Initialises the state directly with its shardings (no host copy)."""
+def replicate_all() -> ml_collections.ConfigDict:
+  """The sharding config that replicates every parameter (a plain DP run)."""
+  return ml_collections.ConfigDict(dict(
+      params=((".*", "replicate"),), fsdp_min_size=0, logical_axis_rules=()))
+
+
+def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
+                       sharding_config=None, ema: bool = False):
+  """Initialises the state directly with its shardings (no host copy).
+
+  Shapes come first (`jax.eval_shape`), then the partitioning rules give each
+  leaf its sharding, then `init` is compiled to write every shard in place.
+  Returns (state, state shardings).
+  """
+  sharding_config = sharding_config or replicate_all()
+
   def init(rng):
     params_rng, dropout_rng = jax.random.split(rng)
     dummy = jnp.zeros((1, image_size, image_size, 3))
     params = model.init(params_rng, dummy, train=False)["params"]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=tx.init(params),
-                      rng=jax.random.key_data(dropout_rng))
+                      rng=jax.random.key_data(dropout_rng),
+                      ema_params=params if ema else None)
 
   rng = jax.random.key(seed)
   abstract = jax.eval_shape(init, rng)
-  state_sharding = jax.tree.map(lambda _: sharding.replicated(mesh), abstract)
+  specs = sharding.param_partition_specs(abstract.params, mesh,
+                                         sharding_config)
+  state_sharding = sharding.state_shardings(abstract, abstract.params, specs,
+                                            mesh)
   state = jax.jit(init, out_shardings=state_sharding)(rng)
   return state, state_sharding
 
 
 def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
-                    accum_steps: int = 1):
+                    accum_steps: int = 1, label_smoothing: float = 0.0,
+                    ema_decay: float = 0.0):
   """`train_step(state, batch) -> (state, metrics)`.
 
   With `accum_steps > 1` the batch is split into that many micro-batches whose
   gradients are averaged before one update: the same update as the whole
   batch at once (without dropout), in a fraction of the activation memory.
+  Label smoothing mixes the targets with the uniform distribution; with
+  `ema_decay` the state's `ema_params` follow the parameters.
   """
   def loss(params, images, labels, rng):
+    if label_smoothing:
+      labels = optax.smooth_labels(labels, label_smoothing)
     logits, _ = model.apply({"params": params}, images, train=True,
                             rngs={"dropout": rng})
     return jnp.mean(loss_fn(logits, labels))
@@ -100,15 +129,20 @@ def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
     metrics = {"loss": loss_value, "learning_rate": schedule(state.step),
                "grad_norm": optax.global_norm(grads),
                "param_norm": optax.global_norm(params)}
+    ema_params = state.ema_params
+    if ema_params is not None:
+      ema_params = optim.ema_update(ema_params, params, state.step, ema_decay)
     return state.replace(step=state.step + 1, params=params,
-                         opt_state=opt_state), metrics
+                         opt_state=opt_state, ema_params=ema_params), metrics
 
   return train_step
 
 
-def jit_train_step(train_step, state_sharding, mesh: Mesh):
+def jit_train_step(train_step, state_sharding, mesh: Mesh,
+                   logical_axis_rules=()):
   """Explicit in/out shardings; the old state's buffers are donated."""
-  return jax.jit(train_step,
-                 in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
-                 out_shardings=(state_sharding, sharding.replicated(mesh)),
-                 donate_argnums=0)
+  return sharding.jit_on_mesh(
+      train_step, mesh, logical_axis_rules,
+      in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
+      out_shardings=(state_sharding, sharding.replicated(mesh)),
+      donate_argnums=0)

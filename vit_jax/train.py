@@ -4,6 +4,7 @@ config -> data (tf.data, per-process share) -> global sharded batch ->
 jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 """
 
+import datetime
 import math
 import os
 import time
@@ -27,7 +28,8 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   preprocess.parse(config.pp_eval)
   for field, allowed in (("optimizer", optim.OPTIMIZERS),
                          ("decay_type", optim.DECAY_TYPES),
-                         ("loss", steps.LOSSES)):
+                         ("loss", steps.LOSSES),
+                         ("mu_dtype", optim.MOMENTUM_DTYPES)):
     if config[field] not in allowed:
       raise ValueError(f"config.{field}={config[field]!r} is not one of "
                        f"{', '.join(allowed)}.")
@@ -37,6 +39,10 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
         f"config.image_size={config.image_size} is not divisible by the patch "
         f"size {stride} of {config.model.variant}; use a multiple of {stride} "
         f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
+  for field in ("label_smoothing", "ema_decay"):
+    if not 0.0 <= config[field] < 1.0:
+      raise ValueError(f"config.{field}={config[field]} must be in [0, 1).")
+  sharding.check_strategy_rules(config.sharding.params)
   sharding.check_batch_size(config.batch_size, mesh, "batch_size",
                             config.accum_steps)
   sharding.check_batch_size(config.eval_batch_size, mesh, "eval_batch_size")
@@ -48,6 +54,13 @@ def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
   return config.total_steps
 
 
+def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
+  if config.warmup_epochs is not None:
+    return math.ceil(config.warmup_epochs * num_train_examples /
+                     config.batch_size)
+  return config.warmup_steps
+
+
 def _write_config(config, workdir):
   if jax.process_index() == 0:
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -57,7 +70,7 @@ def _write_config(config, workdir):
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict[str, float]:
   """Trains, evaluates periodically and at the end; returns final metrics."""
-  mesh = sharding.make_mesh()
+  mesh = sharding.mesh_from_config(config)
   check_config(config, mesh)
   os.makedirs(workdir, exist_ok=True)
   _write_config(config, workdir)
@@ -68,18 +81,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   info = input_pipeline.get_info(config, source)
   num_steps = total_steps(config, info.num_train_examples)
   model = models.build_model(config.model, info.num_classes)
-  tx, schedule = optim.make_optimizer(config, num_steps)
+  tx, schedule = optim.make_optimizer(
+      config, num_steps, warmup_steps(config, info.num_train_examples))
   loss_fn = steps.LOSSES[config.loss]
+  rules = config.sharding.logical_axis_rules
 
+  optim.check_param_rules(config, jax.eval_shape(
+      lambda: model.init(jax.random.key(0), jax.numpy.zeros(
+          (1, config.image_size, config.image_size, 3)))["params"]))
   state, state_sharding = steps.create_train_state(
-      model, tx, config.image_size, config.seed, mesh)
+      model, tx, config.image_size, config.seed, mesh, config.sharding,
+      ema=config.ema_decay > 0)
   train_step = steps.jit_train_step(
       steps.make_train_step(model, tx, loss_fn, schedule, mesh,
-                            config.accum_steps), state_sharding, mesh)
+                            config.accum_steps, config.label_smoothing,
+                            config.ema_decay), state_sharding, mesh, rules)
   evaluator = classification.ClassificationEvaluator(
       model, lambda: input_pipeline.make_eval_dataset(
           config, source).as_numpy_iterator(),
-      mesh, loss_fn, state_sharding.params)
+      mesh, loss_fn, state_sharding.params, rules)
   manager = checkpoint.make_manager(workdir, config)
   state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
@@ -87,12 +107,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       input_pipeline.make_train_iterator(config, source, start_step), mesh)
 
   logging.info("Training %s on %s from step %d to %d (%d classes) on %d "
-               "devices.", config.model.variant, config.dataset, start_step,
-               num_steps, info.num_classes, jax.device_count())
+               "devices in %d processes, mesh %s.", config.model.variant,
+               config.dataset, start_step, num_steps, info.num_classes,
+               jax.device_count(), jax.process_count(), dict(mesh.shape))
   preemption = checkpoint.PreemptionFlag()
   try:
-    result = _loop(config, state, train_step, train_iter, evaluator, manager,
-                   writer, preemption, start_step, num_steps)
+    result = _loop(config, workdir, state, train_step, train_iter, evaluator,
+                   manager, writer, preemption, start_step, num_steps)
   finally:
     preemption.restore()
     manager.wait_until_finished()
@@ -101,21 +122,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   return result
 
 
-def _loop(config, state, train_step, train_iter, evaluator, manager, writer,
-          preemption, start_step, num_steps) -> dict[str, float]:
-  progress = periodic_actions.ReportProgress(num_train_steps=num_steps,
-                                             writer=writer)
-  hooks = [progress] if jax.process_index() == 0 else []
+def _loop(config, workdir, state, train_step, train_iter, evaluator, manager,
+          writer, preemption, start_step, num_steps) -> dict[str, float]:
+  hooks = []
+  if jax.process_index() == 0:
+    hooks.append(periodic_actions.ReportProgress(num_train_steps=num_steps,
+                                                 writer=writer))
+    if config.profile_steps:
+      hooks.append(periodic_actions.Profile(
+          num_profile_steps=config.profile_steps,
+          first_profile=start_step + 10, logdir=workdir))
   result = {}
   pending = None  # (step, metrics) of the last dispatched step.
-  tick = time.perf_counter()
+  timer = _Timer(start_step, num_steps, config.batch_size)
   for step in range(start_step + 1, num_steps + 1):
     state, metrics = train_step(state, next(train_iter))
     # Metrics of the previous step are fetched after this one is dispatched.
     if pending is not None:
-      result.update(_log_train(writer, *pending, config, tick))
-      if pending[0] % config.log_every_steps == 0:
-        tick = time.perf_counter()
+      result.update(_log_train(writer, *pending, config, timer))
     pending = (step, metrics)
     for hook in hooks:
       hook(step)
@@ -128,7 +152,7 @@ def _loop(config, state, train_step, train_iter, evaluator, manager, writer,
     if config.eval_every_steps and step % config.eval_every_steps == 0:
       result.update(_evaluate(evaluator, state, writer, step))
   if pending is not None:
-    result.update(_log_train(writer, *pending, config, tick, final=True))
+    result.update(_log_train(writer, *pending, config, timer, final=True))
   if start_step < num_steps and num_steps % config.checkpoint_every_steps:
     checkpoint.save(manager, num_steps, state, force=True)
   if (not config.eval_every_steps or num_steps % config.eval_every_steps
@@ -137,7 +161,24 @@ def _loop(config, state, train_step, train_iter, evaluator, manager, writer,
   return result
 
 
-def _log_train(writer, step, metrics, config, tick,
+class _Timer:
+  """Step time, throughput and ETA between two writes of the train metrics."""
+
+  def __init__(self, start_step: int, num_steps: int, batch_size: int):
+    self.num_steps, self.batch_size = num_steps, batch_size
+    self.last_step, self.last_time = start_step, time.perf_counter()
+
+  def lap(self, step: int) -> dict[str, float]:
+    now = time.perf_counter()
+    step_s = (now - self.last_time) / max(step - self.last_step, 1)
+    self.last_step, self.last_time = step, now
+    images_per_sec = self.batch_size / max(step_s, 1e-9)
+    return {"step_time_s": step_s, "images_per_sec": images_per_sec,
+            "images_per_sec_per_core": images_per_sec / jax.device_count(),
+            "eta_s": step_s * (self.num_steps - step)}
+
+
+def _log_train(writer, step, metrics, config, timer,
                final=False) -> dict[str, float]:
   loss = float(metrics["loss"])
   if not np.isfinite(loss):
@@ -147,17 +188,18 @@ def _log_train(writer, step, metrics, config, tick,
   if step % config.log_every_steps and not final:
     return {"train_loss": loss}
   scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  elapsed = time.perf_counter() - tick
-  steps_since_write = (step - 1) % config.log_every_steps + 1
-  images_per_sec = steps_since_write * config.batch_size / max(elapsed, 1e-9)
-  scalars["images_per_sec"] = images_per_sec
-  scalars["images_per_sec_per_core"] = images_per_sec / jax.device_count()
+  scalars.update(timer.lap(step))
   writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
+  if jax.process_index() == 0:
+    logging.info("Step %d/%d: loss %.4f, lr %.3g, %.0f images/s, ETA %s.",
+                 step, timer.num_steps, loss, scalars["learning_rate"],
+                 scalars["images_per_sec"],
+                 datetime.timedelta(seconds=round(scalars["eta_s"])))
   return {"train_loss": loss}
 
 
 def _evaluate(evaluator, state, writer, step) -> dict[str, float]:
-  metrics = evaluator.run(state.params)
+  metrics = evaluator.run(state.eval_params())
   writer.write_scalars(step, {f"test/{k}": v for k, v in metrics.items()})
   logging.info("Step %d: test accuracy %.4f on %d examples.", step,
                metrics["accuracy"], metrics["num_examples"])

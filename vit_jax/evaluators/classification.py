@@ -15,7 +15,7 @@ class ClassificationEvaluator:
   """Counts every example of the split exactly once (padding is masked)."""
 
   def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
-               mesh: Mesh, loss_fn, params_sharding):
+               mesh: Mesh, loss_fn, params_sharding, logical_axis_rules=()):
     """`batches()` returns a fresh iterable of process-local numpy batches."""
     self._batches = batches
     self._mesh = mesh
@@ -30,8 +30,9 @@ class ClassificationEvaluator:
               "loss": jnp.sum(loss_fn(logits, batch["labels"]) * mask),
               "count": jnp.sum(mask)}
 
-    self._step = jax.jit(
-        eval_step, in_shardings=(params_sharding, sharding.batch_sharding(mesh)),
+    self._step = sharding.jit_on_mesh(
+        eval_step, mesh, logical_axis_rules,
+        in_shardings=(params_sharding, sharding.batch_sharding(mesh)),
         out_shardings=sharding.replicated(mesh))
 
   def run(self, params) -> dict[str, float]:

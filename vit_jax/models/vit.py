@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import partitioning as lx
 from vit_jax.models import resnet
 from vit_jax.models.variants import ResNetSpec
 
@@ -47,6 +48,7 @@ class MlpBlock(nn.Module):
         kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name)
     h_BxNxF = nn.gelu(dense(self.mlp_dim, "Dense_0")(x_BxNxD), approximate=False)
+    h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(self.dropout_rate)(h_BxNxF, deterministic)
     y_BxNxD = dense(x_BxNxD.shape[-1], "Dense_1")(h_BxNxF)
     return nn.Dropout(self.dropout_rate)(y_BxNxD, deterministic)
@@ -73,6 +75,9 @@ class MultiHeadDotProductAttention(nn.Module):
     q_BxMxHxK = proj("query")(q_BxMxD) / jnp.sqrt(head_dim).astype(self.dtype)
     k_BxNxHxK = proj("key")(kv_BxNxD)
     v_BxNxHxK = proj("value")(kv_BxNxD)
+    q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (
+        nn.with_logical_constraint(t, lx.QKV_AXES)
+        for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
 
     logits_BxHxMxN = jnp.einsum("bmhk,bnhk->bhmn", q_BxMxHxK, k_BxNxHxK)
     weights_BxHxMxN = jax.nn.softmax(logits_BxHxMxN.astype(jnp.float32))
@@ -109,7 +114,7 @@ class Encoder1DBlock(nn.Module):
     y = norm("LayerNorm_2")(x_BxNxD)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, dtype=self.dtype,
                  param_dtype=self.param_dtype, name="MlpBlock_3")(y, deterministic)
-    x_BxNxD = x_BxNxD + y
+    x_BxNxD = nn.with_logical_constraint(x_BxNxD + y, lx.TOKENS_AXES)
     captured = ({"block": x_BxNxD, "attention": weights_BxHxNxN}
                 if self.return_intermediates else None)
     return x_BxNxD, captured
@@ -135,6 +140,7 @@ class Encoder(nn.Module):
       posemb_1xNxD = AddPositionEmbs(param_dtype=self.param_dtype,
                                      name="posembed_input")
       x_BxNxD = posemb_1xNxD(x_BxNxD)
+    x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
     x_BxNxD = nn.Dropout(self.dropout_rate)(x_BxNxD, deterministic)
 
     block_cls = Encoder1DBlock

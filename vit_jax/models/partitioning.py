@@ -1,0 +1,49 @@
+"""Logical axis names of the model's parameters and activations.
+
+Parameter names are fixed by the released checkpoints, so the logical axes of
+each parameter are read from its path here rather than boxed into the
+parameter tree (the tree stays plain arrays, loadable from any `.npz`).
+`vit_jax.sharding` maps these names to mesh axes with the config's rules;
+the model annotates its activations with the same names
+(`nn.with_logical_constraint`, a no-op when no rules are set).
+"""
+
+import re
+from typing import Optional
+
+LogicalAxes = tuple[Optional[str], ...]
+
+# Activations.
+BATCH, LENGTH, EMBED, HEADS, HEAD_DIM, MLP = (
+    "batch", "length", "embed", "heads", "head_dim", "mlp")
+TOKENS_AXES = (BATCH, LENGTH, EMBED)  # B x N x D between blocks.
+HIDDEN_AXES = (BATCH, LENGTH, MLP)  # B x N x F inside the MLP.
+QKV_AXES = (BATCH, LENGTH, HEADS, HEAD_DIM)  # B x N x H x K in attention.
+
+# (regex on the '/'-joined path, axes of one layer's parameter). The first
+# match wins; a parameter that matches none has no logical axes (all None).
+_PARAM_AXES: tuple[tuple[str, LogicalAxes], ...] = (
+    (r".*/(query|key|value)/kernel", (EMBED, HEADS, HEAD_DIM)),
+    (r".*/(query|key|value)/bias", (HEADS, HEAD_DIM)),
+    (r".*/out/kernel", (HEADS, HEAD_DIM, EMBED)),
+    (r".*/Dense_0/kernel", (EMBED, MLP)),
+    (r".*/Dense_0/bias", (MLP,)),
+    (r".*/Dense_1/kernel", (MLP, EMBED)),
+)
+
+
+def param_logical_axes(path: str, ndim: int) -> LogicalAxes:
+  """Logical axes of the parameter at `path` with `ndim` dimensions.
+
+  A scanned-layers parameter has one more (leading) dimension than the
+  per-layer table says; it gets no name (layers are never sharded).
+  """
+  for pattern, axes in _PARAM_AXES:
+    if re.fullmatch(pattern, path):
+      if ndim == len(axes):
+        return axes
+      if ndim == len(axes) + 1:
+        return (None,) + axes
+      raise ValueError(f"Parameter {path} has {ndim} dimensions; expected "
+                       f"{len(axes)} ({axes}).")
+  return (None,) * ndim
