@@ -23,7 +23,8 @@ def _command(workdir, data_dir):
           f"--config.data_dir={data_dir}", "--config.model.variant=digits",
           f"--config.total_steps={TOTAL_STEPS}",
           "--config.checkpoint_every_steps=25", "--config.eval_every_steps=0",
-          "--config.log_every_steps=1000"]
+          "--config.log_every_steps=1000", "--config.ema_decay=0.99",
+          "--config.model.dropout_rate=0.1", "--config.label_smoothing=0.1"]
 
 
 def _run(workdir, data_dir, kill_after_checkpoint=None, sig=None):
@@ -44,8 +45,10 @@ def _run(workdir, data_dir, kill_after_checkpoint=None, sig=None):
 
 
 def _final_params(workdir):
+  """Parameters and their average (dropout and EMA are on in these runs)."""
   path = os.path.join(workdir, "checkpoints", str(TOTAL_STEPS), "default")
-  return ocp.StandardCheckpointer().restore(path)["params"]
+  saved = ocp.StandardCheckpointer().restore(path)
+  return saved["params"], saved["ema_params"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])

@@ -4,9 +4,11 @@ import os
 import subprocess
 import sys
 
+import flax
 import jax
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from vit_jax import models, optim, sharding, steps
 from vit_jax.data import input_pipeline
@@ -31,17 +33,21 @@ def setup(digits_config):
   return digits_config, model, tx, schedule, batches
 
 
-def _train(setup, mesh, accum_steps=1):
+def _train(setup, mesh, accum_steps=1, sharding_config=None, keep_state=None):
   config, model, tx, schedule, batches = setup
+  sharding_config = sharding_config or config.sharding
   state, state_sharding = steps.create_train_state(
-      model, tx, config.image_size, config.seed, mesh)
+      model, tx, config.image_size, config.seed, mesh, sharding_config)
   step = steps.jit_train_step(
       steps.make_train_step(model, tx, steps.softmax_xent, schedule, mesh,
-                            accum_steps), state_sharding, mesh)
+                            accum_steps), state_sharding, mesh,
+      sharding_config.logical_axis_rules)
   losses = []
   for batch in batches:
     state, metrics = step(state, sharding.to_global_batch(batch, mesh))
     losses.append(float(metrics["loss"]))
+  if keep_state is not None:
+    keep_state.append(state)
   return losses, jax.device_get(state.params)
 
 
@@ -58,6 +64,51 @@ def test_sharded_training_equals_single_device(setup):
   np.testing.assert_allclose(one_losses, eight_losses, rtol=1e-5)
   _assert_trees_close(one_params, eight_params)
   assert one_losses[-1] < one_losses[0]
+
+
+# (mesh data, mesh model, strategy, {param path: expected spec}).
+LAYOUTS = {
+    "data-parallel": (8, 1, "replicate", {
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P()}),
+    "fsdp": (8, 1, "fsdp", {
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(None, "data"),
+        "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel":
+            P("data", None, None)}),
+    "tensor-parallel": (4, 2, "tp", {
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(None, "model"),
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel": P("model", None),
+        "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel":
+            P("model", None, None)}),
+    "fsdp+tp": (4, 2, "fsdp+tp", {
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel":
+            P("data", "model"),
+        "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/key/kernel":
+            P("data", "model", None)}),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_sharded_layouts_equal_single_device(setup, layout):
+  data, model, strategy, expected = LAYOUTS[layout]
+  config = setup[0]
+  one_losses, one_params = _train(setup, sharding.make_mesh(
+      devices=jax.devices()[:1]))
+  config.sharding.params = ((".*", strategy),)
+  config.sharding.fsdp_min_size = 0
+  states = []
+  losses, params = _train(setup, sharding.make_mesh(data, model),
+                          keep_state=states)
+  np.testing.assert_allclose(one_losses, losses, rtol=1e-5)
+  _assert_trees_close(one_params, params)
+  # The layout is really the one asked for, for params and optimizer state.
+  flat = flax.traverse_util.flatten_dict(states[0].params, sep="/")
+  momentum = flax.traverse_util.flatten_dict(
+      states[0].opt_state[-2].trace, sep="/")
+  padded = lambda spec, ndim: tuple(spec) + (None,) * (ndim - len(spec))
+  for path, spec in expected.items():
+    for tree in (flat, momentum):
+      ndim = tree[path].ndim
+      assert padded(tree[path].sharding.spec, ndim) == padded(spec, ndim), path
 
 
 @pytest.mark.parametrize("devices", [1, 8])

@@ -69,3 +69,27 @@ def test_main_runs_the_readme_command(tfds_data_dir, tmp_path):
                         capture_output=True, text=True, timeout=300)
   assert typo.returncode != 0
   assert "totl_steps" in typo.stderr
+
+
+@pytest.mark.parametrize("rules, mesh_shape, message", [
+    (((".*/kernel", "fsdp"),), (8, 1), "matches no rule.*catch-all"),
+    ((("head/.*", "fsdp"), ("heads/.*", "tp"), (".*", "replicate")), (8, 1),
+     r"rules \[\('heads/\.\*', 'tp'\)\] match no parameter"),
+    (((".*", "zero3"),), (8, 1), "strategy one of replicate, fsdp"),
+    (((".*", "tp"),), (2, 4), "does not divide 2"),
+])
+def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
+                                                       mesh_shape, message):
+  from vit_jax import models, optim, steps
+  digits_config.sharding.params = rules
+  model = models.build_model(digits_config.model, 10)
+  tx, _ = optim.make_optimizer(digits_config, 10)
+  with pytest.raises(ValueError, match=message):
+    steps.create_train_state(model, tx, 16, 0, sharding.make_mesh(*mesh_shape),
+                             digits_config.sharding)
+
+
+def test_mesh_from_config_must_fit_the_devices(digits_config):
+  digits_config.mesh.model = 3
+  with pytest.raises(ValueError, match="config.mesh"):
+    sharding.mesh_from_config(digits_config)

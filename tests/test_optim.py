@@ -1,0 +1,122 @@
+"""Optimizer options: multipliers, freezing, momentum dtype, EMA, smoothing."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from configs import common
+from vit_jax import optim, sharding, steps
+
+PARAMS = {"head": {"kernel": jnp.ones((4, 3)), "bias": jnp.ones((3,))},
+          "Transformer": {"encoder_norm": {"scale": jnp.ones((4,))}}}
+GRADS = jax.tree.map(lambda p: 0.5 * jnp.ones_like(p), PARAMS)
+
+
+def _config(**overrides) -> ml_collections.ConfigDict:
+  config = common.get_config()
+  config.update(dict(warmup_steps=0, decay_type="constant", lr=0.1,
+                     grad_clip_norm=0.0, **overrides))
+  return config
+
+
+def _one_update(config):
+  tx, _ = optim.make_optimizer(config, 10)
+  state = tx.init(PARAMS)
+  updates, state = tx.update(GRADS, state, PARAMS)
+  return flax.traverse_util.flatten_dict(updates, sep="/"), state
+
+
+def test_sgd_lr_and_wd_multipliers_apply_per_parameter():
+  updates, _ = _one_update(_config(
+      optimizer="sgd", momentum=0.0, weight_decay=0.2,
+      lr_mults=(("head/.*", 10.0),), wd_mults=((".*/bias", 0.0),)))
+  # -lr * lr_mult * (grad + wd * wd_mult * param)
+  np.testing.assert_allclose(updates["head/kernel"], -0.1 * 10 * (0.5 + 0.2))
+  np.testing.assert_allclose(updates["head/bias"], -0.1 * 10 * 0.5)
+  np.testing.assert_allclose(updates["Transformer/encoder_norm/scale"],
+                             -0.1 * (0.5 + 0.2))
+
+
+def test_adam_weight_decay_is_decoupled():
+  updates, _ = _one_update(_config(optimizer="adam", weight_decay=0.3))
+  # The first Adam step is sign(grad) (up to eps); decay is added after it.
+  np.testing.assert_allclose(updates["head/bias"], -0.1 * (1.0 + 0.3),
+                             rtol=1e-5)
+
+
+def test_frozen_parameters_do_not_move_and_carry_no_state():
+  config = _config(optimizer="adam", frozen=("Transformer/.*",))
+  updates, state = _one_update(config)
+  assert not np.any(updates["Transformer/encoder_norm/scale"])
+  assert np.all(updates["head/kernel"] != 0)
+  trained_state = state.inner_states["trained"].inner_state
+  moments = jax.tree.leaves(trained_state)
+  # Adam's mu and nu exist for the two head arrays only (plus the step
+  # counts of Adam and of the schedule).
+  assert sum(x.size for x in moments) == 2 * (12 + 3) + 2
+
+
+def test_bf16_first_moment_keeps_fp32_second_moment():
+  _, state = _one_update(_config(optimizer="adam", mu_dtype="bfloat16"))
+  adam = state[0]
+  assert {x.dtype for x in jax.tree.leaves(adam.mu)} == {jnp.dtype("bfloat16")}
+  assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype("float32")}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("lr_mults", (("heads/.*", 2.0),)), ("wd_mults", (("cls", 0.0),)),
+    ("frozen", ("Transformer/encoderblock_9/.*",)), ("frozen", (".*",))])
+def test_rules_that_match_nothing_or_everything_are_errors(field, value):
+  config = _config(**{field: value})
+  with pytest.raises(ValueError, match=f"config.{field}|freezes every"):
+    optim.check_param_rules(config, PARAMS)
+
+
+def test_ema_follows_tf_warmup_then_the_decay():
+  ema = {"w": jnp.zeros(())}
+  params = {"w": jnp.ones(())}
+  early = optim.ema_update(ema, params, jnp.array(0), 0.9999)
+  np.testing.assert_allclose(early["w"], 1 - 1 / 10, rtol=1e-6)
+  late = optim.ema_update(ema, params, jnp.array(10**6), 0.9999)
+  np.testing.assert_allclose(late["w"], 1 - 0.9999, rtol=1e-3)
+
+
+def test_train_step_label_smoothing_and_ema(digits_config):
+  from vit_jax import models
+  digits_config.model.variant = "testing"
+  model = models.build_model(digits_config.model, 10)
+  tx, schedule = optim.make_optimizer(digits_config, 10)
+  mesh = sharding.make_mesh()
+  state, shardings = steps.create_train_state(model, tx, 16, 0, mesh,
+                                              ema=True)
+  step = steps.jit_train_step(steps.make_train_step(
+      model, tx, steps.softmax_xent, schedule, mesh, label_smoothing=0.1,
+      ema_decay=0.9), shardings, mesh)
+  labels = np.eye(10, dtype=np.float32)[np.arange(32) % 10]
+  batch = sharding.to_global_batch(
+      {"image": np.zeros((32, 16, 16, 3), np.float32), "labels": labels}, mesh)
+  before = jax.device_get(state.params)
+  state, metrics = step(state, batch)
+  # The zero-initialised head gives uniform predictions: the loss is ln(10)
+  # whatever the targets, smoothed or not.
+  np.testing.assert_allclose(metrics["loss"], np.log(10), rtol=1e-6)
+  rate = min(0.9, 1 / 10)
+  jax.tree.map(
+      lambda e, b, a: np.testing.assert_allclose(
+          e, rate * b + (1 - rate) * a, rtol=1e-5, atol=1e-7),
+      jax.device_get(state.ema_params), before, jax.device_get(state.params))
+  assert state.eval_params() is state.ema_params
+
+
+def test_smoothed_loss_matches_hand_computation():
+  logits = jnp.array([[2.0, 0.0, -1.0]])
+  labels = jnp.array([[1.0, 0.0, 0.0]])
+  smoothed = optax.smooth_labels(labels, 0.3)
+  expected = -np.sum(np.array([0.8, 0.1, 0.1]) *
+                     jax.nn.log_softmax(logits)[0])
+  np.testing.assert_allclose(steps.softmax_xent(logits, smoothed)[0], expected,
+                             rtol=1e-6)
