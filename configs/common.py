@@ -98,3 +98,22 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.keep_checkpoint_every_steps = 0  # Also keep every N-th step; 0: none.
   config.profile_steps = 0  # Profiler trace of this many steps after step 10.
   return config
+
+
+def parse_arg(arg, **defaults) -> ml_collections.ConfigDict:
+  """'name,variant=ViT-S/16,runlocal' -> {first: 'name', variant: ...,
+  runlocal: True}; keys not in `defaults` are an error."""
+  parsed = dict(defaults, runlocal=False)
+  for i, token in enumerate(t for t in (arg or "").split(",") if t):
+    key, eq, value = token.partition("=")
+    if not eq and key == "runlocal":
+      parsed["runlocal"] = True
+    elif not eq and i == 0 and "first" in defaults:
+      parsed["first"] = key
+    elif eq and key in defaults:
+      parsed[key] = value
+    else:
+      raise ValueError(f"Config argument {token!r} is not one of "
+                       f"{sorted(k for k in parsed if k != 'first')} "
+                       "(KEY=VALUE) or runlocal.")
+  return ml_collections.ConfigDict(parsed)

@@ -31,3 +31,13 @@ def test_every_default_is_documented():
   undocumented = [l.strip() for l in lines if "#" not in l
                   and "get_model_config" not in l]
   assert not undocumented
+
+
+@pytest.mark.parametrize("name", ["pretrain", "finetune"])
+def test_recipe_runs_locally(name, tfds_data_dir, tmp_path):
+  """Each recipe's `runlocal` form trains and evaluates end to end."""
+  config = importlib.import_module(f"configs.{name}").get_config("runlocal")
+  config.data_dir = tfds_data_dir
+  result = train.train_and_evaluate(config, str(tmp_path))
+  assert 0.0 <= result["test_accuracy"] <= 1.0
+  assert result["train_loss"] > 0
