@@ -3,7 +3,7 @@
     python -m vit_jax.main --config=configs/digits.py --workdir=workdirs/digits
 
 A 4-layer, 64-wide ViT (patch 4) on digits upsampled to 16x16 px. Expected:
-about 98% test accuracy in about three and a half minutes on 2 CPU cores.
+about 98% test accuracy in about two minutes on 2 CPU cores.
 The argument `runlocal` shrinks it to a few steps of the `testing` model.
 """
 

@@ -18,11 +18,13 @@ def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
   digits_config.lr = 3e-3
   digits_config.log_every_steps = 100
   digits_config.eval_every_steps = 150
+  digits_config.profile_steps = 2
   result = train.train_and_evaluate(digits_config, str(tmp_path))
   # The zero-initialised head starts at exactly ln(10).
   assert result["train_loss"] < 0.8 * math.log(10)
   assert result["test_accuracy"] > 0.6  # Chance is 0.1.
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
+  assert glob.glob(str(tmp_path / "plugins/profile/*/*.xplane.pb"))
   with open(tmp_path / "config.json") as f:
     assert json.load(f)["model"]["variant"] == "digits"
 

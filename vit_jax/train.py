@@ -129,9 +129,9 @@ def _loop(config, workdir, state, train_step, train_iter, evaluator, manager,
     hooks.append(periodic_actions.ReportProgress(num_train_steps=num_steps,
                                                  writer=writer))
     if config.profile_steps:
-      hooks.append(periodic_actions.Profile(
-          num_profile_steps=config.profile_steps,
-          first_profile=start_step + 10, logdir=workdir))
+      hooks.append(periodic_actions.Profile(  # Once, for profile_steps steps.
+          num_profile_steps=config.profile_steps, profile_duration_ms=None,
+          first_profile=start_step + 10, every_secs=None, logdir=workdir))
   result = {}
   pending = None  # (step, metrics) of the last dispatched step.
   timer = _Timer(start_step, num_steps, config.batch_size)
