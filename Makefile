@@ -15,9 +15,16 @@ $(STAMP): setup.py constraints.txt
 
 setup: $(STAMP)
 
+# Pre-trains on digits at 16 px, then fine-tunes that checkpoint at 32 px
+# (position embeddings resized, new head); each prints its test accuracy.
 demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	rm -rf $(WORKDIR)
-	$(VENV)/bin/python -m vit_jax.main --config=configs/digits.py --workdir=$(WORKDIR)
+	@echo "== 1/2 Pre-training on digits at 16 px"
+	$(VENV)/bin/python -m vit_jax.main --config=configs/digits.py \
+	    --workdir=$(WORKDIR)/pretrain
+	@echo "== 2/2 Fine-tuning that checkpoint at 32 px"
+	$(VENV)/bin/python -m vit_jax.main --config=configs/finetune.py:digits \
+	    --workdir=$(WORKDIR)/finetune --config.init.checkpoint=$(WORKDIR)/pretrain
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 tests

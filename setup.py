@@ -18,11 +18,15 @@ setuptools.setup(
         "numpy>=1.26",
         "optax>=0.2.4",
         "orbax-checkpoint>=0.11",
+        "safetensors>=0.4",
         "scikit-learn>=1.4",
         "scipy>=1.11",
         "tensorboard>=2.16",
         "tensorflow-cpu>=2.16",
         "tensorflow-datasets>=4.9.4",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5"]},
+    # torch, timm and transformers only create reference models in tests;
+    # constraints.txt pins torch to the CPU build.
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "torch>=2.4",
+                             "timm>=1.0", "transformers>=4.40"]},
 )

@@ -90,6 +90,16 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Model.
   config.model = get_model_config()
 
+  # Starting weights (fine-tuning); ignored when the workdir has a checkpoint
+  # to resume from.
+  config.init = ml_collections.ConfigDict()  # See above.
+  # An Orbax workdir (or one step of it), a released or big_vision .npz, or
+  # timm / Hugging Face weights (.safetensors, .bin, .pth). None: random init.
+  config.init.checkpoint = config_dict.placeholder(str)  # See above.
+  config.init.dont_load = ()  # Regexes: parameters to re-initialise instead.
+  config.init.posemb_resize = "bilinear"  # Grid interpolation: or bicubic.
+  config.init.source_grid = config_dict.placeholder(tuple)  # File's (H, W) if not square.
+
   # Loop.
   config.log_every_steps = 50  # Training metrics to the writers.
   config.eval_every_steps = 1000  # Test accuracy during training; 0: end only.

@@ -14,12 +14,19 @@ pre-logits layer), 384 px (higher than pre-training), bf16 compute. Presets
   oxford_iiit_pet            500 steps, lr 0.003
   oxford_flowers102          500 steps, lr 0.003
   folder                     500 steps; `--config.dataset=folder:/PATH`
-  digits                     the built-in digits at 32 px, 200 steps, CPU
+  digits                     the built-in digits at 32 px, 400 steps, lr 0.03:
+                             from `make demo`'s 16-px model, about 98% in a
+                             minute on 2 CPU cores
 
 The paper reaches 98-99% on CIFAR-10 and 90-94% on CIFAR-100 with B/16-L/16
 pre-trained on ImageNet-21k (Table 5) on a TPUv3-8 in hours; we have not run
 these presets at full size. `variant=NAME` picks a model (default ViT-B/16);
 `runlocal` shrinks any preset to a few CPU steps (what CI runs).
+
+The weights to start from: `init=PATH` in the argument or
+`--config.init.checkpoint=PATH`: an Orbax workdir, a released or big_vision
+`.npz`, or timm / Hugging Face weights. Position embeddings are resized to
+the new resolution; the head is re-initialised (`config.init.dont_load`).
 """
 
 from configs import common
@@ -39,7 +46,7 @@ PRESETS = {
     "folder": dict(dataset="folder:/data/images", train_split="train",
                    eval_split="test", total_steps=500, lr=0.003),
     "digits": dict(dataset="digits", train_split="train", eval_split="test",
-                   total_steps=200, lr=0.01, image_size=32, batch_size=64,
+                   total_steps=400, lr=0.03, image_size=32, batch_size=64,
                    eval_batch_size=128, warmup_steps=20, cache=True,
                    shuffle_buffer=2_000, pp_train="inception_crop(0.5)|"
                    "value_range", pp_eval="resize|value_range"),
@@ -47,7 +54,7 @@ PRESETS = {
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, first="cifar10", variant="ViT-B/16")
+  args = common.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
   if args.first not in PRESETS:
     raise ValueError(f"Unknown fine-tuning preset {args.first!r}; use one of "
                      f"{', '.join(PRESETS)}.")
@@ -66,11 +73,13 @@ def get_config(arg=None):
   config.grad_clip_norm = 1.0
   config.model.variant = args.variant
   config.model.representation_size = None  # A linear head.
+  config.init.dont_load = ("head/.*",)  # The paper: a new zero-initialised head.
   config.model.dtype = "bfloat16"
   config.log_every_steps = 50
   config.eval_every_steps = 1_000
   config.checkpoint_every_steps = 500
   config.update(PRESETS[args.first])
+  config.init.checkpoint = args.init
   if args.first == "digits":
     config.model.variant = "digits" if args.variant == "ViT-B/16" else (
         args.variant)

@@ -10,15 +10,17 @@ import os
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 from clu import metric_writers, periodic_actions
 from jax.sharding import Mesh
 
-from vit_jax import checkpoint, models, optim, sharding, steps
+from vit_jax import checkpoint, models, optim, sharding, steps, weights
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.evaluators import classification
+from vit_jax.weights import posemb
 
 
 def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
@@ -39,6 +41,9 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
         f"config.image_size={config.image_size} is not divisible by the patch "
         f"size {stride} of {config.model.variant}; use a multiple of {stride} "
         f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
+  if config.init.posemb_resize not in posemb.METHODS:
+    raise ValueError(f"config.init.posemb_resize={config.init.posemb_resize!r} "
+                     f"is not one of {', '.join(posemb.METHODS)}.")
   for field in ("label_smoothing", "ema_decay"):
     if not 0.0 <= config[field] < 1.0:
       raise ValueError(f"config.{field}={config[field]} must be in [0, 1).")
@@ -101,6 +106,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
           config, source).as_numpy_iterator(),
       mesh, loss_fn, state_sharding.params, rules)
   manager = checkpoint.make_manager(workdir, config)
+  if config.init.checkpoint and manager.latest_step() is None:
+    params = weights.init_params(config, state.params, state_sharding.params)
+    state = state.replace(params=params, ema_params=(  # Own buffers: donated.
+        None if state.ema_params is None else jax.tree.map(jnp.copy, params)))
   state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
   train_iter = input_pipeline.prefetch_to_device(

@@ -1,0 +1,288 @@
+"""Renaming foreign ViT weights into this project's parameter names, and back.
+
+Every converter returns a `Converted`: flat '/'-joined names of this
+project's tree (the released vision_transformer names) and the number of
+prefix tokens its position embeddings carry (1 when they include the class
+token's, 0 when not), which the loader needs to resize them.
+"""
+
+import dataclasses
+import re
+
+import numpy as np
+
+from vit_jax.weights.formats import WeightsError
+
+POSEMB = "Transformer/posembed_input/pos_embedding"
+_BLOCK = "Transformer/encoderblock_{}"
+
+
+@dataclasses.dataclass
+class Converted:
+  params: dict[str, np.ndarray]
+  posemb_prefix_tokens: int  # Prefix tokens in the stored position embeddings.
+  layout: str  # Which converter read it, for messages.
+
+
+def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
+            path: str) -> Converted:
+  """Picks the converter from the names in the file."""
+  names = list(tensors)
+  joined = "\n".join(names)
+  if "MixerBlock" in joined:
+    raise WeightsError(f"{path} is an MLP-Mixer checkpoint, not a ViT.")
+  if fmt in ("safetensors", "torch"):
+    if any(n.startswith(("blocks.", "patch_embed.")) for n in names):
+      return from_timm(tensors, num_heads, path)
+    if any(re.match(r"(vit\.)?(embeddings|encoder|layers)\.", n) for n in names):
+      return from_hugging_face(tensors, num_heads, path)
+    raise WeightsError(f"{path} holds PyTorch weights but neither timm's nor "
+                       "Hugging Face's ViT names (e.g. 'blocks.0.attn.qkv."
+                       "weight' or 'vit.embeddings.cls_token').")
+  tensors = _strip_prefixes(tensors)
+  if "pos_embedding" in tensors or re.search(
+      r"encoderblock(_\d+)?/MlpBlock_0/", joined):
+    return from_big_vision(tensors, path)
+  if any(n.startswith(("Transformer/", "embedding/")) for n in tensors):
+    return from_released(tensors, fmt)
+  raise WeightsError(f"{path} has no ViT parameters (names like "
+                     f"'Transformer/encoderblock_0/...'); it holds "
+                     f"{names[:5]}{' ...' if len(names) > 5 else ''}.")
+
+
+def _strip_prefixes(tensors):
+  """Drops optimizer state and the 'params/' or 'opt/target/' wrappers."""
+  out = {}
+  for name, value in tensors.items():
+    for prefix in ("params/", "opt/target/"):
+      if name.startswith(prefix):
+        name = name[len(prefix):]
+        break
+    else:
+      if name.startswith(("opt/", "opt_state/")):
+        continue
+    out[name] = value
+  return out
+
+
+def from_released(tensors, fmt="npz") -> Converted:
+  """google-research/vision_transformer names (and this project's own)."""
+  params = {}
+  for name, value in tensors.items():
+    if re.search(r"(^|/)gn[^/]*/(scale|bias)$", name) and value.ndim == 4:
+      value = value.reshape(-1)  # Older files: GroupNorm params as (1,1,1,C).
+    params[name] = value
+  params = _unstack_scanned(params)
+  prefix = 1 if "cls" in params else 0
+  return Converted(params, prefix, "orbax" if fmt == "orbax" else "released")
+
+
+def _unstack_scanned(params):
+  """'Transformer/encoderblock/...' with a layer axis -> encoderblock_{i}."""
+  stacked = {k: v for k, v in params.items()
+             if k.startswith("Transformer/encoderblock/")}
+  if not stacked:
+    return params
+  out = {k: v for k, v in params.items() if k not in stacked}
+  for name, value in stacked.items():
+    rest = name[len("Transformer/encoderblock/"):]
+    for i in range(value.shape[0]):
+      out[f"{_BLOCK.format(i)}/{rest}"] = value[i]
+  return out
+
+
+_BIG_VISION_RENAMES = (
+    (r"/MultiHeadDotProductAttention_0/", "/MultiHeadDotProductAttention_1/"),
+    (r"/LayerNorm_1/", "/LayerNorm_2/"),
+    (r"/MlpBlock_0/", "/MlpBlock_3/"),
+)
+
+
+def from_big_vision(tensors, path) -> Converted:
+  """big_vision: top-level `pos_embedding` without the class token's entry,
+  blocks named `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`."""
+  params = {}
+  for name, value in _unstack_scanned(tensors).items():
+    if name == "pos_embedding":
+      name = POSEMB
+    elif name.startswith("Transformer/encoderblock"):
+      for old, new in _BIG_VISION_RENAMES:
+        name = re.sub(old, new, name)
+    elif name.startswith("MAPHead_0/") or name in (
+        "cls", "embedding/kernel", "embedding/bias") or name.startswith(
+            ("head/", "pre_logits/", "Transformer/encoder_norm/")):
+      pass
+    else:
+      raise WeightsError(f"{path}: unknown big_vision parameter {name!r}.")
+    params[name] = value
+  if POSEMB not in params:
+    raise WeightsError(f"{path} has no position embeddings; only learned "
+                       "('learn') big_vision position embeddings are read.")
+  # The class token is added after the position embeddings there: its
+  # position embedding is zero here, which is the same model.
+  return Converted(params, 0, "big_vision")
+
+
+def _dense(weight):  # torch Linear (out, in) -> flax Dense (in, out).
+  return weight.T
+
+
+def _heads_in(weight_out_in, num_heads):  # (D_out, D_in) -> (D_in, H, K).
+  d_out, d_in = weight_out_in.shape
+  return weight_out_in.T.reshape(d_in, num_heads, d_out // num_heads)
+
+
+def _heads_out(weight_out_in, num_heads):  # (D_out, D_in) -> (H, K, D_out).
+  d_out, d_in = weight_out_in.shape
+  return weight_out_in.T.reshape(num_heads, d_in // num_heads, d_out)
+
+
+def _embedding_and_head(get, params):
+  params["cls"] = get("cls")
+  params[POSEMB] = get("pos")
+  params["embedding/kernel"] = get("patch_w").transpose(2, 3, 1, 0)
+  params["embedding/bias"] = get("patch_b")
+
+
+def from_timm(tensors, num_heads, path) -> Converted:
+  """timm's VisionTransformer (class token, fused qkv)."""
+  if "fc_norm.weight" in tensors or "reg_token" in tensors or (
+      "cls_token" not in tensors):
+    raise WeightsError(
+        f"{path}: only timm ViTs with a class token and no fc_norm or "
+        "register tokens map onto this model.")
+  if any(n.startswith("patch_embed.backbone.") for n in tensors):
+    raise WeightsError(f"{path}: timm hybrid (ResNet) weights are not read; "
+                       "use the released hybrid .npz files.")
+  params = {"cls": tensors["cls_token"], POSEMB: tensors["pos_embed"],
+            "embedding/kernel": tensors["patch_embed.proj.weight"].transpose(
+                2, 3, 1, 0),
+            "embedding/bias": tensors["patch_embed.proj.bias"],
+            "Transformer/encoder_norm/scale": tensors["norm.weight"],
+            "Transformer/encoder_norm/bias": tensors["norm.bias"]}
+  if "head.weight" in tensors:
+    params["head/kernel"] = _dense(tensors["head.weight"])
+    params["head/bias"] = tensors["head.bias"]
+  num_layers = 1 + max(int(m.group(1)) for n in tensors
+                       if (m := re.match(r"blocks\.(\d+)\.", n)))
+  for i in range(num_layers):
+    t = lambda name, i=i: tensors[f"blocks.{i}.{name}"]
+    block = _BLOCK.format(i)
+    width = t("attn.qkv.weight").shape[1]
+    qkv_w = np.split(t("attn.qkv.weight"), 3)
+    qkv_b = np.split(t("attn.qkv.bias"), 3)
+    for name, w, b in zip(("query", "key", "value"), qkv_w, qkv_b):
+      attn = f"{block}/MultiHeadDotProductAttention_1/{name}"
+      params[f"{attn}/kernel"] = _heads_in(w, num_heads)
+      params[f"{attn}/bias"] = b.reshape(num_heads, width // num_heads)
+    out = f"{block}/MultiHeadDotProductAttention_1/out"
+    params[f"{out}/kernel"] = _heads_out(t("attn.proj.weight"), num_heads)
+    params[f"{out}/bias"] = t("attn.proj.bias")
+    for ours, theirs in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+      params[f"{block}/{ours}/scale"] = t(f"{theirs}.weight")
+      params[f"{block}/{ours}/bias"] = t(f"{theirs}.bias")
+    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+      params[f"{block}/MlpBlock_3/{ours}/kernel"] = _dense(
+          t(f"mlp.{theirs}.weight"))
+      params[f"{block}/MlpBlock_3/{ours}/bias"] = t(f"mlp.{theirs}.bias")
+  return Converted(params, 1, "timm")
+
+
+# Hugging Face block names: transformers 4 (the Hub's files) and 5.
+_HF_BLOCK = {
+    "v4": dict(prefix="encoder.layer.{}.", query="attention.attention.query",
+               key="attention.attention.key",
+               value="attention.attention.value",
+               out="attention.output.dense", fc1="intermediate.dense",
+               fc2="output.dense"),
+    "v5": dict(prefix="layers.{}.", query="attention.q_proj",
+               key="attention.k_proj", value="attention.v_proj",
+               out="attention.o_proj", fc1="mlp.fc1", fc2="mlp.fc2"),
+}
+
+
+def from_hugging_face(tensors, num_heads, path) -> Converted:
+  """transformers' ViTModel / ViTForImageClassification (either naming)."""
+  tensors = {(k[len("vit."):] if k.startswith("vit.") else k): v
+             for k, v in tensors.items()}
+  names = _HF_BLOCK["v4" if any(k.startswith("encoder.layer.")
+                                for k in tensors) else "v5"]
+  params = {"cls": tensors["embeddings.cls_token"],
+            POSEMB: tensors["embeddings.position_embeddings"],
+            "embedding/kernel": tensors[
+                "embeddings.patch_embeddings.projection.weight"].transpose(
+                    2, 3, 1, 0),
+            "embedding/bias": tensors[
+                "embeddings.patch_embeddings.projection.bias"],
+            "Transformer/encoder_norm/scale": tensors["layernorm.weight"],
+            "Transformer/encoder_norm/bias": tensors["layernorm.bias"]}
+  if "classifier.weight" in tensors:
+    params["head/kernel"] = _dense(tensors["classifier.weight"])
+    params["head/bias"] = tensors["classifier.bias"]
+  if "pooler.dense.weight" in tensors:  # The tanh pre-logits layer.
+    params["pre_logits/kernel"] = _dense(tensors["pooler.dense.weight"])
+    params["pre_logits/bias"] = tensors["pooler.dense.bias"]
+  block_re = re.escape(names["prefix"]).replace(r"\{\}", r"(\d+)")
+  num_layers = 1 + max(int(m.group(1)) for n in tensors
+                       if (m := re.match(block_re, n)))
+  for i in range(num_layers):
+    t = lambda name, i=i: tensors[names["prefix"].format(i) + name]
+    block = _BLOCK.format(i)
+    for ours in ("query", "key", "value"):
+      w, b = t(names[ours] + ".weight"), t(names[ours] + ".bias")
+      attn = f"{block}/MultiHeadDotProductAttention_1/{ours}"
+      params[f"{attn}/kernel"] = _heads_in(w, num_heads)
+      params[f"{attn}/bias"] = b.reshape(num_heads, -1)
+    out = f"{block}/MultiHeadDotProductAttention_1/out"
+    params[f"{out}/kernel"] = _heads_out(t(names["out"] + ".weight"),
+                                         num_heads)
+    params[f"{out}/bias"] = t(names["out"] + ".bias")
+    for ours, theirs in (("LayerNorm_0", "layernorm_before"),
+                         ("LayerNorm_2", "layernorm_after")):
+      params[f"{block}/{ours}/scale"] = t(theirs + ".weight")
+      params[f"{block}/{ours}/bias"] = t(theirs + ".bias")
+    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+      params[f"{block}/MlpBlock_3/{ours}/kernel"] = _dense(
+          t(names[theirs] + ".weight"))
+      params[f"{block}/MlpBlock_3/{ours}/bias"] = t(names[theirs] + ".bias")
+  return Converted(params, 1, "hugging_face")
+
+
+def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """This project's flat names -> timm's VisionTransformer state dict."""
+  if "cls" not in params or any(k.startswith(("conv_root", "MAPHead_0"))
+                                for k in params):
+    raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "
+                       "no MAP head) have a timm layout.")
+  p = lambda name: np.ascontiguousarray(params[name])
+  out = {"cls_token": p("cls"), "pos_embed": p(POSEMB),
+         "patch_embed.proj.weight": np.ascontiguousarray(
+             params["embedding/kernel"].transpose(3, 2, 0, 1)),
+         "patch_embed.proj.bias": p("embedding/bias"),
+         "norm.weight": p("Transformer/encoder_norm/scale"),
+         "norm.bias": p("Transformer/encoder_norm/bias")}
+  if "head/kernel" in params:
+    out["head.weight"] = np.ascontiguousarray(params["head/kernel"].T)
+    out["head.bias"] = p("head/bias")
+  i = 0
+  while f"{_BLOCK.format(i)}/LayerNorm_0/scale" in params:
+    block, attn = _BLOCK.format(i), f"{_BLOCK.format(i)}/MultiHeadDotProductAttention_1"
+    width = params[f"{attn}/query/kernel"].shape[0]
+    out[f"blocks.{i}.attn.qkv.weight"] = np.concatenate(
+        [params[f"{attn}/{n}/kernel"].reshape(width, -1).T
+         for n in ("query", "key", "value")])
+    out[f"blocks.{i}.attn.qkv.bias"] = np.concatenate(
+        [params[f"{attn}/{n}/bias"].reshape(-1)
+         for n in ("query", "key", "value")])
+    out[f"blocks.{i}.attn.proj.weight"] = np.ascontiguousarray(
+        params[f"{attn}/out/kernel"].reshape(-1, width).T)
+    out[f"blocks.{i}.attn.proj.bias"] = p(f"{attn}/out/bias")
+    for ours, theirs in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+      out[f"blocks.{i}.{theirs}.weight"] = p(f"{block}/{ours}/scale")
+      out[f"blocks.{i}.{theirs}.bias"] = p(f"{block}/{ours}/bias")
+    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+      out[f"blocks.{i}.mlp.{theirs}.weight"] = np.ascontiguousarray(
+          params[f"{block}/MlpBlock_3/{ours}/kernel"].T)
+      out[f"blocks.{i}.mlp.{theirs}.bias"] = p(f"{block}/MlpBlock_3/{ours}/bias")
+    i += 1
+  return out

@@ -1,0 +1,195 @@
+"""Loading any supported weights file into a model's parameter tree.
+
+    loaded, report = load(path, target, num_prefix_tokens=1, grid=(24, 24))
+
+`target` is the model's (abstract) parameter tree. Every target parameter is
+either loaded (same shape), resized (position embeddings, by 2D
+interpolation), or re-initialised by policy: a head whose number of classes
+differs (or that the file lacks), and whatever `dont_load` names. File
+entries the target has no place for are dropped only by policy (a pre-logits
+layer when the config has none, or `dont_load`). Anything else (missing,
+unexpected or differently shaped parameters) refuses the whole load with the
+report's table: nothing is half-loaded.
+"""
+
+import dataclasses
+import re
+from typing import Optional, Sequence
+
+import flax
+import numpy as np
+from absl import logging
+
+from vit_jax.weights import convert, formats, posemb
+from vit_jax.weights.formats import WeightsError
+
+POSEMB = convert.POSEMB
+
+
+@dataclasses.dataclass
+class Report:
+  """What happened to every parameter; `table()` prints it."""
+  path: str
+  layout: str
+  matched: list = dataclasses.field(default_factory=list)
+  resized: list = dataclasses.field(default_factory=list)  # (name, old, new)
+  reinitialised: list = dataclasses.field(default_factory=list)  # (name, why)
+  dropped: list = dataclasses.field(default_factory=list)  # (name, why)
+  missing: list = dataclasses.field(default_factory=list)
+  unexpected: list = dataclasses.field(default_factory=list)
+  mismatched: list = dataclasses.field(default_factory=list)  # (name, f, t)
+  warnings: list = dataclasses.field(default_factory=list)
+
+  @property
+  def ok(self) -> bool:
+    return not (self.missing or self.unexpected or self.mismatched)
+
+  def table(self, limit: int = 12) -> str:
+    rows = [f"{self.path} ({self.layout} layout): "
+            f"{len(self.matched)} matching"]
+    sections = (
+        ("resized", [f"{n}: {o} -> {t}" for n, o, t in self.resized]),
+        ("re-initialised", [f"{n} ({why})" for n, why in self.reinitialised]),
+        ("dropped from the file", [f"{n} ({why})" for n, why in self.dropped]),
+        ("MISSING from the file", self.missing),
+        ("UNEXPECTED in the file", self.unexpected),
+        ("SHAPE MISMATCH (file vs config)",
+         [f"{n}: {f} vs {t}" for n, f, t in self.mismatched]),
+        ("warnings", self.warnings))
+    for title, items in sections:
+      if items:
+        rows.append(f"  {title} ({len(items)}):")
+        rows += [f"    {item}" for item in items[:limit]]
+        if len(items) > limit:
+          rows.append(f"    ... and {len(items) - limit} more")
+    return "\n".join(rows)
+
+
+def _num_heads(target_flat) -> int:
+  for name, leaf in target_flat.items():
+    if name.endswith("MultiHeadDotProductAttention_1/query/kernel"):
+      return leaf.shape[-2]
+  raise ValueError("The target model has no encoder attention.")
+
+
+def _matches(regexes: Sequence[str], name: str) -> bool:
+  return any(re.fullmatch(r, name) for r in regexes)
+
+
+def read_converted(path: str, num_heads: int) -> convert.Converted:
+  fmt, tensors = formats.read(path)
+  return convert.convert(fmt, tensors, num_heads, path)
+
+
+def load(path: str, target, *, num_prefix_tokens: int, grid,
+         dont_load: Sequence[str] = (), resize_method: str = "bilinear",
+         source_grid: Optional[Sequence[int]] = None):
+  """Returns ({name: array} of what was loaded, Report); raises WeightsError.
+
+  `target`: the model's parameter tree (arrays or ShapeDtypeStructs) in the
+  looped layout (`models.layout.unstack_layers` for a scanned one).
+  `num_prefix_tokens`: tokens before the patch grid in the target (1 with a
+  class token, else 0). `grid`: the target's (H, W) token grid.
+  """
+  target_flat = flax.traverse_util.flatten_dict(target, sep="/")
+  source = read_converted(path, _num_heads(target_flat))
+  report = Report(path=path, layout=source.layout)
+  loaded = {}
+  for name, leaf in target_flat.items():
+    shape = tuple(leaf.shape)
+    value = source.params.get(name)
+    if _matches(dont_load, name):
+      report.reinitialised.append((name, "config.init.dont_load"))
+    elif value is None:
+      if name.startswith("head/"):
+        report.reinitialised.append((name, "not in the file"))
+      else:
+        report.missing.append(name)
+    elif name == POSEMB:
+      value = _resize(value, shape, source, num_prefix_tokens, grid,
+                      resize_method, source_grid, report)
+      if value is not None:
+        loaded[name] = value
+    elif tuple(value.shape) == shape:
+      loaded[name] = value
+      report.matched.append(name)
+    elif name.startswith("head/"):
+      report.reinitialised.append(
+          (name, f"{value.shape[-1]} classes in the file, {shape[-1]} in the "
+           "config"))
+    else:
+      report.mismatched.append((name, tuple(value.shape), shape))
+  for name in source.params:
+    if name in target_flat:
+      continue
+    if _matches(dont_load, name):
+      report.dropped.append((name, "config.init.dont_load"))
+    elif name.startswith("pre_logits/"):
+      report.dropped.append((name, "config.model.representation_size=None"))
+    else:
+      report.unexpected.append(name)
+  _warn_zero_head(loaded, report)
+  if not report.ok:
+    raise WeightsError(
+        f"{path} does not fit this model; nothing was loaded.\n"
+        f"{report.table()}\n{_hint(source.params, target_flat)}Name the "
+        "parameters to re-initialise (and file entries to ignore) in "
+        "config.init.dont_load, or pick the config.model that wrote the file.")
+  loaded = {k: np.asarray(v, dtype=target_flat[k].dtype)
+            for k, v in loaded.items()}
+  return loaded, report
+
+
+def _resize(value, shape, source, num_prefix_tokens, grid, method,
+            source_grid, report):
+  """The file's position embeddings on the target grid, or None (mismatch)."""
+  if value.ndim == 2:
+    value = value[None]
+  if value.shape[-1] != shape[-1]:
+    report.mismatched.append((POSEMB, tuple(value.shape), shape))
+    return None
+  prefix = source.posemb_prefix_tokens
+  old_grid = (tuple(source_grid) if source_grid else
+              posemb.square_grid(value.shape[1] - prefix, source.layout))
+  resized = posemb.resize_posemb(value, prefix, old_grid, grid, method)
+  # Prefix tokens: keep, drop (no class token in the target), or add a zero
+  # one (the file's class token had no position embedding: same model).
+  if prefix > num_prefix_tokens:
+    resized = resized[:, prefix - num_prefix_tokens:]
+  elif prefix < num_prefix_tokens:
+    zeros = np.zeros((1, num_prefix_tokens - prefix, shape[-1]), value.dtype)
+    resized = np.concatenate([zeros, resized], axis=1)
+  if tuple(resized.shape) != shape:
+    report.mismatched.append((POSEMB, tuple(value.shape), shape))
+    return None
+  if tuple(value.shape) == shape and old_grid == tuple(grid):
+    report.matched.append(POSEMB)
+  else:
+    report.resized.append((POSEMB, tuple(value.shape), shape))
+  return resized
+
+
+def _warn_zero_head(loaded, report):
+  kernel = loaded.get("head/kernel")
+  if kernel is not None and not np.any(kernel):
+    message = ("The head loaded from the file is all zeros (a checkpoint "
+               "saved before its head was trained?): every prediction is "
+               "the same until the head is trained.")
+    report.warnings.append(message)
+    logging.warning(message)
+
+
+def _hint(file_params, target_flat) -> str:
+  """Says when the file is a different model size, e.g. B/16 into L/16."""
+  def describe(flat):
+    kernel = flat.get("embedding/kernel")
+    layers = len({m.group(1) for k in flat
+                  if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    if kernel is None:
+      return None
+    return f"width {kernel.shape[-1]}, patch {kernel.shape[0]}, {layers} layers"
+  theirs, ours = describe(file_params), describe(target_flat)
+  if theirs and ours and theirs != ours:
+    return (f"The file is a different model ({theirs}) from the config's "
+            f"({ours}).\n")
+  return ""

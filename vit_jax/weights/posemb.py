@@ -1,0 +1,86 @@
+"""Resizing position embeddings to a new token grid (new resolution).
+
+The paper: "we perform 2D interpolation of the pre-trained position
+embeddings, according to their location in the original image". The grid
+part is interpolated; the prefix tokens (the class token's embedding, when
+there is one) are kept as they are. Their number is always passed in, never
+inferred from the shape. Interpolation is separable and maps corner to corner
+(`scipy.ndimage.zoom(order=1)`'s convention), with a linear (default) or a
+cubic (Keys, a=-0.5) kernel. Pure numpy: it runs where TensorFlow does not.
+"""
+
+import numpy as np
+
+METHODS = ("bilinear", "bicubic")
+
+
+def _keys_cubic(t):
+  t = np.abs(t)
+  a = -0.5
+  return np.where(t <= 1, (a + 2) * t**3 - (a + 3) * t**2 + 1,
+                  np.where(t < 2, a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a,
+                           0.0))
+
+
+def _interpolation_matrix(size_in: int, size_out: int, method: str):
+  """W (size_out x size_in) with out = W @ in, corners aligned."""
+  if size_out == 1 or size_in == 1:
+    # A single output takes the first input (zoom's convention), and a single
+    # input is repeated.
+    weights = np.zeros((size_out, size_in))
+    weights[:, 0] = 1.0
+    return weights
+  source = np.arange(size_out) * (size_in - 1) / (size_out - 1)
+  taps = np.arange(size_in)
+  distance = source[:, None] - taps[None, :]
+  if method == "bilinear":
+    return np.maximum(0.0, 1.0 - np.abs(distance))
+  # Cubic: taps beyond the edges are clamped onto the edge samples.
+  base = np.floor(source).astype(int)
+  weights = np.zeros((size_out, size_in))
+  for offset in (-1, 0, 1, 2):
+    tap = base + offset
+    w = _keys_cubic(source - tap)
+    np.add.at(weights, (np.arange(size_out), np.clip(tap, 0, size_in - 1)), w)
+  return weights
+
+
+def resize_grid(grid_HxWxD: np.ndarray, new_hw, method: str = "bilinear"):
+  """Interpolates an (H, W, D) grid of embeddings to (H', W', D)."""
+  if method not in METHODS:
+    raise ValueError(f"Unknown position-embedding resize method {method!r}; "
+                     f"use one of {', '.join(METHODS)}.")
+  h, w, _ = grid_HxWxD.shape
+  rows = _interpolation_matrix(h, new_hw[0], method)
+  cols = _interpolation_matrix(w, new_hw[1], method)
+  grid = grid_HxWxD.astype(np.float64)
+  out = np.einsum("ih,hwd->iwd", rows, grid)
+  out = np.einsum("jw,iwd->ijd", cols, out)
+  return out.astype(grid_HxWxD.dtype)
+
+
+def resize_posemb(posemb_1xNxD: np.ndarray, num_prefix_tokens: int,
+                  old_grid, new_grid, method: str = "bilinear") -> np.ndarray:
+  """(1, prefix + H*W, D) -> (1, prefix + H'*W', D); same grid: returned as is."""
+  old_grid, new_grid = tuple(old_grid), tuple(new_grid)
+  _, length, width = posemb_1xNxD.shape
+  if length != num_prefix_tokens + old_grid[0] * old_grid[1]:
+    raise ValueError(
+        f"Position embeddings of {length} tokens are not {num_prefix_tokens} "
+        f"prefix token(s) plus a {old_grid[0]}x{old_grid[1]} grid.")
+  if old_grid == new_grid:
+    return posemb_1xNxD
+  prefix = posemb_1xNxD[:, :num_prefix_tokens]
+  grid = posemb_1xNxD[0, num_prefix_tokens:].reshape(*old_grid, width)
+  grid = resize_grid(grid, new_grid, method).reshape(1, -1, width)
+  return np.concatenate([prefix, grid], axis=1)
+
+
+def square_grid(num_grid_tokens: int, what: str):
+  """The side of a square grid; released files store square grids."""
+  side = int(round(np.sqrt(num_grid_tokens)))
+  if side * side != num_grid_tokens:
+    raise ValueError(
+        f"{what} has {num_grid_tokens} grid position embeddings, which is not "
+        "a square grid; set config.init.source_grid=(H, W) to say its shape.")
+  return (side, side)
