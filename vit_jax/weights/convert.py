@@ -285,4 +285,5 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
           params[f"{block}/MlpBlock_3/{ours}/kernel"].T)
       out[f"blocks.{i}.mlp.{theirs}.bias"] = p(f"{block}/MlpBlock_3/{ours}/bias")
     i += 1
-  return out
+  # safetensors writes the raw buffer: every array must be C-ordered.
+  return {k: np.ascontiguousarray(v) for k, v in out.items()}

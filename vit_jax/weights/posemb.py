@@ -35,13 +35,20 @@ def _interpolation_matrix(size_in: int, size_out: int, method: str):
   distance = source[:, None] - taps[None, :]
   if method == "bilinear":
     return np.maximum(0.0, 1.0 - np.abs(distance))
-  # Cubic: taps beyond the edges are clamped onto the edge samples.
-  base = np.floor(source).astype(int)
+  # Cubic: the sample one step beyond an edge is extrapolated linearly
+  # (f(-1) = 2 f(0) - f(1)), so linear ramps are reproduced exactly.
+  base = np.minimum(np.floor(source).astype(int), size_in - 2)
+  rows = np.arange(size_out)
   weights = np.zeros((size_out, size_in))
   for offset in (-1, 0, 1, 2):
     tap = base + offset
     w = _keys_cubic(source - tap)
-    np.add.at(weights, (np.arange(size_out), np.clip(tap, 0, size_in - 1)), w)
+    for beyond, edge, inner in ((tap < 0, 0, 1),
+                                (tap > size_in - 1, size_in - 1, size_in - 2)):
+      np.add.at(weights, (rows[beyond], edge), 2 * w[beyond])
+      np.add.at(weights, (rows[beyond], inner), -w[beyond])
+    inside = (tap >= 0) & (tap <= size_in - 1)
+    np.add.at(weights, (rows[inside], tap[inside]), w[inside])
   return weights
 
 

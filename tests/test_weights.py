@@ -1,0 +1,348 @@
+"""Weights from every format: parity with timm and Hugging Face, round trips,
+position-embedding resizing, head policy, inspection and bad files."""
+
+import os
+import subprocess
+import sys
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from tests import torch_reference
+from vit_jax import export, weights
+from vit_jax.models import VARIANTS, VisionTransformer
+from vit_jax.weights import convert, posemb
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_LIKE = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
+                  patch_size=8)  # The shape of torch_reference's models.
+
+
+def images(size=32, batch=3, seed=0, width=None):
+  rng = np.random.default_rng(seed)
+  return rng.uniform(-1, 1, (batch, size, width or size, 3)).astype(np.float32)
+
+
+def init(model, size=32, width=None, seed=0, scale=0.2):
+  """Random parameters everywhere (the head and biases too)."""
+  params = model.init(jax.random.key(seed),
+                      jnp.zeros((1, size, width or size, 3)))["params"]
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
+  return jax.tree.unflatten(tree, [
+      np.array(scale * jax.random.normal(k, x.shape)) for k, x in
+      zip(keys, leaves)])
+
+
+def load_params(path, model, size=32, width=None, **kwargs):
+  """Loads `path` into `model`'s tree (re-initialised entries stay zero)."""
+  target = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, size, width or size, 3)))["params"])
+  grid = kwargs.pop("grid")
+  loaded, report = weights.load(
+      path, target, num_prefix_tokens=int(model.classifier == "token"),
+      grid=grid, **kwargs)
+  flat = {k: np.zeros(v.shape, v.dtype) for k, v in
+          flax.traverse_util.flatten_dict(target, sep="/").items()}
+  flat.update(loaded)
+  return flax.traverse_util.unflatten_dict(flat, sep="/"), report
+
+
+def logits(model, params, x):
+  return np.asarray(model.apply({"params": params}, x)[0])
+
+
+# ------------------------------------------------------------ parity --
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
+def test_timm_weights_give_timm_logits(tmp_path, suffix):
+  reference = torch_reference.timm_vit()
+  path = str(tmp_path / f"timm{suffix}")
+  torch_reference.save_state_dict(reference, path)
+  model = VisionTransformer(num_classes=10, **TORCH_LIKE)
+  params, report = load_params(path, model, grid=(4, 4))
+  assert report.layout == "timm" and not report.reinitialised
+  x = images()
+  error = np.abs(logits(model, params, x) -
+                 torch_reference.torch_logits(reference, x)).max()
+  assert error < 1e-4, error
+
+
+@pytest.mark.parametrize("legacy_names", [False, True])
+def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
+  reference = torch_reference.hugging_face_vit()
+  state = {k: v.contiguous() for k, v in reference.state_dict().items()}
+  if legacy_names:  # The names of transformers 4, which the Hub's files use.
+    renames = (("vit.layers.", "vit.encoder.layer."),
+               ("attention.q_proj", "attention.attention.query"),
+               ("attention.k_proj", "attention.attention.key"),
+               ("attention.v_proj", "attention.attention.value"),
+               ("attention.o_proj", "attention.output.dense"),
+               ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output.dense"))
+    for old, new in renames:
+      state = {k.replace(old, new): v for k, v in state.items()}
+  from safetensors.torch import save_file
+  path = str(tmp_path / "hf.safetensors")
+  save_file(state, path)
+  model = VisionTransformer(num_classes=10, **TORCH_LIKE)
+  params, report = load_params(path, model, grid=(4, 4))
+  assert report.layout == "hugging_face" and report.ok
+  x = images()
+  error = np.abs(logits(model, params, x) -
+                 torch_reference.torch_logits(reference, x)).max()
+  # Hugging Face's LayerNorm epsilon is 1e-12 (ours and the paper's 1e-6).
+  assert error < 1e-4, error
+
+
+def test_export_to_timm_loads_into_timm(tmp_path):
+  """Models move both ways: our weights, exported, run in timm itself."""
+  from safetensors.torch import load_file
+  model = VisionTransformer(num_classes=10, **TORCH_LIKE)
+  params = init(model)
+  path = str(tmp_path / "ours.safetensors")
+  export.save_timm(params, path)
+  reference = torch_reference.timm_vit()
+  reference.load_state_dict(load_file(path))
+  x = images()
+  error = np.abs(logits(model, params, x) -
+                 torch_reference.torch_logits(reference, x)).max()
+  assert error < 1e-4, error
+
+
+# -------------------------------------------------------- round trips --
+
+
+@pytest.mark.parametrize("save, name", [(export.save_npz, "m.npz"),
+                                        (export.save_timm, "m.safetensors")])
+def test_export_and_import_round_trip_exactly(tmp_path, save, name):
+  model = VisionTransformer(num_classes=7, **TORCH_LIKE)
+  params = init(model)
+  path = str(tmp_path / name)
+  save(params, path)
+  loaded, report = load_params(path, model, grid=(4, 4))
+  assert report.ok and not report.resized and not report.reinitialised
+  np.testing.assert_array_equal(logits(model, loaded, images()),
+                                logits(model, params, images()))
+
+
+def test_older_released_hybrid_layout_loads(tmp_path):
+  """GroupNorm parameters stored as (1, 1, 1, C), as older releases did."""
+  v = VARIANTS["testing-hybrid"]
+  model = VisionTransformer(num_classes=5, hidden_size=v.hidden_size,
+                            mlp_dim=v.mlp_dim, num_heads=v.num_heads,
+                            num_layers=v.num_layers, patch_size=v.patch_size,
+                            resnet=v.resnet)
+  params = init(model)
+  flat = flax.traverse_util.flatten_dict(params, sep="/")
+  old = {k: (v.reshape(1, 1, 1, -1) if "/gn" in f"/{k}" else v)
+         for k, v in flat.items()}
+  assert any(v.ndim == 4 and v.shape[:3] == (1, 1, 1) for v in old.values())
+  path = str(tmp_path / "hybrid.npz")
+  export.save_npz(old, path)
+  loaded, report = load_params(path, model, grid=(32 // v.stride,) * 2)
+  assert report.ok
+  np.testing.assert_array_equal(logits(model, loaded, images()),
+                                logits(model, params, images()))
+
+
+def test_released_gap_model_and_class_token_posemb_policy(tmp_path):
+  """Position embeddings stored without the class token (a gap model) load
+  into a gap model as they are, and into a token model with a zero one."""
+  gap = VisionTransformer(num_classes=5, classifier="gap", **TORCH_LIKE)
+  params = init(gap)
+  path = str(tmp_path / "gap.npz")
+  export.save_npz(params, path)
+  loaded, _ = load_params(path, gap, grid=(4, 4))
+  np.testing.assert_array_equal(logits(gap, loaded, images()),
+                                logits(gap, params, images()))
+  token = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  with pytest.raises(weights.WeightsError, match="MISSING.*\n.*cls"):
+    load_params(path, token, grid=(4, 4))
+  loaded, report = load_params(path, token, grid=(4, 4),
+                               dont_load=("cls",))
+  assert loaded["Transformer"]["posembed_input"]["pos_embedding"].shape == (
+      1, 17, 32)
+  assert not np.any(loaded["Transformer"]["posembed_input"]["pos_embedding"][
+      0, 0])
+
+
+@pytest.mark.parametrize("scanned", [False, True])
+def test_big_vision_checkpoint_loads(tmp_path, scanned):
+  """big_vision names; its class token gets no position embedding."""
+  model = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  params = init(model)
+  params["Transformer"]["posembed_input"]["pos_embedding"][:, 0] = 0.0
+  flat = flax.traverse_util.flatten_dict(params, sep="/")
+  bv = {}
+  for name, value in flat.items():
+    name = (name.replace("MultiHeadDotProductAttention_1",
+                         "MultiHeadDotProductAttention_0")
+            .replace("LayerNorm_2", "LayerNorm_1")
+            .replace("MlpBlock_3", "MlpBlock_0"))
+    if name == convert.POSEMB:
+      name, value = "pos_embedding", value[:, 1:]
+    bv["params/" + name] = value
+  if scanned:
+    blocks = sorted({k.split("/")[2] for k in bv if "encoderblock_" in k})
+    for rest in {k.split("/", 3)[3] for k in bv if "encoderblock_" in k}:
+      bv[f"params/Transformer/encoderblock/{rest}"] = np.stack(
+          [bv.pop(f"params/Transformer/{b}/{rest}") for b in blocks])
+  bv["opt/state/mu/head/kernel"] = np.ones(1)  # Optimizer state is ignored.
+  path = str(tmp_path / "bv.npz")
+  np.savez(path, **bv)
+  loaded, report = load_params(path, model, grid=(4, 4))
+  assert report.layout == "big_vision"
+  np.testing.assert_allclose(logits(model, loaded, images()),
+                             logits(model, params, images()), atol=1e-6)
+
+
+# ------------------------------------------------------------ resizing --
+
+
+def test_same_grid_resize_is_bit_exact():
+  table = np.random.default_rng(0).normal(size=(1, 197, 8)).astype(np.float32)
+  out = posemb.resize_posemb(table, 1, (14, 14), (14, 14))
+  assert out is table
+
+
+@pytest.mark.parametrize("new_grid", [(24, 24), (14, 20), (7, 9)])
+def test_resize_matches_scipy_zoom_order_1(new_grid):
+  table = np.random.default_rng(0).normal(size=(1, 197, 8)).astype(np.float32)
+  out = posemb.resize_posemb(table, 1, (14, 14), new_grid)
+  np.testing.assert_array_equal(out[:, :1], table[:, :1])  # Class token kept.
+  zoom = (new_grid[0] / 14, new_grid[1] / 14, 1)
+  expected = ndimage.zoom(table[0, 1:].reshape(14, 14, 8), zoom, order=1)
+  np.testing.assert_allclose(out[0, 1:].reshape(*new_grid, 8), expected,
+                             atol=1e-6)
+
+
+def test_bicubic_resize_keeps_smooth_grids_and_corners():
+  rows, cols = np.meshgrid(np.linspace(0, 1, 14), np.linspace(0, 1, 14),
+                           indexing="ij")
+  plane = (2 * rows + 3 * cols)[..., None].astype(np.float32)
+  out = posemb.resize_grid(plane, (24, 20), "bicubic")
+  rows, cols = np.meshgrid(np.linspace(0, 1, 24), np.linspace(0, 1, 20),
+                           indexing="ij")
+  np.testing.assert_allclose(out[..., 0], 2 * rows + 3 * cols, atol=1e-5)
+
+
+def test_loading_at_a_new_resolution_resizes_and_runs(tmp_path):
+  model = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  path = str(tmp_path / "m.npz")
+  export.save_npz(init(model), path)
+  loaded, report = load_params(path, model, size=48, width=64, grid=(6, 8))
+  assert [r[0] for r in report.resized] == [convert.POSEMB]
+  out = logits(model, loaded, images(size=48, width=64))
+  assert out.shape == (3, 5) and np.all(np.isfinite(out))
+
+
+def test_hybrid_grid_follows_the_stem_stride(tmp_path):
+  v = VARIANTS["testing-hybrid"]
+  model = VisionTransformer(num_classes=5, hidden_size=v.hidden_size,
+                            mlp_dim=v.mlp_dim, num_heads=v.num_heads,
+                            num_layers=v.num_layers, patch_size=v.patch_size,
+                            resnet=v.resnet)
+  path = str(tmp_path / "hybrid.npz")
+  export.save_npz(init(model, size=32), path)
+  loaded, report = load_params(path, model, size=64,
+                               grid=(64 // v.stride,) * 2)
+  assert report.resized[0][1:] == ((1, 17, 16), (1, 65, 16))
+  assert np.all(np.isfinite(logits(model, loaded, images(size=64))))
+
+
+# --------------------------------------------------------- head policy --
+
+
+def test_head_policy_and_pre_logits(tmp_path):
+  pretrain = VisionTransformer(num_classes=9, representation_size=16,
+                               **TORCH_LIKE)
+  path = str(tmp_path / "pretrained.npz")
+  export.save_npz(init(pretrain), path)
+  finetune = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  loaded, report = load_params(path, finetune, grid=(4, 4))
+  assert {n for n, _ in report.reinitialised} == {"head/kernel", "head/bias"}
+  assert {n for n, _ in report.dropped} == {"pre_logits/kernel",
+                                            "pre_logits/bias"}
+  assert not np.any(loaded["head"]["kernel"])  # The paper's zero head.
+  kept, report = load_params(path, pretrain, grid=(4, 4),
+                             dont_load=("Transformer/encoder_norm/.*",))
+  assert len(report.reinitialised) == 2 and "pre_logits" in kept
+
+
+def test_zero_head_for_inference_is_warned_about(tmp_path):
+  model = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  params = init(model)
+  params["head"]["kernel"][:] = 0.0
+  path = str(tmp_path / "untrained_head.npz")
+  export.save_npz(params, path)
+  _, report = load_params(path, model, grid=(4, 4))
+  assert any("all zeros" in w for w in report.warnings)
+
+
+# ----------------------------------------------------------- bad files --
+
+
+def test_bad_files_give_one_clear_error_each(tmp_path):
+  model = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  text = tmp_path / "notes.txt"
+  text.write_text("not weights")
+  mixer = str(tmp_path / "mixer.npz")
+  np.savez(mixer, **{"MixerBlock_0/token_mixing/Dense_0/kernel": np.ones(2)})
+  good = str(tmp_path / "good.npz")
+  export.save_npz(init(model), good)
+  truncated = str(tmp_path / "truncated.npz")
+  with open(good, "rb") as f, open(truncated, "wb") as g:
+    g.write(f.read()[:3000])
+  st = str(tmp_path / "good.safetensors")
+  export.save_timm(init(model), st)
+  st_truncated = str(tmp_path / "truncated.safetensors")
+  with open(st, "rb") as f, open(st_truncated, "wb") as g:
+    g.write(f.read()[:-100])
+  cases = [(str(text), "notes.txt is not a weights file"),
+           (mixer, "MLP-Mixer checkpoint"),
+           (str(tmp_path / "absent.npz"), "absent.npz: the path does not "),
+           (truncated, "truncated.npz.*truncated or corrupt"),
+           (st_truncated, "truncated.safetensors is a truncated"),
+           (str(tmp_path), "not an Orbax checkpoint")]
+  for path, message in cases:
+    with pytest.raises(weights.WeightsError, match=message):
+      load_params(path, model, grid=(4, 4))
+
+
+def test_another_variant_is_refused_with_the_table(tmp_path):
+  """Like B/16 weights into an L/16 config: a table, and nothing loaded."""
+  wide = VisionTransformer(num_classes=4, **dict(TORCH_LIKE, hidden_size=64))
+  path = str(tmp_path / "wide.npz")
+  export.save_npz(init(wide), path)
+  narrow = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  with pytest.raises(weights.WeightsError,
+                     match=r"(?s)SHAPE MISMATCH.*different model \(width 64"):
+    load_params(path, narrow, grid=(4, 4))
+
+
+# --------------------------------------------------- command line tools --
+
+
+def test_inspect_and_export_commands(tmp_path):
+  model = VisionTransformer(num_classes=10, **dict(TORCH_LIKE, patch_size=4))
+  npz = str(tmp_path / "m.npz")
+  export.save_npz(init(model, size=16), npz)
+  env = {**os.environ, "XLA_FLAGS": ""}
+  run = lambda *args: subprocess.run(
+      [sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
+      text=True, timeout=300)
+  st = str(tmp_path / "m.safetensors")
+  done = run("vit_jax.export", f"--checkpoint={npz}", "--format=timm",
+             f"--out={st}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  done = run("vit_jax.inspect_checkpoint", st,
+             "--config=configs/finetune.py:digits,variant=testing",
+             "--config.model.variant=testing")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "blocks.0.attn.qkv.weight" in done.stdout
+  assert "Does NOT load into testing" in done.stdout  # Width 32 vs 16.

@@ -1,0 +1,107 @@
+"""Independent PyTorch ViTs (timm, Hugging Face) built locally, random weights.
+
+Nothing is downloaded: the models are constructed from their classes. The
+package registry's torchvision does not load beside the CPU build of torch
+that CI installs, and timm imports torchvision at import time (for data
+transforms and a frozen batch norm that a ViT never uses). When the real
+torchvision fails to import, a placeholder package stands in for it, so
+that timm's own VisionTransformer code, which is what the tests compare
+against, runs unchanged.
+"""
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+import numpy as np
+
+
+class _AnyAttribute(type):
+  """A class whose every attribute is another placeholder class."""
+
+  def __getattr__(cls, name):
+    if name.startswith("__"):
+      raise AttributeError(name)
+    return _AnyAttribute(name, (), {"__init__": lambda self, *a, **k: None})
+
+
+class _PlaceholderModule(types.ModuleType):
+  __path__ = []
+
+  def __getattr__(self, name):
+    if name.startswith("__"):
+      raise AttributeError(name)
+    return _AnyAttribute(name, (), {"__init__": lambda self, *a, **k: None})
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+
+  def find_spec(self, fullname, path, target=None):
+    del path, target
+    if fullname == "torchvision" or fullname.startswith("torchvision."):
+      return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+    return None
+
+  def create_module(self, spec):
+    return _PlaceholderModule(spec.name)
+
+  def exec_module(self, module):
+    pass
+
+
+def import_timm():
+  try:
+    import torchvision  # noqa: F401
+  except Exception:  # pylint: disable=broad-except
+    for name in [n for n in sys.modules if n.split(".")[0] == "torchvision"]:
+      del sys.modules[name]
+    sys.meta_path.insert(0, _PlaceholderFinder())
+  import timm  # pylint: disable=g-import-not-at-top
+  return timm
+
+
+def randomize(module, seed: int = 0, scale: float = 0.2):
+  """Every parameter random (their inits leave biases and tokens at zero)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  generator = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in module.parameters():
+      p.copy_(torch.randn(p.shape, generator=generator) * scale)
+  return module.eval()
+
+
+def timm_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32, classes=10):
+  timm = import_timm()
+  model = timm.models.vision_transformer.VisionTransformer(
+      img_size=size, patch_size=patch, embed_dim=width, depth=depth,
+      num_heads=heads, mlp_ratio=mlp / width, num_classes=classes)
+  return randomize(model)
+
+
+def hugging_face_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32,
+                     classes=10):
+  from transformers import ViTConfig, ViTForImageClassification  # pylint: disable=g-import-not-at-top
+  config = ViTConfig(hidden_size=width, num_hidden_layers=depth,
+                     num_attention_heads=heads, intermediate_size=mlp,
+                     image_size=size, patch_size=patch, num_labels=classes)
+  return randomize(ViTForImageClassification(config), seed=1)
+
+
+def torch_logits(model, images_BxHxWxC: np.ndarray) -> np.ndarray:
+  import torch  # pylint: disable=g-import-not-at-top
+  x = torch.from_numpy(np.ascontiguousarray(images_BxHxWxC.transpose(0, 3, 1, 2)))
+  with torch.no_grad():
+    out = model(x) if not hasattr(model, "vit") else model(pixel_values=x)
+  return (out.logits if hasattr(out, "logits") else out).numpy()
+
+
+def save_state_dict(model, path: str):
+  """`.safetensors` via safetensors, anything else via torch.save."""
+  import torch  # pylint: disable=g-import-not-at-top
+  state = {k: v.contiguous() for k, v in model.state_dict().items()}
+  if path.endswith(".safetensors"):
+    from safetensors.torch import save_file  # pylint: disable=g-import-not-at-top
+    save_file(state, path)
+  else:
+    torch.save(state, path)

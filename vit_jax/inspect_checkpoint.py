@@ -1,0 +1,76 @@
+"""Prints a weights file's parameters, and how they fit a config's model.
+
+    python -m vit_jax.inspect_checkpoint /tmp/digits.npz
+    python -m vit_jax.inspect_checkpoint /tmp/digits.npz \
+        --config=configs/finetune.py:digits
+
+Without --config: every array in the file (name, shape, dtype) and the total
+count. With a config: the table of matching, resized, re-initialised,
+dropped, missing and unexpected parameters that loading it for that config
+would give (the number of classes is the file's head's unless
+--num_classes says otherwise). Reads any format the loader reads.
+"""
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+from ml_collections import config_flags
+
+from vit_jax import models, weights
+from vit_jax.models import layout
+from vit_jax.weights import formats
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
+                                lock_config=True)
+flags.DEFINE_integer("num_classes", None, "Classes of the target's head.")
+
+
+def describe_file(path: str) -> str:
+  fmt, tensors = formats.read(path)
+  width = max(len(k) for k in tensors)
+  rows = [f"{path}: {fmt}, {len(tensors)} arrays, "
+          f"{sum(v.size for v in tensors.values()):,} parameters"]
+  rows += [f"  {name:<{width}}  {str(tuple(v.shape)):<20} {v.dtype}"
+           for name, v in sorted(tensors.items())]
+  return "\n".join(rows)
+
+
+def compare_with_config(path: str, config, num_classes=None) -> str:
+  """The loader's report for `config`'s model (raises nothing)."""
+  if num_classes is None:
+    head = weights.loader.read_converted(
+        path, models.get_variant(config.model.variant).num_heads).params.get(
+            "head/kernel")
+    num_classes = head.shape[-1] if head is not None else 1000
+  model = models.build_model(config.model, num_classes)
+  size = config.image_size
+  target = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), jnp.zeros((1, size, size, 3)))["params"])
+  if config.model.scan_layers:
+    target = jax.eval_shape(layout.unstack_layers, target)
+  try:
+    _, report = weights.load(
+        path, target,
+        num_prefix_tokens=1 if config.model.classifier == "token" else 0,
+        grid=weights.target_grid(config), dont_load=config.init.dont_load,
+        resize_method=config.init.posemb_resize,
+        source_grid=config.init.source_grid)
+    return (f"Loads into {config.model.variant} at {size} px with "
+            f"{num_classes} classes:\n{report.table(limit=1000)}")
+  except weights.WeightsError as e:
+    return f"Does NOT load into {config.model.variant} at {size} px:\n{e}"
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError("Usage: inspect_checkpoint PATH [--config=...]")
+  np.set_printoptions(linewidth=120)
+  print(describe_file(argv[1]))
+  if FLAGS.config is not None:
+    print(compare_with_config(argv[1], FLAGS.config, FLAGS.num_classes))
+
+
+if __name__ == "__main__":
+  app.run(main)
