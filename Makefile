@@ -17,6 +17,7 @@ setup: $(STAMP)
 
 # Pre-trains on digits at 16 px, then fine-tunes that checkpoint at 32 px
 # (position embeddings resized, new head); each prints its test accuracy.
+# Then the few-shot linear accuracy of the pre-trained model.
 demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	rm -rf $(WORKDIR)
 	@echo "== 1/2 Pre-training on digits at 16 px"
@@ -25,9 +26,12 @@ demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	@echo "== 2/2 Fine-tuning that checkpoint at 32 px"
 	$(VENV)/bin/python -m vit_jax.main --config=configs/finetune.py:digits \
 	    --workdir=$(WORKDIR)/finetune --config.init.checkpoint=$(WORKDIR)/pretrain
+	@echo "== Few-shot linear accuracy of the pre-trained checkpoint"
+	$(VENV)/bin/python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
+	    --checkpoints=$(WORKDIR)/pretrain --workdir=$(WORKDIR)/fewshot
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 tests
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
 
 clean:
 	rm -rf $(VENV) workdirs

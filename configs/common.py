@@ -100,6 +100,19 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.init.posemb_resize = "bilinear"  # Grid interpolation: or bicubic.
   config.init.source_grid = config_dict.placeholder(tuple)  # File's (H, W) if not square.
 
+  # Few-shot linear evaluation (vit_jax/evaluators/fewshot.py).
+  config.fewshot = ml_collections.ConfigDict()  # See above.
+  config.fewshot.datasets = ()  # TFDS names, folder:/path or digits.
+  config.fewshot.train_split = "train"  # Where the k shots per class come from.
+  config.fewshot.eval_split = "test"  # Where accuracy is measured.
+  config.fewshot.shots = (1, 5, 10, 25)  # Examples per class.
+  config.fewshot.seeds = 3  # Random samples per shot count (mean and std).
+  config.fewshot.l2_grid = tuple(2.0**p for p in range(-6, 13, 2))  # Ridge L2.
+  config.fewshot.layer = "pre_logits"  # Representation: see fewshot/features.py.
+  config.fewshot.on_too_few = "fail"  # A class with < k examples: fail | skip.
+  config.fewshot.float64 = False  # Solve in float64 on the host (else fp32).
+  config.fewshot.every_steps = 0  # During training, every N steps; 0: never.
+
   # Loop.
   config.log_every_steps = 50  # Training metrics to the writers.
   config.eval_every_steps = 1000  # Test accuracy during training; 0: end only.

@@ -27,3 +27,25 @@ def digits_config(tfds_data_dir):
   config = digits.get_config("runlocal")
   config.data_dir = tfds_data_dir
   return config
+
+
+@pytest.fixture(scope="session")
+def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
+  """A workdir holding the `digits` model trained at 16 px for 400 steps.
+
+  Tests using it share one xdist worker (`xdist_group('trained_digits')`),
+  so it is trained once per run.
+  """
+  from configs import digits
+  from vit_jax import train
+  config = digits.get_config("runlocal")
+  config.data_dir = tfds_data_dir
+  config.model.variant = "digits"
+  config.total_steps = 400
+  config.warmup_steps = 20
+  config.lr = 3e-3
+  config.eval_every_steps = 0
+  workdir = str(tmp_path_factory.mktemp("trained_digits"))
+  result = train.train_and_evaluate(config, workdir)
+  assert result["test_accuracy"] > 0.6, result
+  return workdir

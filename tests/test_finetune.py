@@ -1,28 +1,24 @@
 """Fine-tuning from a checkpoint through `train_and_evaluate`: a model
 pre-trained at 16 px predicts well at 32 px right after loading."""
 
+import pytest
+
 from configs import finetune
 from vit_jax import train
 
 
-def test_finetuning_at_a_new_resolution(digits_config, tmp_path):
-  digits_config.model.variant = "digits"
-  digits_config.total_steps = 400
-  digits_config.warmup_steps = 20
-  digits_config.lr = 3e-3
-  digits_config.eval_every_steps = 0
-  pretrained = train.train_and_evaluate(digits_config, str(tmp_path / "pre"))
-  assert pretrained["test_accuracy"] > 0.6, pretrained
-
+@pytest.mark.xdist_group("trained_digits")
+def test_finetuning_at_a_new_resolution(trained_digits, tfds_data_dir,
+                                        tmp_path):
   config = finetune.get_config("digits")
-  config.data_dir = digits_config.data_dir
-  config.init.checkpoint = str(tmp_path / "pre")
+  config.data_dir = tfds_data_dir
+  config.init.checkpoint = trained_digits
   config.init.dont_load = ()  # Keep the trained head: evaluate at once.
   config.total_steps = 0
   config.ema_decay = 0.99  # The average starts from the loaded weights.
   loaded = train.train_and_evaluate(config, str(tmp_path / "ft0"))
   # Position embeddings resized from 4x4 to 8x8: still far above chance.
-  assert loaded["test_accuracy"] > 0.5, (pretrained, loaded)
+  assert loaded["test_accuracy"] > 0.5, loaded
 
   config.init.dont_load = ("head/.*",)  # The paper's policy: a new head.
   config.total_steps = 60

@@ -13,7 +13,8 @@ import pytest
 from scipy import ndimage
 
 from tests import torch_reference
-from vit_jax import export, weights
+from vit_jax import weights
+from vit_jax.weights import export
 from vit_jax.models import VARIANTS, VisionTransformer
 from vit_jax.weights import convert, posemb
 

@@ -4,9 +4,9 @@ Nothing is downloaded: the models are constructed from their classes. The
 package registry's torchvision does not load beside the CPU build of torch
 that CI installs, and timm imports torchvision at import time (for data
 transforms and a frozen batch norm that a ViT never uses). When the real
-torchvision fails to import, a placeholder package stands in for it, so
-that timm's own VisionTransformer code, which is what the tests compare
-against, runs unchanged.
+torchvision fails to import, a placeholder package stands in for it (for
+timm, and for transformers, which also imports it when installed), so that
+their own ViT code, which is what the tests compare against, runs unchanged.
 """
 
 import importlib.abc
@@ -50,13 +50,20 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     pass
 
 
-def import_timm():
+def _make_torchvision_importable():
+  """Both timm and transformers import torchvision when it is installed."""
   try:
-    import torchvision  # noqa: F401
+    import torchvision  # noqa: F401  pylint: disable=g-import-not-at-top
   except Exception:  # pylint: disable=broad-except
     for name in [n for n in sys.modules if n.split(".")[0] == "torchvision"]:
       del sys.modules[name]
     sys.meta_path.insert(0, _PlaceholderFinder())
+
+
+_make_torchvision_importable()  # Before timm or transformers is imported.
+
+
+def import_timm():
   import timm  # pylint: disable=g-import-not-at-top
   return timm
 

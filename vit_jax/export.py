@@ -5,67 +5,32 @@
     python -m vit_jax.export --checkpoint=/tmp/digits.npz \
         --format=timm --out=/tmp/digits.safetensors
 
-`npz` is the released google-research/vision_transformer layout (flat
-'a/b/c' names, looped blocks, class-token position embedding included), which
-its code and this project load. `timm` is a safetensors file with the state
-dict of timm's `VisionTransformer` (plain ViTs with a class token). Imports
-no TensorFlow.
+`npz` is the released google-research/vision_transformer layout, which its
+code and this project load; `timm` a safetensors file with the state dict of
+timm's `VisionTransformer` (see `vit_jax/weights/export.py`). Imports no
+TensorFlow.
 """
 
 from absl import app, flags
-import flax
-import numpy as np
 
-from vit_jax.weights import convert, loader
-
-EXPORT_FORMATS = ("npz", "timm")
+from vit_jax.weights import export
 
 flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
-flags.DEFINE_enum("format", "npz", EXPORT_FORMATS, "Layout to write.")
+flags.DEFINE_enum("format", "npz", export.EXPORT_FORMATS, "Layout to write.")
 flags.DEFINE_string("out", None, "File to write.")
 flags.DEFINE_integer("num_heads", 0,
                      "Attention heads; needed only to read PyTorch weights.")
-
-
-def released_params(path: str, num_heads: int = 0) -> dict[str, np.ndarray]:
-  """Flat released-layout params of any file; class-token posemb included."""
-  source = loader.read_converted(path, num_heads)
-  params = dict(source.params)
-  posemb = params.get(convert.POSEMB)
-  if "cls" in params and posemb is not None and source.posemb_prefix_tokens == 0:
-    # big_vision adds no position embedding to the class token: zero is the
-    # same model in the released layout.
-    zeros = np.zeros_like(posemb[:, :1])
-    params[convert.POSEMB] = np.concatenate([zeros, posemb], axis=1)
-  return params
-
-
-def save_npz(params, path: str):
-  """Params (flat names or a nested tree) -> released-layout .npz."""
-  if not all(isinstance(k, str) and "/" in k for k in params):
-    params = flax.traverse_util.flatten_dict(params, sep="/")
-  with open(path, "wb") as f:
-    np.savez(f, **{k: np.asarray(v) for k, v in params.items()})
-
-
-def save_timm(params, path: str):
-  """Params (flat or nested) -> timm VisionTransformer state dict."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  if not all(isinstance(k, str) and "/" in k for k in params):
-    params = flax.traverse_util.flatten_dict(params, sep="/")
-  flat = {k: np.asarray(v, np.float32) for k, v in params.items()}
-  save_file(convert.to_timm(flat), path)
+flags.mark_flags_as_required(["checkpoint", "out"])
 
 
 def main(argv):
   del argv
   f = flags.FLAGS
-  params = released_params(f.checkpoint, f.num_heads)
-  {"npz": save_npz, "timm": save_timm}[f.format](params, f.out)
+  params = export.released_params(f.checkpoint, f.num_heads)
+  {"npz": export.save_npz, "timm": export.save_timm}[f.format](params, f.out)
   count = sum(v.size for v in params.values())
   print(f"Wrote {len(params)} arrays ({count:,} parameters) to {f.out}.")
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["checkpoint", "out"])
   app.run(main)

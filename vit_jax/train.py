@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from vit_jax import checkpoint, models, optim, sharding, steps, weights
 from vit_jax.data import input_pipeline, preprocess
-from vit_jax.evaluators import classification
+from vit_jax.evaluators import classification, fewshot
 from vit_jax.weights import posemb
 
 
@@ -105,6 +105,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       model, lambda: input_pipeline.make_eval_dataset(
           config, source).as_numpy_iterator(),
       mesh, loss_fn, state_sharding.params, rules)
+  fewshot_evaluator = (fewshot.FewShotEvaluator(
+      model, config, mesh, state_sharding.params)
+                       if config.fewshot.every_steps else None)
   manager = checkpoint.make_manager(workdir, config)
   if config.init.checkpoint and manager.latest_step() is None:
     params = weights.init_params(config, state.params, state_sharding.params)
@@ -121,8 +124,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                jax.device_count(), jax.process_count(), dict(mesh.shape))
   preemption = checkpoint.PreemptionFlag()
   try:
-    result = _loop(config, workdir, state, train_step, train_iter, evaluator,
-                   manager, writer, preemption, start_step, num_steps)
+    result = _loop(config, workdir, state, train_step, train_iter,
+                   (evaluator, fewshot_evaluator), manager, writer, preemption,
+                   start_step, num_steps)
   finally:
     preemption.restore()
     manager.wait_until_finished()
@@ -131,8 +135,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   return result
 
 
-def _loop(config, workdir, state, train_step, train_iter, evaluator, manager,
+def _loop(config, workdir, state, train_step, train_iter, evaluators, manager,
           writer, preemption, start_step, num_steps) -> dict[str, float]:
+  evaluator, fewshot_evaluator = evaluators
   hooks = []
   if jax.process_index() == 0:
     hooks.append(periodic_actions.ReportProgress(num_train_steps=num_steps,
@@ -160,6 +165,9 @@ def _loop(config, workdir, state, train_step, train_iter, evaluator, manager,
       return {**result, "preempted_at_step": float(step)}
     if config.eval_every_steps and step % config.eval_every_steps == 0:
       result.update(_evaluate(evaluator, state, writer, step))
+    if fewshot_evaluator and (step % config.fewshot.every_steps == 0 or
+                              step == num_steps):
+      result.update(_evaluate_fewshot(fewshot_evaluator, state, writer, step))
   if pending is not None:
     result.update(_log_train(writer, *pending, config, timer, final=True))
   if start_step < num_steps and num_steps % config.checkpoint_every_steps:
@@ -205,6 +213,14 @@ def _log_train(writer, step, metrics, config, timer,
                  scalars["images_per_sec"],
                  datetime.timedelta(seconds=round(scalars["eta_s"])))
   return {"train_loss": loss}
+
+
+def _evaluate_fewshot(evaluator, state, writer, step) -> dict[str, float]:
+  metrics = evaluator.run(state.eval_params())
+  writer.write_scalars(step, {f"fewshot/{k}": v for k, v in metrics.items()})
+  logging.info("Step %d: few-shot %s.", step, ", ".join(
+      f"{k} {v:.4f}" for k, v in metrics.items() if not k.endswith("_std")))
+  return {f"fewshot/{k}": v for k, v in metrics.items()}
 
 
 def _evaluate(evaluator, state, writer, step) -> dict[str, float]:

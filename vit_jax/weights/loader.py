@@ -119,11 +119,14 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
            "config"))
     else:
       report.mismatched.append((name, tuple(value.shape), shape))
+  has_head = any(k.startswith("head/") for k in target_flat)
   for name in source.params:
     if name in target_flat:
       continue
     if _matches(dont_load, name):
       report.dropped.append((name, "config.init.dont_load"))
+    elif name.startswith("head/") and not has_head:
+      report.dropped.append((name, "the model has no head"))
     elif name.startswith("pre_logits/"):
       report.dropped.append((name, "config.model.representation_size=None"))
     else:

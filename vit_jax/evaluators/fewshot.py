@@ -1,0 +1,61 @@
+"""Few-shot linear accuracy of frozen representations (the paper's protocol).
+
+For each dataset of `config.fewshot.datasets`, features of its train and
+test splits are extracted once per call of `run`, then every shot count,
+seed and L2 strength reuses them (`vit_jax/fewshot/solver.py`).
+"""
+
+import ml_collections
+
+from vit_jax.data import input_pipeline
+from vit_jax.fewshot import features, solver
+
+
+class FewShotEvaluator:
+  """`run(params) -> {'DATASET/Kshot': accuracy, ..., 'DATASET/full': ...}`."""
+
+  def __init__(self, model, config: ml_collections.ConfigDict, mesh,
+               params_sharding):
+    fewshot = config.fewshot
+    if not fewshot.datasets:
+      raise ValueError("config.fewshot.datasets is empty; name at least one "
+                       "dataset (a TFDS name, folder:/path or digits).")
+    features.check_layer(fewshot.layer, model.num_layers)
+    self._config = config
+    self._mesh = mesh
+    self._feature_fn = features.make_feature_fn(
+        model, fewshot.layer, mesh, params_sharding,
+        config.sharding.logical_axis_rules)
+    self._splits = {}
+    for name in fewshot.datasets:
+      split_configs = []
+      for split in (fewshot.train_split, fewshot.eval_split):
+        split_config = config.copy_and_resolve_references()
+        split_config.dataset, split_config.eval_split = name, split
+        split_config.cache = False
+        split_configs.append(split_config)
+      source = input_pipeline.make_source(split_configs[0])
+      self._splits[name] = (source, split_configs)
+
+  def dataset_features(self, params, name: str):
+    """(train features, train labels, test features, test labels, classes)."""
+    source, split_configs = self._splits[name]
+    out = []
+    for split_config in split_configs:
+      batches = input_pipeline.make_eval_dataset(split_config, source)
+      out += features.extract(
+          self._feature_fn, params, batches.as_numpy_iterator(), self._mesh,
+          input_pipeline.num_eval_batches(split_config, source),
+          f"{name} {split_config.eval_split}")
+    return (*out, source.num_classes)
+
+  def run(self, params) -> dict[str, float]:
+    fewshot = self._config.fewshot
+    metrics = {}
+    for name in fewshot.datasets:
+      *arrays, num_classes = self.dataset_features(params, name)
+      results = solver.run_protocol(
+          *arrays, num_classes, fewshot.shots, fewshot.seeds,
+          fewshot.l2_grid, fewshot.on_too_few, fewshot.float64)
+      metrics.update({f"{name}/{k}": v for k, v in results.items()})
+    return metrics

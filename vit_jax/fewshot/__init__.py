@@ -1,0 +1,1 @@
+"""Few-shot linear evaluation: closed-form solver, feature extraction, sweeps."""

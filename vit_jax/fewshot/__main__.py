@@ -1,0 +1,38 @@
+"""The few-shot sweep command (see `vit_jax/fewshot/sweep.py`).
+
+    python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
+        --checkpoints=workdirs/demo/pretrain --workdir=workdirs/fewshot
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+import jax  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from vit_jax.fewshot import sweep  # noqa: E402
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",
+                                lock_config=True)
+flags.DEFINE_list("checkpoints", None, "Weights files or workdirs.")
+flags.DEFINE_list("datasets", None,
+                  "Datasets (default: config.fewshot.datasets).")
+flags.DEFINE_string("workdir", None, "Where the JSON and CSV go.")
+flags.mark_flags_as_required(["config", "checkpoints"])
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.INFO)
+  table = sweep.sweep(FLAGS.config, FLAGS.checkpoints, FLAGS.datasets)
+  if jax.process_index() == 0:
+    if FLAGS.workdir:
+      sweep.write(table, FLAGS.workdir)
+    print(sweep.format_table(table, FLAGS.config.fewshot.shots))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,71 @@
+"""Frozen representations of a split, extracted by the sharded model.
+
+The batches are the exact-evaluation ones (padded, with a mask), spread over
+all devices and hosts; every process gets the whole split's features back,
+padding removed, in a fixed order.
+"""
+
+import re
+from typing import Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from vit_jax import sharding
+
+POOLED_LAYERS = ("pre_logits", "head_input", "logits")
+
+
+def available_layers(num_layers: int) -> list[str]:
+  return list(POOLED_LAYERS) + [f"block_{i}" for i in range(num_layers)]
+
+
+def check_layer(layer: str, num_layers: int):
+  if layer not in available_layers(num_layers):
+    raise ValueError(
+        f"Unknown representation layer {layer!r}; available: "
+        f"{', '.join(available_layers(num_layers))} (block_i: the class token "
+        "after block i, or the mean over tokens without one).")
+
+
+def make_feature_fn(model, layer: str, mesh, params_sharding,
+                    logical_axis_rules=()):
+  """jit(params, images) -> B x D features of `layer`, sharded over data."""
+  block = re.fullmatch(r"block_(\d+)", layer)
+
+  def features(params, images):
+    logits, out = model.apply({"params": params}, images,
+                              return_intermediates=block is not None)
+    if block is None:
+      return (logits if layer == "logits" else out[layer]).astype(jnp.float32)
+    tokens = out["blocks"][int(block.group(1))]
+    pooled = (tokens[:, 0] if model.classifier == "token"
+              else tokens.mean(axis=1))
+    return pooled.astype(jnp.float32)
+
+  return sharding.jit_on_mesh(
+      features, mesh, logical_axis_rules,
+      in_shardings=(params_sharding, sharding.batch_sharding(mesh)),
+      out_shardings=sharding.batch_sharding(mesh))
+
+
+def extract(feature_fn, params, batches: Iterable[dict], mesh,
+            num_batches: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+  """(features N x D, integer labels N) of every real example in `batches`."""
+  features, labels, masks = [], [], []
+  report_every = max(1, num_batches // 10)
+  for i, local in enumerate(batches):
+    batch = sharding.to_global_batch(local, mesh)
+    out = feature_fn(params, batch["image"])
+    gather = lambda x: np.asarray(
+        multihost_utils.process_allgather(x, tiled=True))
+    features.append(gather(out))
+    labels.append(gather(batch["labels"]).argmax(-1))
+    masks.append(gather(batch["mask"]) > 0)
+    if (i + 1) % report_every == 0 or i + 1 == num_batches:
+      logging.info("Features of %s: batch %d/%d.", what, i + 1, num_batches)
+  mask = np.concatenate(masks)
+  return np.concatenate(features)[mask], np.concatenate(labels)[mask]

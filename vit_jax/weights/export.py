@@ -1,0 +1,44 @@
+"""Writing weights in other code bases' layouts (no TensorFlow).
+
+`npz`: the released google-research/vision_transformer layout (flat 'a/b/c'
+names, looped blocks, class-token position embedding included). `timm`: a
+safetensors state dict of timm's `VisionTransformer` (plain ViTs with a
+class token).
+"""
+
+import flax
+import numpy as np
+
+from vit_jax.weights import convert, loader
+
+EXPORT_FORMATS = ("npz", "timm")
+
+
+def released_params(path: str, num_heads: int = 0) -> dict[str, np.ndarray]:
+  """Flat released-layout params of any file; class-token posemb included."""
+  source = loader.read_converted(path, num_heads)
+  params = dict(source.params)
+  posemb = params.get(convert.POSEMB)
+  if "cls" in params and posemb is not None and source.posemb_prefix_tokens == 0:
+    # big_vision adds no position embedding to the class token: zero is the
+    # same model in the released layout.
+    zeros = np.zeros_like(posemb[:, :1])
+    params[convert.POSEMB] = np.concatenate([zeros, posemb], axis=1)
+  return params
+
+
+def save_npz(params, path: str):
+  """Params (flat names or a nested tree) -> released-layout .npz."""
+  if not all(isinstance(k, str) and "/" in k for k in params):
+    params = flax.traverse_util.flatten_dict(params, sep="/")
+  with open(path, "wb") as f:
+    np.savez(f, **{k: np.asarray(v) for k, v in params.items()})
+
+
+def save_timm(params, path: str):
+  """Params (flat or nested) -> timm VisionTransformer state dict."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  if not all(isinstance(k, str) and "/" in k for k in params):
+    params = flax.traverse_util.flatten_dict(params, sep="/")
+  flat = {k: np.asarray(v, np.float32) for k, v in params.items()}
+  save_file(convert.to_timm(flat), path)
