@@ -20,13 +20,13 @@ setup: $(STAMP)
 # Then the few-shot linear accuracy of the pre-trained model.
 demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	rm -rf $(WORKDIR)
-	@echo "== 1/2 Pre-training on digits at 16 px"
+	@echo "== 1/3 Pre-training on digits at 16 px"
 	$(VENV)/bin/python -m vit_jax.main --config=configs/digits.py \
 	    --workdir=$(WORKDIR)/pretrain
-	@echo "== 2/2 Fine-tuning that checkpoint at 32 px"
+	@echo "== 2/3 Fine-tuning that checkpoint at 32 px"
 	$(VENV)/bin/python -m vit_jax.main --config=configs/finetune.py:digits \
 	    --workdir=$(WORKDIR)/finetune --config.init.checkpoint=$(WORKDIR)/pretrain
-	@echo "== Few-shot linear accuracy of the pre-trained checkpoint"
+	@echo "== 3/3 Few-shot linear accuracy of the pre-trained checkpoint"
 	$(VENV)/bin/python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
 	    --checkpoints=$(WORKDIR)/pretrain --workdir=$(WORKDIR)/fewshot
 
