@@ -86,6 +86,28 @@ def timm_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32, classes=10):
   return randomize(model)
 
 
+def timm_hybrid_vit(stages=(1, 1), width=16, heads=2, mlp=32, size=32,
+                    classes=5):
+  """The paper's hybrid in timm: a ResNetV2 stem (64 wide), patch size 1."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import_timm()
+  from timm.models import vision_transformer_hybrid as hybrid  # pylint: disable=g-import-not-at-top
+  model = hybrid._create_vision_transformer_hybrid(  # pylint: disable=protected-access
+      "vit_jax_test_hybrid", backbone=hybrid._resnetv2(stages),  # pylint: disable=protected-access
+      img_size=size, embed_dim=width, depth=1, num_heads=heads,
+      mlp_ratio=mlp / width, num_classes=classes)
+  model = randomize(model, seed=2)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if "norm" in name and name.endswith("weight"):
+        p.add_(1.0)  # GroupNorm scales near 1 keep activations O(1).
+      elif "backbone" in name and p.ndim == 4:
+        # Unit-variance kernels: the standardisation epsilons (timm 1e-8,
+        # the released code 1e-5) then differ by 1e-5 relative, not 2.5e-4.
+        p.mul_(5.0)
+  return model
+
+
 def hugging_face_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32,
                      classes=10):
   from transformers import ViTConfig, ViTForImageClassification  # pylint: disable=g-import-not-at-top

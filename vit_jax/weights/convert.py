@@ -151,15 +151,13 @@ def from_timm(tensors, num_heads, path) -> Converted:
     raise WeightsError(
         f"{path}: only timm ViTs with a class token and no fc_norm or "
         "register tokens map onto this model.")
-  if any(n.startswith("patch_embed.backbone.") for n in tensors):
-    raise WeightsError(f"{path}: timm hybrid (ResNet) weights are not read; "
-                       "use the released hybrid .npz files.")
-  params = {"cls": tensors["cls_token"], POSEMB: tensors["pos_embed"],
+  params = _timm_resnet_stem(tensors)
+  params.update({"cls": tensors["cls_token"], POSEMB: tensors["pos_embed"],
             "embedding/kernel": tensors["patch_embed.proj.weight"].transpose(
                 2, 3, 1, 0),
             "embedding/bias": tensors["patch_embed.proj.bias"],
             "Transformer/encoder_norm/scale": tensors["norm.weight"],
-            "Transformer/encoder_norm/bias": tensors["norm.bias"]}
+            "Transformer/encoder_norm/bias": tensors["norm.bias"]})
   if "head.weight" in tensors:
     params["head/kernel"] = _dense(tensors["head.weight"])
     params["head/bias"] = tensors["head.bias"]
@@ -186,6 +184,35 @@ def from_timm(tensors, num_heads, path) -> Converted:
           t(f"mlp.{theirs}.weight"))
       params[f"{block}/MlpBlock_3/{ours}/bias"] = t(f"mlp.{theirs}.bias")
   return Converted(params, 1, "timm")
+
+
+_TIMM_UNIT = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3",
+              "norm1": "gn1", "norm2": "gn2", "norm3": "gn3",
+              "downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}
+
+
+def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
+  """timm's hybrid backbone (ResNetV2, `patch_embed.backbone.*`) -> the
+  released names (`conv_root`, `gn_root`, `block{s}/unit{u}/...`)."""
+  params = {}
+  for name, value in tensors.items():
+    if not name.startswith("patch_embed.backbone."):
+      continue
+    rest = name[len("patch_embed.backbone."):]
+    leaf = {"weight": "kernel" if value.ndim == 4 else "scale",
+            "bias": "bias"}[rest.rsplit(".", 1)[1]]
+    if value.ndim == 4:
+      value = value.transpose(2, 3, 1, 0)
+    if rest.startswith("stem."):
+      module = {"conv": "conv_root", "norm": "gn_root"}[rest.split(".")[1]]
+    else:
+      m = re.fullmatch(r"stages\.(\d+)\.blocks\.(\d+)\.(.+)\.\w+", rest)
+      if not m or m.group(3) not in _TIMM_UNIT:
+        raise WeightsError(f"Unknown timm ResNetV2 parameter {name!r}.")
+      module = (f"block{int(m.group(1)) + 1}/unit{int(m.group(2)) + 1}/"
+                f"{_TIMM_UNIT[m.group(3)]}")
+    params[f"{module}/{leaf}"] = value
+  return params
 
 
 # Hugging Face block names: transformers 4 (the Hub's files) and 5.
