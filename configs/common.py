@@ -123,6 +123,19 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   return config
 
 
+def runlocal(config: ml_collections.ConfigDict, image_size: int = 16):
+  """Shrinks any recipe to a few CPU steps of `testing` on the built-in
+  digits (what CI runs for each config's `runlocal` argument)."""
+  config.update(dict(  # Overrides, not declarations: see get_config.
+      dataset="digits", train_split="train", eval_split="test",
+      image_size=image_size, pp_train="inception_crop(0.5)|value_range",
+      pp_eval="resize|value_range", shuffle_buffer=1_000, cache=True,
+      batch_size=32, eval_batch_size=32, num_epochs=None, total_steps=10,
+      warmup_steps=2, log_every_steps=5, eval_every_steps=0))
+  config.model.variant = "testing"  # The tiny test model.
+  config.model.dtype = "float32"  # bf16 is slow on CPUs.
+
+
 def parse_arg(arg, **defaults) -> ml_collections.ConfigDict:
   """'name,variant=ViT-S/16,runlocal' -> {first: 'name', variant: ...,
   runlocal: True}; keys not in `defaults` are an error."""

@@ -86,12 +86,5 @@ def get_config(arg=None):
     config.model.dtype = "float32"
     config.eval_every_steps = 100
   if args.runlocal:
-    config.update(dict(dataset="digits", train_split="train",
-                       eval_split="test", image_size=32, cache=True,
-                       shuffle_buffer=1_000, batch_size=32, eval_batch_size=32,
-                       total_steps=10, warmup_steps=2, log_every_steps=5,
-                       eval_every_steps=0, pp_train="inception_crop(0.5)|"
-                       "value_range", pp_eval="resize|value_range"))
-    config.model.variant = "testing"
-    config.model.dtype = "float32"
+    common.runlocal(config, image_size=32)
   return config.lock()

@@ -67,26 +67,7 @@ def get_config(arg=None):
   config.checkpoint_every_steps = 1_000
   config.keep_checkpoint_every_steps = 50_000
   if args.runlocal:
-    _runlocal(config)
+    common.runlocal(config)
+    config.loss = "softmax_xent"
+    config.model.representation_size = 16
   return config.lock()
-
-
-def _runlocal(config):
-  """A few CPU steps of the same recipe on the built-in digits."""
-  config.dataset = "digits"
-  config.train_split, config.eval_split = "train", "test"
-  config.loss = "softmax_xent"
-  config.image_size = 16
-  config.pp_train = "inception_crop(0.5)|value_range"
-  config.pp_eval = "resize|value_range"
-  config.shuffle_buffer = 1_000
-  config.cache = True
-  config.batch_size = config.eval_batch_size = 32
-  config.num_epochs = None
-  config.total_steps = 10
-  config.warmup_steps = 2
-  config.model.variant = "testing"
-  config.model.representation_size = 16
-  config.model.dtype = "float32"
-  config.log_every_steps = 5
-  config.eval_every_steps = 0

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+from configs import common
 from tests import torch_reference
-from vit_jax import weights
+from vit_jax import models, weights
 from vit_jax.weights import export
 from vit_jax.models import VARIANTS, VisionTransformer
 from vit_jax.weights import convert, posemb
@@ -51,6 +52,12 @@ def load_params(path, model, size=32, width=None, **kwargs):
           flax.traverse_util.flatten_dict(target, sep="/").items()}
   flat.update(loaded)
   return flax.traverse_util.unflatten_dict(flat, sep="/"), report
+
+
+def testing_hybrid():
+  model_config = common.get_model_config()
+  model_config.variant = "testing-hybrid"
+  return models.build_model(model_config, num_classes=5)
 
 
 def logits(model, params, x):
@@ -152,10 +159,7 @@ def test_export_and_import_round_trip_exactly(tmp_path, save, name):
 def test_older_released_hybrid_layout_loads(tmp_path):
   """GroupNorm parameters stored as (1, 1, 1, C), as older releases did."""
   v = VARIANTS["testing-hybrid"]
-  model = VisionTransformer(num_classes=5, hidden_size=v.hidden_size,
-                            mlp_dim=v.mlp_dim, num_heads=v.num_heads,
-                            num_layers=v.num_layers, patch_size=v.patch_size,
-                            resnet=v.resnet)
+  model = testing_hybrid()
   params = init(model)
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   old = {k: (v.reshape(1, 1, 1, -1) if "/gn" in f"/{k}" else v)
@@ -262,10 +266,7 @@ def test_loading_at_a_new_resolution_resizes_and_runs(tmp_path):
 
 def test_hybrid_grid_follows_the_stem_stride(tmp_path):
   v = VARIANTS["testing-hybrid"]
-  model = VisionTransformer(num_classes=5, hidden_size=v.hidden_size,
-                            mlp_dim=v.mlp_dim, num_heads=v.num_heads,
-                            num_layers=v.num_layers, patch_size=v.patch_size,
-                            resnet=v.resnet)
+  model = testing_hybrid()
   path = str(tmp_path / "hybrid.npz")
   export.save_npz(init(model, size=32), path)
   loaded, report = load_params(path, model, size=64,

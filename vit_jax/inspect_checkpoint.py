@@ -18,7 +18,6 @@ import numpy as np
 from ml_collections import config_flags
 
 from vit_jax import models, weights
-from vit_jax.models import layout
 from vit_jax.weights import formats
 
 FLAGS = flags.FLAGS
@@ -48,15 +47,8 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
   size = config.image_size
   target = jax.eval_shape(lambda: model.init(
       jax.random.key(0), jnp.zeros((1, size, size, 3)))["params"])
-  if config.model.scan_layers:
-    target = jax.eval_shape(layout.unstack_layers, target)
   try:
-    _, report = weights.load(
-        path, target,
-        num_prefix_tokens=1 if config.model.classifier == "token" else 0,
-        grid=weights.target_grid(config), dont_load=config.init.dont_load,
-        resize_method=config.init.posemb_resize,
-        source_grid=config.init.source_grid)
+    _, report = weights.load_for_config(config, path, target)
     return (f"Loads into {config.model.variant} at {size} px with "
             f"{num_classes} classes:\n{report.table(limit=1000)}")
   except weights.WeightsError as e:

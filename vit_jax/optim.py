@@ -64,7 +64,7 @@ def check_param_rules(config: ml_collections.ConfigDict, params):
         raise ValueError(
             f"config.{field} regex {regex!r} matches no parameter (paths look "
             f"like {paths[0]!r}, {paths[-1]!r}); fix or remove it.")
-  if config.frozen and all(_first_match([(r, 1) for r in config.frozen], p, 0)
+  if config.frozen and all(any(re.fullmatch(r, p) for r in config.frozen)
                            for p in paths):
     raise ValueError("config.frozen freezes every parameter; nothing would "
                      "train.")

@@ -171,14 +171,9 @@ def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):
   (params, EMA params, Adam moments, momentum) takes that parameter's spec;
   the rest (step, counts, RNG) is replicated.
   """
-  by_path = {}
-  for key_path, leaf in jax.tree_util.tree_flatten_with_path(
-      abstract_params)[0]:
-    names = _path_names(key_path)
-    spec = param_specs
-    for name in names:
-      spec = spec[name]
-    by_path[names] = (tuple(leaf.shape), spec)
+  specs = flax.traverse_util.flatten_dict(param_specs)
+  by_path = {names: (tuple(leaf.shape), specs[names]) for names, leaf in
+             flax.traverse_util.flatten_dict(abstract_params).items()}
   depths = sorted({len(k) for k in by_path})
 
   def leaf_sharding(key_path, leaf):

@@ -91,12 +91,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   loss_fn = steps.LOSSES[config.loss]
   rules = config.sharding.logical_axis_rules
 
-  optim.check_param_rules(config, jax.eval_shape(
-      lambda: model.init(jax.random.key(0), jax.numpy.zeros(
-          (1, config.image_size, config.image_size, 3)))["params"]))
   state, state_sharding = steps.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding,
       ema=config.ema_decay > 0)
+  optim.check_param_rules(config, state.params)
   train_step = steps.jit_train_step(
       steps.make_train_step(model, tx, loss_fn, schedule, mesh,
                             config.accum_steps, config.label_smoothing,

@@ -17,12 +17,27 @@ from vit_jax.models import layout, variants
 from vit_jax.weights.formats import WeightsError
 from vit_jax.weights.loader import Report, load
 
-__all__ = ["WeightsError", "Report", "load", "init_params", "target_grid"]
+__all__ = ["WeightsError", "Report", "load", "load_for_config", "init_params",
+           "target_grid"]
 
 
 def target_grid(config: ml_collections.ConfigDict) -> tuple[int, int]:
   stride = variants.get_variant(config.model.variant).stride
   return (config.image_size // stride,) * 2
+
+
+def load_for_config(config: ml_collections.ConfigDict, path: str, params):
+  """`load` with the config's policy; `params` may be in the scanned layout.
+
+  Returns (loaded {looped name: array}, Report).
+  """
+  if layout.is_scanned(params):
+    params = jax.eval_shape(layout.unstack_layers, params)
+  return load(path, params,
+              num_prefix_tokens=1 if config.model.classifier == "token" else 0,
+              grid=target_grid(config), dont_load=config.init.dont_load,
+              resize_method=config.init.posemb_resize,
+              source_grid=config.init.source_grid)
 
 
 def init_params(config: ml_collections.ConfigDict, params, params_sharding):
@@ -32,17 +47,10 @@ def init_params(config: ml_collections.ConfigDict, params, params_sharding):
   places only its own shards. A scanned-layers model is loaded through the
   looped names and stacked back.
   """
-  scanned = layout.is_scanned(params)
-  looped = jax.eval_shape(layout.unstack_layers, params) if scanned else params
-  loaded, report = load(
-      config.init.checkpoint, looped,
-      num_prefix_tokens=1 if config.model.classifier == "token" else 0,
-      grid=target_grid(config), dont_load=config.init.dont_load,
-      resize_method=config.init.posemb_resize,
-      source_grid=config.init.source_grid)
+  loaded, report = load_for_config(config, config.init.checkpoint, params)
   if jax.process_index() == 0:
     logging.info("Initialised from %s", report.table())
-  if scanned:
+  if layout.is_scanned(params):
     loaded = _stack_loaded(loaded, params)
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   shardings = flax.traverse_util.flatten_dict(params_sharding, sep="/")
