@@ -46,14 +46,12 @@ def _launch_two_processes(workdir, data_dir):
     procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE))
-  outputs = []
-  for proc in procs:
-    try:
-      outputs.append(proc.communicate(timeout=400))
-    finally:
-      for other in procs:
-        if other.poll() is None:
-          other.kill()
+  try:
+    outputs = [proc.communicate(timeout=400) for proc in procs]
+  except BaseException:  # A hung or failed launch must not outlive the test.
+    for proc in procs:
+      proc.kill()
+    raise
   return [p.returncode for p in procs], outputs
 
 

@@ -54,7 +54,7 @@ def load_params(path, model, size=32, width=None, **kwargs):
   return flax.traverse_util.unflatten_dict(flat, sep="/"), report
 
 
-def testing_hybrid():
+def tiny_hybrid():
   model_config = common.get_model_config()
   model_config.variant = "testing-hybrid"
   return models.build_model(model_config, num_classes=5)
@@ -159,7 +159,7 @@ def test_export_and_import_round_trip_exactly(tmp_path, save, name):
 def test_older_released_hybrid_layout_loads(tmp_path):
   """GroupNorm parameters stored as (1, 1, 1, C), as older releases did."""
   v = VARIANTS["testing-hybrid"]
-  model = testing_hybrid()
+  model = tiny_hybrid()
   params = init(model)
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   old = {k: (v.reshape(1, 1, 1, -1) if "/gn" in f"/{k}" else v)
@@ -266,7 +266,7 @@ def test_loading_at_a_new_resolution_resizes_and_runs(tmp_path):
 
 def test_hybrid_grid_follows_the_stem_stride(tmp_path):
   v = VARIANTS["testing-hybrid"]
-  model = testing_hybrid()
+  model = tiny_hybrid()
   path = str(tmp_path / "hybrid.npz")
   export.save_npz(init(model, size=32), path)
   loaded, report = load_params(path, model, size=64,
