@@ -23,6 +23,10 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.param_dtype = "float32"  # Storage dtype of the parameters.
   model.remat = "none"  # Rematerialise blocks: none | full | dots.
   model.scan_layers = False  # One scanned block (faster compile for deep models).
+  # GELU form: True is the tanh approximation the released weights were
+  # trained with, False the exact erf of timm / Hugging Face. None: follow
+  # the origin of config.init.checkpoint (tanh at random init).
+  model.gelu_approximate = config_dict.placeholder(bool)  # See above.
   return model
 
 
@@ -107,7 +111,13 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.fewshot.eval_split = "test"  # Where accuracy is measured.
   config.fewshot.shots = (1, 5, 10, 25)  # Examples per class.
   config.fewshot.seeds = 3  # Random samples per shot count (mean and std).
-  config.fewshot.l2_grid = tuple(2.0**p for p in range(-6, 13, 2))  # Ridge L2.
+  # fixed: big_vision's published protocol (L2 = l2_reg), comparable with
+  # published tables; loo: the L2 of l2_grid with the best true
+  # leave-one-out accuracy on the sample (fixed where a class has 1 shot).
+  config.fewshot.l2_selection = "fixed"  # See above.
+  config.fewshot.l2_reg = 2.0**10  # The fixed ridge L2 (big_vision's).
+  config.fewshot.l2_grid = tuple(2.0**p for p in range(-6, 13, 2))  # For loo.
+  config.fewshot.loo_max_heldout = 256  # loo: examples held out per sample.
   config.fewshot.layer = "pre_logits"  # Representation: see fewshot/features.py.
   config.fewshot.on_too_few = "fail"  # A class with < k examples: fail | skip.
   config.fewshot.float64 = False  # Solve in float64 on the host (else fp32).

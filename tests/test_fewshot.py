@@ -17,37 +17,89 @@ from vit_jax.weights import export
 
 
 def _data(n, d, k=4, seed=0):
+  """Features with uneven scales and offsets (standardisation matters)."""
   rng = np.random.default_rng(seed)
-  x = rng.normal(size=(n, d))
-  return x, 2 * np.eye(k)[rng.integers(0, k, n)] - 1
+  x = rng.normal(size=(n, d)) * rng.uniform(0.5, 3, d) + rng.normal(size=d)
+  return x, rng.integers(0, k, n)
+
+
+def _protocol_scores(x, labels, test, l2, k=4):
+  """big_vision's protocol written out, fitted by scikit-learn's Ridge."""
+  from sklearn.linear_model import Ridge
+  mean, std = x.mean(0), x.std(0) + 1e-5
+  augment = lambda v: np.concatenate(
+      [(v - mean) / std, np.full((len(v), 1), 100.0)], axis=1)
+  targets = 2 * np.eye(k)[labels] - 1
+  ridge = Ridge(alpha=l2, fit_intercept=False).fit(augment(x), targets)
+  return ridge.predict(augment(test))
 
 
 @pytest.mark.parametrize("n, d", [(20, 50), (200, 30)])  # Dual; primal.
-def test_closed_form_equals_direct_ridge(n, d):
-  from sklearn.linear_model import Ridge
-  x, y = _data(n, d)
-  test = np.random.default_rng(1).normal(size=(9, d))
-  grid = (0.1, 3.0, 100.0)
-  scores, loo = solver._sweep(x, y, test, grid, np)  # pylint: disable=protected-access
-  for g, l2 in enumerate(grid):
-    for form in ("primal", "dual"):
-      w = solver.ridge_weights(x, y, l2, form, xp=np)
-      np.testing.assert_allclose(scores[g], test @ w, atol=1e-8)
-    reference = Ridge(alpha=l2, fit_intercept=False).fit(x, y)
-    np.testing.assert_allclose(scores[g], reference.predict(test), atol=1e-8)
-    # Leave-one-out predictions equal refitting without that example.
-    for i in (0, n - 1):
+def test_solver_equals_the_protocol_fitted_by_sklearn(n, d):
+  x, labels = _data(n, d)
+  test, test_labels = _data(60, d, seed=1)
+  grid = (0.25, 16.0, 1024.0)
+  accuracy = solver.accuracy_per_l2(x, labels, test, test_labels, 4, grid,
+                                    float64=True)
+  want = [np.mean(_protocol_scores(x, labels, test, l2).argmax(-1) ==
+                  test_labels) for l2 in grid]
+  np.testing.assert_array_equal(accuracy, want)
+  # fp32 may flip a near-tie at the weakest L2: at most one test example.
+  np.testing.assert_allclose(
+      solver.accuracy_per_l2(x, labels, test, test_labels, 4, grid), want,
+      atol=1.01 / len(test))
+
+
+@pytest.mark.parametrize("n, d", [(30, 50), (60, 8)])
+def test_leave_one_out_equals_refitting_without_each_example(n, d):
+  """Each held-out example is predicted from the others, standardised with
+  their statistics alone (nothing of it leaks)."""
+  x, labels = _data(n, d)
+  grid = (0.25, 16.0, 1024.0)
+  loo = solver.loo_accuracy(x, labels, 4, grid, float64=True)
+  want = []
+  for l2 in grid:
+    correct = 0
+    for i in range(n):
       keep = np.arange(n) != i
-      w = solver.ridge_weights(x[keep], y[keep], l2, xp=np)
-      np.testing.assert_allclose(loo[g, i], x[i] @ w, atol=1e-8)
+      scores = _protocol_scores(x[keep], labels[keep], x[i:i + 1], l2)
+      correct += scores.argmax(-1)[0] == labels[i]
+    want.append(correct / n)
+  np.testing.assert_allclose(loo, want)
+  np.testing.assert_allclose(solver.loo_accuracy(x, labels, 4, grid), want,
+                             atol=1.01 / n)
+
+
+def test_leave_one_out_on_noise_is_chance_and_refuses_one_shot():
+  """Pure-noise features: leave-one-out must not score them well at any
+  L2 (a leaky estimate once gave 1.0 at 1 shot), and at 1 shot, where no
+  example has a classmate to learn from, the fixed L2 is used and said."""
+  rng = np.random.default_rng(0)
+  classes, dim = 10, 256
+  labels = np.repeat(np.arange(classes), 5)
+  noise = rng.normal(size=(len(labels), dim))
+  loo = solver.loo_accuracy(noise, labels, classes, solver.DEFAULT_L2_GRID)
+  assert loo.max() < 0.35, loo  # Chance is 0.1.
+  one_shot = np.arange(classes)
+  result = solver.fewshot_accuracy(
+      noise[one_shot], one_shot, noise, labels, classes, l2_selection="loo")
+  assert result.loo_accuracy is None and result.l2 == solver.FIXED_L2
+  assert "used the fixed L2 1024" in result.note
+  metrics, notes = solver.run_protocol(
+      noise, labels, noise, labels, classes, shots=(1, 3), seeds=2,
+      l2_selection="loo")
+  assert notes == ["1shot: leave-one-out needs two examples of a class; "
+                   "used the fixed L2 1024"]
+  assert metrics["1shot_l2"] == solver.FIXED_L2
+  assert metrics["3shot_l2"] in solver.DEFAULT_L2_GRID
 
 
 def test_fp32_solver_agrees_with_float64():
-  x, y = _data(50, 30)
-  labels = y.argmax(-1)
-  a = solver.fewshot_accuracy(x, labels, x, labels, 4, float64=False)
-  b = solver.fewshot_accuracy(x, labels, x, labels, 4, float64=True)
-  np.testing.assert_allclose(a.test_accuracy, b.test_accuracy)
+  x, labels = _data(50, 30)
+  grid = solver.DEFAULT_L2_GRID
+  np.testing.assert_array_equal(
+      solver.accuracy_per_l2(x, labels, x, labels, 4, grid),
+      solver.accuracy_per_l2(x, labels, x, labels, 4, grid, float64=True))
 
 
 def test_planted_linear_separation_is_recovered_perfectly():
@@ -55,9 +107,29 @@ def test_planted_linear_separation_is_recovered_perfectly():
   centers = rng.normal(size=(5, 64)) * 3
   labels = np.tile(np.arange(5), 40)
   feats = centers[labels] + 0.3 * rng.normal(size=(200, 64))
-  results = solver.run_protocol(feats[:100], labels[:100], feats[100:],
-                                labels[100:], 5, shots=(1, 5), seeds=2)
-  assert results["5shot"] == 1.0 and results["full"] == 1.0
+  for selection in solver.L2_SELECTIONS:
+    results, _ = solver.run_protocol(feats[:100], labels[:100], feats[100:],
+                                     labels[100:], 5, shots=(1, 5), seeds=2,
+                                     l2_selection=selection)
+    assert results["5shot"] == 1.0 and results["full"] == 1.0, selection
+
+
+def test_full_probe_fits_in_8_gib_at_imagenet_scale():
+  """128,000 x 1,024 features and 1,000 classes (the 1k-class probe of a
+  ViT-L): compiled, not run; per-device bytes from XLA's memory analysis."""
+  n, d, k, m = 128_000, 1_024, 1_000, 50_000
+  f32 = lambda *shape: jax.ShapeDtypeStruct(shape, np.float32)
+  i32 = lambda *shape: jax.ShapeDtypeStruct(shape, np.int32)
+  for fn, args in (
+      (solver._fit_and_count, (f32(n, d), i32(n), f32(m, d), i32(m), f32(1))),
+      (solver._loo_correct, (f32(n, d), i32(n), i32(256), f32(10)))):
+    stats = fn.lower(*args, num_classes=k).compile().memory_analysis()
+    total = (stats.argument_size_in_bytes + stats.output_size_in_bytes +
+             stats.temp_size_in_bytes)
+    assert total < 8 * 2**30, (fn.__name__, total / 2**30)
+    # Nothing N x K (0.5 GB) or G x N x K is kept: temporaries stay near one
+    # copy of the features.
+    assert stats.temp_size_in_bytes < 2.5 * n * d * 4, fn.__name__
 
 
 def test_shot_sampling():
@@ -67,10 +139,14 @@ def test_shot_sampling():
   np.testing.assert_array_equal(a, solver.sample_shots(labels, 3, 0, 4))
   assert any(not np.array_equal(a, solver.sample_shots(labels, 3, s, 4))
              for s in (1, 2))
+  # Nested, as big_vision samples: a seed's 1-shot sample is in its 3-shot.
+  assert set(solver.sample_shots(labels, 1, 0, 4)) <= set(a)
   with pytest.raises(ValueError, match="Class 2 has 3 training example"):
     solver.sample_shots(labels, 5, 0, 4)
   skipped = solver.sample_shots(labels, 5, 0, 4, on_too_few="skip")
   np.testing.assert_array_equal(np.bincount(labels[skipped]), [5, 5, 3, 5])
+  with pytest.raises(ValueError, match="on_too_few='drop' is not one of"):
+    solver.sample_shots(labels, 5, 0, 4, on_too_few="drop")
 
 
 def _config(data_dir, **fewshot):
@@ -96,12 +172,18 @@ def test_sharded_extraction_equals_single_device(tfds_data_dir):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_bad_layer_and_empty_datasets(tfds_data_dir):
+def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
   config = _config(tfds_data_dir)
+  model = models.build_model(config.model, None)
+  for field, value in (("on_too_few", "drop"), ("l2_selection", "cv")):
+    bad = _config(tfds_data_dir, **{field: value})
+    with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
+      fewshot.FewShotEvaluator(model, bad, sharding.make_mesh(), None)
+    with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
+      train.check_config(bad, sharding.make_mesh())
   with pytest.raises(ValueError, match="available: pre_logits.*block_1"):
     features.check_layer("block_7", 2)
   config.fewshot.datasets = ()
-  model = models.build_model(config.model, None)
   with pytest.raises(ValueError, match="config.fewshot.datasets is empty"):
     fewshot.FewShotEvaluator(model, config, sharding.make_mesh(), None)
 
@@ -130,14 +212,17 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
   random_path = str(tmp_path / "random.npz")
   export.save_npz(random_init["params"], random_path)
   folder = _image_folder(tmp_path / "images")
-  table = sweep.sweep(config, [trained_digits, random_path],
-                      ["digits", folder])
+  table, notes = sweep.sweep(config, [trained_digits, random_path],
+                             ["digits", folder])
+  assert not notes  # The fixed L2 of the published protocol throughout.
   sweep.write(table, str(tmp_path / "out"))
   for path in (trained_digits, random_path):
     for dataset in ("digits", folder):
       cells = table[path][dataset]
       assert set(cells) >= {"1shot", "5shot", "10shot", "full"}
-      assert all(0.0 <= v <= 1.0 for v in cells.values())
+      assert all(0.0 <= v <= 1.0 for c, v in cells.items()
+                 if not c.endswith("_l2"))
+      assert cells["5shot_l2"] == cells["full_l2"] == 2.0**10
   trained, random = table[trained_digits]["digits"], table[random_path]["digits"]
   assert trained["10shot"] > 0.5 > 0.1  # Chance is 0.1.
   assert trained["10shot"] > random["10shot"]
@@ -146,7 +231,7 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
   with open(tmp_path / "out" / "fewshot.json") as f:
     assert json.load(f) == table
   with open(tmp_path / "out" / "fewshot.csv") as f:
-    assert len(list(csv.reader(f))) == 1 + 2 * 2 * (3 * 2 + 1)
+    assert len(list(csv.reader(f))) == 1 + 2 * 2 * (3 * 3 + 2)
   text = sweep.format_table(table, (1, 5, 10))
   assert text.count("%") == 2 * 2 * 4
 

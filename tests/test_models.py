@@ -2,8 +2,9 @@
 
 Big variants are only traced (`jax.eval_shape`, no memory, no FLOPs); everything
 that actually runs uses tiny models so the file stays fast on a laptop CPU.
-The numpy reference is written from the paper's equations and never calls
-`vit_jax`, so it checks the model rather than restating it.
+The numpy reference (`tests/numpy_reference.py`) is written from the paper's
+equations and the released code's formulas and never calls `vit_jax`, so it
+checks the model rather than restating it.
 """
 
 import functools
@@ -16,8 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-from scipy import special
-
+from tests import numpy_reference as ref
 from vit_jax import models
 from vit_jax.models import VARIANTS, VisionTransformer, layout
 
@@ -117,71 +117,6 @@ def run(model, params, x, rngs=None, train=False, return_intermediates=False):
                      return_intermediates=return_intermediates)
 
 
-# -------------------------------------------------- numpy reference (fp64) --
-
-
-def np_layer_norm(x, p, eps=1e-6):
-  mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
-  return (x - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
-def np_gelu(x):
-  return 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))
-
-
-def np_dense(x, p):
-  return x @ p["kernel"] + p["bias"]
-
-
-def np_softmax(x):
-  e = np.exp(x - x.max(-1, keepdims=True))
-  return e / e.sum(-1, keepdims=True)
-
-
-def np_attention(x_BxNxD, p):
-  """MSA with q/k/v kernels (D, H, K) and the out kernel (H, K, D)."""
-  proj = lambda name: (np.einsum("bnd,dhk->bnhk", x_BxNxD, p[name]["kernel"])
-                       + p[name]["bias"])
-  q, k, v = proj("query"), proj("key"), proj("value")
-  weights = np_softmax(np.einsum("bmhk,bnhk->bhmn", q, k) / np.sqrt(q.shape[-1]))
-  y = np.einsum("bhmn,bnhk->bmhk", weights, v)
-  return np.einsum("bmhk,hkd->bmd", y, p["out"]["kernel"]) + p["out"]["bias"]
-
-
-def np_patchify(images_BxHxWxC, patch):
-  """(B, H, W, C) -> (B, N, P*P*C), patches row-major, pixels (row, col, chan)."""
-  b, h, w, c = images_BxHxWxC.shape
-  x = images_BxHxWxC.reshape(b, h // patch, patch, w // patch, patch, c)
-  return x.transpose(0, 1, 3, 2, 4, 5).reshape(
-      b, (h // patch) * (w // patch), patch * patch * c)
-
-
-def np_vit(params, images_BxHxWxC, patch, classifier):
-  """The paper's equations (1)-(4), plus the optional tanh pre-logits."""
-  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
-  kernel = p["embedding"]["kernel"]  # (P, P, C, D)
-  x = np_patchify(np.asarray(images_BxHxWxC, np.float64), patch)
-  x = x @ kernel.reshape(-1, kernel.shape[-1]) + p["embedding"]["bias"]
-  if classifier == "token":
-    cls = np.broadcast_to(p["cls"], (x.shape[0], 1, x.shape[-1]))
-    x = np.concatenate([cls, x], axis=1)
-  enc = p["Transformer"]
-  x = x + enc["posembed_input"]["pos_embedding"]
-  for i in range(sum(k.startswith("encoderblock_") for k in enc)):
-    block = enc[f"encoderblock_{i}"]
-    x = x + np_attention(np_layer_norm(x, block["LayerNorm_0"]),
-                         block["MultiHeadDotProductAttention_1"])
-    mlp = block["MlpBlock_3"]
-    h = np_gelu(np_dense(np_layer_norm(x, block["LayerNorm_2"]), mlp["Dense_0"]))
-    x = x + np_dense(h, mlp["Dense_1"])
-  x = np_layer_norm(x, enc["encoder_norm"])
-  x = x[:, 0] if classifier == "token" else x.mean(axis=1)
-  if "pre_logits" in p:
-    x = np.tanh(np_dense(x, p["pre_logits"]))
-  return np_dense(x, p["head"]), x
-
-
 # ------------------------------------------------------------------- sizes --
 
 
@@ -244,22 +179,60 @@ def test_r50_vit_b16_param_names_match_released_checkpoint():
 # -------------------------------------------------------- numpy reference --
 
 
+def trained_like(model, x, seed=1):
+  shapes = jax.eval_shape(model.init, jax.random.key(0), x)["params"]
+  return ref.trained_like_params(shapes, seed)
+
+
 @pytest.mark.parametrize("classifier,representation_size",
                          [("token", 24), ("gap", None)])
 def test_forward_matches_numpy_reference(classifier, representation_size):
   model = tiny_model(classifier=classifier,
                      representation_size=representation_size)
   x = images()
-  params = random_params(model, x)
+  params = trained_like(model, x)
   assert ("pre_logits" in params) == (representation_size is not None)
   logits, out = run(model, params, x)
-  want_logits, want_pre_logits = np_vit(params, x, TINY["patch_size"],
-                                        classifier)
+  want_logits, want_pre_logits = ref.vit(params, x, TINY["patch_size"],
+                                         classifier)
   assert logits.shape == (B, 7)
   assert np.abs(want_logits).max() > 0.5  # Not trivially zero.
   np.testing.assert_allclose(out["pre_logits"], want_pre_logits,
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_is_the_released_tanh_form_and_erf_is_an_option():
+  """The reference can tell the two forms apart at these weight scales."""
+  x = images()
+  tanh_model, erf_model = tiny_model(), tiny_model(gelu_approximate=False)
+  params = trained_like(tanh_model, x)
+  want_tanh, _ = ref.vit(params, x, TINY["patch_size"])
+  want_erf, _ = ref.vit(params, x, TINY["patch_size"], gelu=ref.gelu_erf)
+  assert np.abs(want_tanh - want_erf).max() > 1e-4  # 10x the tolerance.
+  np.testing.assert_allclose(run(tanh_model, params, x)[0], want_tanh,
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(run(erf_model, params, x)[0], want_erf,
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_hybrid_matches_numpy_reference_with_released_standardisation():
+  """Conv kernels at trained scales (std 0.01-0.05), where (std + 1e-5)
+  and sqrt(var + 1e-5) differ by up to 5%: only the released form passes."""
+  model = variant_model("testing-hybrid", num_classes=5)
+  x = images(shape=(2, 32, 32, 3))
+  params = trained_like(model, x)
+  logits, _ = run(model, params, x)
+  want, _ = ref.vit(params, x, VARIANTS["testing-hybrid"].patch_size)
+  assert np.abs(want).max() > 0.5
+  np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+
+  def variance_eps(kernel, eps=1e-5):
+    w = kernel - kernel.mean(axis=(0, 1, 2))
+    return w / np.sqrt(w.var(axis=(0, 1, 2)) + eps)
+  other, _ = ref.vit(params, x, VARIANTS["testing-hybrid"].patch_size,
+                     standardize_fn=variance_eps)
+  assert np.abs(other - want).max() > 1e-3
 
 
 # -------------------------------------------------------------- properties --
@@ -396,7 +369,7 @@ def test_return_intermediates(scan_layers):
   assert not np.allclose(out["blocks"][-1], out["encoded"], atol=1e-3)
   # The encoder output is the final LayerNorm of the last block's output.
   norm = jax.tree.map(np.asarray, params["Transformer"]["encoder_norm"])
-  np.testing.assert_allclose(np_layer_norm(np.asarray(out["blocks"][-1]), norm),
+  np.testing.assert_allclose(ref.layer_norm(np.asarray(out["blocks"][-1]), norm),
                              out["encoded"], rtol=1e-4, atol=1e-4)
 
   _, plain_out = run(tiny_model(scan_layers=scan_layers), params, x)

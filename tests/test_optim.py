@@ -85,31 +85,71 @@ def test_ema_follows_tf_warmup_then_the_decay():
   np.testing.assert_allclose(late["w"], 1 - 0.9999, rtol=1e-3)
 
 
-def test_train_step_label_smoothing_and_ema(digits_config):
+def _step_and_state(digits_config, ema_decay=0.0, label_smoothing=0.0):
+  """The `testing` model, SGD at a constant lr, and a random batch."""
   from vit_jax import models
+  digits_config.update(dict(optimizer="sgd", warmup_steps=0,
+                            decay_type="constant", grad_clip_norm=0.0))
   digits_config.model.variant = "testing"
   model = models.build_model(digits_config.model, 10)
   tx, schedule = optim.make_optimizer(digits_config, 10)
   mesh = sharding.make_mesh()
   state, shardings = steps.create_train_state(model, tx, 16, 0, mesh,
-                                              ema=True)
+                                              ema=ema_decay > 0)
   step = steps.jit_train_step(steps.make_train_step(
-      model, tx, steps.softmax_xent, schedule, mesh, label_smoothing=0.1,
-      ema_decay=0.9), shardings, mesh)
-  labels = np.eye(10, dtype=np.float32)[np.arange(32) % 10]
-  batch = sharding.to_global_batch(
-      {"image": np.zeros((32, 16, 16, 3), np.float32), "labels": labels}, mesh)
-  before = jax.device_get(state.params)
-  state, metrics = step(state, batch)
-  # The zero-initialised head gives uniform predictions: the loss is ln(10)
-  # whatever the targets, smoothed or not.
-  np.testing.assert_allclose(metrics["loss"], np.log(10), rtol=1e-6)
-  rate = min(0.9, 1 / 10)
-  jax.tree.map(
-      lambda e, b, a: np.testing.assert_allclose(
-          e, rate * b + (1 - rate) * a, rtol=1e-5, atol=1e-7),
-      jax.device_get(state.ema_params), before, jax.device_get(state.params))
+      model, tx, steps.softmax_xent, schedule, mesh,
+      label_smoothing=label_smoothing, ema_decay=ema_decay), shardings, mesh)
+  rng = np.random.default_rng(0)
+  local = {"image": rng.uniform(-1, 1, (32, 16, 16, 3)).astype(np.float32),
+           "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]}
+  return model, state, step, local, sharding.to_global_batch(local, mesh)
+
+
+def test_ema_over_several_steps_equals_a_hand_computed_average(
+    digits_config):
+  decay = 0.2  # Below the warm-up rate from step 2 on: both branches run.
+  digits_config.lr = 0.5  # Big steps: the average's weights show clearly.
+  _, state, step, _, batch = _step_and_state(digits_config, ema_decay=decay)
+  expected = jax.device_get(state.params)  # The average starts at init.
+  first = expected
+  for t in range(5):
+    state, _ = step(state, batch)
+    params = jax.device_get(state.params)
+    rate = min(decay, (1 + t) / (10 + t))
+    expected = jax.tree.map(lambda e, p, r=rate: r * e + (1 - r) * p,
+                            expected, params)
+    ema = jax.device_get(state.ema_params)
+    jax.tree.map(lambda e, w: np.testing.assert_allclose(
+        e, w, rtol=2e-6, atol=1e-8), ema, expected)
+  moved = max(np.abs(a - b).max() for a, b in zip(
+      jax.tree.leaves(params), jax.tree.leaves(first)))
+  assert moved > 1e-2  # The parameters really moved.
+  lag = max(np.abs(a - b).max() for a, b in zip(
+      jax.tree.leaves(ema), jax.tree.leaves(params)))
+  assert lag > 1e-4  # The average is not just the parameters.
   assert state.eval_params() is state.ema_params
+
+
+def test_label_smoothing_loss_equals_independent_computation(digits_config):
+  smoothing = 0.3
+  model, state, step, local, batch = _step_and_state(
+      digits_config, label_smoothing=smoothing)
+  # A random head, so predictions are not uniform (the zero-initialised head
+  # gives ln(10) whatever the targets are).
+  head = state.params["head"]["kernel"]
+  random_head = np.random.default_rng(1).normal(size=head.shape)
+  params = {**state.params, "head": {**state.params["head"], "kernel":
+      jax.device_put(random_head.astype(np.float32), head.sharding)}}
+  logits = np.asarray(model.apply({"params": params}, local["image"])[0],
+                      np.float64)
+  _, metrics = step(state.replace(params=params), batch)
+  log_p = logits - logits.max(-1, keepdims=True)
+  log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+  targets = (1 - smoothing) * local["labels"] + smoothing / 10
+  smoothed = np.mean(-np.sum(targets * log_p, -1))
+  plain = np.mean(-np.sum(local["labels"] * log_p, -1))
+  assert abs(smoothed - plain) > 0.05  # Smoothing changes this loss.
+  np.testing.assert_allclose(float(metrics["loss"]), smoothed, rtol=1e-5)
 
 
 def test_smoothed_loss_matches_hand_computation():

@@ -245,3 +245,18 @@ def test_multi_label_datasets_give_multi_hot_labels(digits_config, tmp_path):
   assert by_image.keys() == expected.keys()
   for key, tags in expected.items():
     np.testing.assert_array_equal(by_image[key], tags.astype(np.float32))
+
+
+def test_softmax_loss_on_multi_hot_labels_warns(digits_config, tmp_path,
+                                                caplog):
+  from vit_jax import train
+  digits_config.dataset = "multi_label_toy"
+  digits_config.data_dir = str(tmp_path)
+  info = input_pipeline.get_info(digits_config,
+                                 input_pipeline.make_source(digits_config))
+  train.warn_if_loss_mismatches_labels(digits_config, info)
+  assert "config.loss=sigmoid_xent" in caplog.text
+  caplog.clear()
+  digits_config.loss = "sigmoid_xent"
+  train.warn_if_loss_mismatches_labels(digits_config, info)
+  assert "sigmoid_xent" not in caplog.text

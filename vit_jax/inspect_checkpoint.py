@@ -38,6 +38,9 @@ def describe_file(path: str) -> str:
 
 def compare_with_config(path: str, config, num_classes=None) -> str:
   """The loader's report for `config`'s model (raises nothing)."""
+  config = config.copy_and_resolve_references()
+  config.init.checkpoint = path
+  config = weights.resolve_gelu(config)
   if num_classes is None:
     head = weights.loader.read_converted(
         path, models.get_variant(config.model.variant).num_heads).params.get(

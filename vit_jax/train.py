@@ -5,6 +5,7 @@ jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 """
 
 import datetime
+import json
 import math
 import os
 import time
@@ -47,10 +48,21 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   for field in ("label_smoothing", "ema_decay"):
     if not 0.0 <= config[field] < 1.0:
       raise ValueError(f"config.{field}={config[field]} must be in [0, 1).")
+  fewshot.check_fewshot_config(config.fewshot)
   sharding.check_strategy_rules(config.sharding.params)
   sharding.check_batch_size(config.batch_size, mesh, "batch_size",
                             config.accum_steps)
   sharding.check_batch_size(config.eval_batch_size, mesh, "eval_batch_size")
+
+
+def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,
+                                   info: input_pipeline.DatasetInfo):
+  if info.multi_label and config.loss == "softmax_xent":
+    logging.warning(
+        "%s has several labels per image but config.loss=softmax_xent "
+        "spreads one probability over them; use "
+        "--config.loss=sigmoid_xent to score each label on its own.",
+        config.dataset)
 
 
 def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
@@ -66,6 +78,15 @@ def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
   return config.warmup_steps
 
 
+def _recorded_gelu(workdir: str, manager):
+  """The GELU form a run being resumed was trained with, if recorded."""
+  path = os.path.join(workdir, "config.json")
+  if manager.latest_step() is None or not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f).get("model", {}).get("gelu_approximate")
+
+
 def _write_config(config, workdir):
   if jax.process_index() == 0:
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -78,12 +99,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   mesh = sharding.mesh_from_config(config)
   check_config(config, mesh)
   os.makedirs(workdir, exist_ok=True)
+  manager = checkpoint.make_manager(workdir, config)
+  config = weights.resolve_gelu(config, _recorded_gelu(workdir, manager))
   _write_config(config, workdir)
   writer = metric_writers.create_default_writer(
       workdir, just_logging=jax.process_index() > 0)
 
   source = input_pipeline.make_source(config)
   info = input_pipeline.get_info(config, source)
+  warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
   model = models.build_model(config.model, info.num_classes)
   tx, schedule = optim.make_optimizer(
@@ -106,7 +130,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   fewshot_evaluator = (fewshot.FewShotEvaluator(
       model, config, mesh, state_sharding.params)
                        if config.fewshot.every_steps else None)
-  manager = checkpoint.make_manager(workdir, config)
   if config.init.checkpoint and manager.latest_step() is None:
     params = weights.init_params(config, state.params, state_sharding.params)
     state = state.replace(params=params, ema_params=(  # Own buffers: donated.

@@ -5,6 +5,7 @@ test splits are extracted once per call of `run`, then every shot count,
 seed and L2 strength reuses them (`vit_jax/fewshot/solver.py`).
 """
 
+from absl import logging
 import ml_collections
 
 from vit_jax.data import input_pipeline
@@ -20,6 +21,7 @@ class FewShotEvaluator:
     if not fewshot.datasets:
       raise ValueError("config.fewshot.datasets is empty; name at least one "
                        "dataset (a TFDS name, folder:/path or digits).")
+    check_fewshot_config(fewshot)
     features.check_layer(fewshot.layer, model.num_layers)
     self._config = config
     self._mesh = mesh
@@ -49,13 +51,37 @@ class FewShotEvaluator:
           f"{name} {split_config.eval_split}")
     return (*out, source.num_classes)
 
-  def run(self, params) -> dict[str, float]:
+  def run_with_notes(self, params) -> tuple[dict[str, float], list[str]]:
+    """(metrics, notes on the L2 choice, e.g. where loo fell back)."""
     fewshot = self._config.fewshot
-    metrics = {}
+    metrics, notes = {}, []
     for name in fewshot.datasets:
       *arrays, num_classes = self.dataset_features(params, name)
-      results = solver.run_protocol(
+      results, dataset_notes = solver.run_protocol(
           *arrays, num_classes, fewshot.shots, fewshot.seeds,
-          fewshot.l2_grid, fewshot.on_too_few, fewshot.float64)
+          l2_selection=fewshot.l2_selection, l2_reg=fewshot.l2_reg,
+          l2_grid=fewshot.l2_grid, max_heldout=fewshot.loo_max_heldout,
+          on_too_few=fewshot.on_too_few, float64=fewshot.float64)
       metrics.update({f"{name}/{k}": v for k, v in results.items()})
+      notes += [f"{name} {note}" for note in dataset_notes]
+    return metrics, notes
+
+  def run(self, params) -> dict[str, float]:
+    metrics, notes = self.run_with_notes(params)
+    for note in notes:
+      logging.info("Few-shot: %s.", note)
     return metrics
+
+
+def check_fewshot_config(fewshot: ml_collections.ConfigDict):
+  """Config-time checks of `config.fewshot` (before any feature is computed)."""
+  for field, allowed in (("l2_selection", solver.L2_SELECTIONS),
+                         ("on_too_few", solver.ON_TOO_FEW)):
+    if fewshot[field] not in allowed:
+      raise ValueError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
+                       f"of {', '.join(allowed)}.")
+  if fewshot.l2_reg <= 0 or not fewshot.l2_grid or min(fewshot.l2_grid) <= 0:
+    raise ValueError("config.fewshot.l2_reg and every value of "
+                     "config.fewshot.l2_grid must be positive.")
+  if fewshot.loo_max_heldout < 1:
+    raise ValueError("config.fewshot.loo_max_heldout must be at least 1.")

@@ -27,11 +27,14 @@ flags.mark_flags_as_required(["config", "checkpoints"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
-  table = sweep.sweep(FLAGS.config, FLAGS.checkpoints, FLAGS.datasets)
+  table, notes = sweep.sweep(FLAGS.config, FLAGS.checkpoints, FLAGS.datasets)
   if jax.process_index() == 0:
     if FLAGS.workdir:
       sweep.write(table, FLAGS.workdir)
+    print(sweep.describe_protocol(FLAGS.config.fewshot))
     print(sweep.format_table(table, FLAGS.config.fewshot.shots))
+    for note in notes:
+      print(f"note: {note}")
 
 
 if __name__ == "__main__":

@@ -25,30 +25,53 @@ from vit_jax.evaluators import fewshot
 
 
 def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
-  """{checkpoint: {dataset: {'1shot': acc, ..., 'full': acc}}}."""
+  """({checkpoint: {dataset: {'1shot': acc, ..., 'full': acc}}}, notes).
+
+  Each checkpoint is read with the GELU of its origin unless
+  `config.model.gelu_approximate` says otherwise (see weights.resolve_gelu).
+  """
   if not checkpoints:
     raise ValueError("No checkpoints to evaluate; pass --checkpoints.")
   config = config.copy_and_resolve_references()
   if datasets:
     config.fewshot.datasets = tuple(datasets)
   mesh = sharding.mesh_from_config(config)
-  model = models.build_model(config.model, num_classes=None)
-  state, state_sharding = steps.create_train_state(
-      model, optax.identity(), config.image_size, config.seed, mesh,
-      config.sharding)
-  evaluator = fewshot.FewShotEvaluator(model, config, mesh,
-                                       state_sharding.params)
-  table = {}
+  by_gelu = {}  # GELU form -> (state, its shardings, evaluator).
+  table, notes = {}, []
   for path in checkpoints:
-    config.init.checkpoint = path
-    params = weights.init_params(config, state.params, state_sharding.params)
-    metrics = evaluator.run(params)
+    path_config = config.copy_and_resolve_references()
+    path_config.init.checkpoint = path
+    path_config = weights.resolve_gelu(path_config)
+    gelu = path_config.model.gelu_approximate
+    if gelu not in by_gelu:
+      model = models.build_model(path_config.model, num_classes=None)
+      state, state_sharding = steps.create_train_state(
+          model, optax.identity(), config.image_size, config.seed, mesh,
+          config.sharding)
+      by_gelu[gelu] = (state, state_sharding, fewshot.FewShotEvaluator(
+          model, path_config, mesh, state_sharding.params))
+    state, state_sharding, evaluator = by_gelu[gelu]
+    params = weights.init_params(path_config, state.params,
+                                 state_sharding.params)
+    metrics, path_notes = evaluator.run_with_notes(params)
+    notes += [f"{path}: {note}" for note in path_notes]
     table[path] = {}
     for key, value in metrics.items():
       dataset, _, column = key.rpartition("/")
       table[path].setdefault(dataset, {})[column] = value
     logging.info("Few-shot results of %s: %s", path, table[path])
-  return table
+  return table, notes
+
+
+def describe_protocol(fewshot_config) -> str:
+  """One line saying how the numbers below were computed."""
+  if fewshot_config.l2_selection == "fixed":
+    l2 = f"fixed L2 {fewshot_config.l2_reg:g} (big_vision's published protocol)"
+  else:
+    l2 = ("L2 by leave-one-out on each sample from "
+          f"{{{', '.join(f'{v:g}' for v in fewshot_config.l2_grid)}}}")
+  return (f"Few-shot linear regression on {fewshot_config.layer}: {l2}; "
+          f"mean over {fewshot_config.seeds} seeds.")
 
 
 def format_table(table, shots) -> str:
@@ -71,7 +94,7 @@ def write(table, workdir: str):
     json.dump(table, f, indent=2)
   with open(os.path.join(workdir, "fewshot.csv"), "w", newline="") as f:
     writer = csv.writer(f)
-    writer.writerow(["checkpoint", "dataset", "metric", "accuracy"])
+    writer.writerow(["checkpoint", "dataset", "metric", "value"])
     for path, by_dataset in table.items():
       for dataset, cells in by_dataset.items():
         for metric, value in cells.items():

@@ -41,6 +41,10 @@ def build_model(model_config: ml_collections.ConfigDict,
       attention_dropout_rate=model_config.attention_dropout_rate,
       remat=model_config.remat,
       scan_layers=model_config.scan_layers,
+      # Unset: the released models' tanh form (`weights.resolve_gelu` sets
+      # it from a checkpoint's origin before the model is built).
+      gelu_approximate=(True if model_config.gelu_approximate is None
+                        else model_config.gelu_approximate),
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
   )

@@ -16,10 +16,15 @@ Dtype = Any
 
 
 def weight_standardize(w, axis, eps: float):
-  """Zero-mean, unit-variance kernel per output channel (fp32 statistics)."""
+  """(w - mean) / (std + eps) per output channel, in fp32.
+
+  Exactly the released code's form: eps is added to the standard deviation
+  (biased, over the kernel's other axes), not to the variance. The two
+  differ by about 5% at the std of trained kernels (about 0.01).
+  """
   w32 = w.astype(jnp.float32)
   w32 = w32 - jnp.mean(w32, axis=axis, keepdims=True)
-  w32 = w32 * jnp.reciprocal(jnp.sqrt(jnp.var(w32, axis=axis, keepdims=True) + eps))
+  w32 = w32 / (jnp.std(w32, axis=axis, keepdims=True) + eps)
   return w32.astype(w.dtype)
 
 

@@ -13,6 +13,10 @@ parameters carry a leading layer axis (see `layout.py` for conversion).
 
 Precision: `dtype` is the compute dtype of every matmul/conv, `param_dtype` the
 storage dtype; softmax, LayerNorm statistics and the logits are fp32.
+
+GELU: `gelu_approximate=True` is the tanh approximation, which both Google
+code bases that trained the released weights use; False is the exact erf
+form of timm and Hugging Face.
 """
 
 from typing import Any, Optional
@@ -38,6 +42,7 @@ class MlpBlock(nn.Module):
   """Dense -> GELU -> Dense, with dropout after each."""
   mlp_dim: int
   dropout_rate: float = 0.0
+  gelu_approximate: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -47,7 +52,8 @@ class MlpBlock(nn.Module):
         features, dtype=self.dtype, param_dtype=self.param_dtype,
         kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name)
-    h_BxNxF = nn.gelu(dense(self.mlp_dim, "Dense_0")(x_BxNxD), approximate=False)
+    h_BxNxF = nn.gelu(dense(self.mlp_dim, "Dense_0")(x_BxNxD),
+                       approximate=self.gelu_approximate)
     h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(self.dropout_rate)(h_BxNxF, deterministic)
     y_BxNxD = dense(x_BxNxD.shape[-1], "Dense_1")(h_BxNxF)
@@ -97,6 +103,7 @@ class Encoder1DBlock(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   return_intermediates: bool = False
+  gelu_approximate: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -112,8 +119,9 @@ class Encoder1DBlock(nn.Module):
     x_BxNxD = x_BxNxD + nn.Dropout(self.dropout_rate)(y, deterministic)
 
     y = norm("LayerNorm_2")(x_BxNxD)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate, dtype=self.dtype,
-                 param_dtype=self.param_dtype, name="MlpBlock_3")(y, deterministic)
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
+                 dtype=self.dtype, param_dtype=self.param_dtype,
+                 name="MlpBlock_3")(y, deterministic)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD + y, lx.TOKENS_AXES)
     captured = ({"block": x_BxNxD, "attention": weights_BxHxNxN}
                 if self.return_intermediates else None)
@@ -130,6 +138,7 @@ class Encoder(nn.Module):
   use_posemb: bool = True
   remat: str = "none"
   scan_layers: bool = False
+  gelu_approximate: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -152,7 +161,8 @@ class Encoder(nn.Module):
         mlp_dim=self.mlp_dim, num_heads=self.num_heads,
         dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
-        return_intermediates=return_intermediates, dtype=self.dtype,
+        return_intermediates=return_intermediates,
+        gelu_approximate=self.gelu_approximate, dtype=self.dtype,
         param_dtype=self.param_dtype)
 
     if self.scan_layers:
@@ -190,6 +200,7 @@ class MAPHead(nn.Module):
   """Multihead attention pooling: a learned probe attends over the tokens."""
   mlp_dim: int
   num_heads: int
+  gelu_approximate: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -204,9 +215,10 @@ class MAPHead(nn.Module):
         name="MultiHeadDotProductAttention_0")(probe_Bx1xD, x_BxNxD, True)
     y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
                      name="LayerNorm_0")(x_Bx1xD)
-    x_Bx1xD = x_Bx1xD + MlpBlock(self.mlp_dim, dtype=self.dtype,
-                                 param_dtype=self.param_dtype,
-                                 name="MlpBlock_0")(y, True)
+    x_Bx1xD = x_Bx1xD + MlpBlock(
+        self.mlp_dim, gelu_approximate=self.gelu_approximate,
+        dtype=self.dtype, param_dtype=self.param_dtype,
+        name="MlpBlock_0")(y, True)
     return x_Bx1xD[:, 0]
 
 
@@ -227,6 +239,7 @@ class VisionTransformer(nn.Module):
   use_posemb: bool = True
   remat: str = "none"
   scan_layers: bool = False
+  gelu_approximate: bool = True  # tanh (released weights); False: erf.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -258,7 +271,8 @@ class VisionTransformer(nn.Module):
         num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
         use_posemb=self.use_posemb, remat=self.remat,
-        scan_layers=self.scan_layers, dtype=self.dtype,
+        scan_layers=self.scan_layers, gelu_approximate=self.gelu_approximate,
+        dtype=self.dtype,
         param_dtype=self.param_dtype, name="Transformer")(
             x_BxNxD, not train, return_intermediates)
     out["encoded"] = encoded
@@ -271,8 +285,9 @@ class VisionTransformer(nn.Module):
     elif self.classifier == "gap":
       x_BxD = jnp.mean(encoded, axis=1)
     elif self.classifier == "map":
-      x_BxD = MAPHead(self.mlp_dim, self.num_heads, dtype=self.dtype,
-                      param_dtype=self.param_dtype, name="MAPHead_0")(encoded)
+      x_BxD = MAPHead(self.mlp_dim, self.num_heads, self.gelu_approximate,
+                      dtype=self.dtype, param_dtype=self.param_dtype,
+                      name="MAPHead_0")(encoded)
     else:
       raise ValueError(f"Unknown classifier {self.classifier!r}; use one of "
                        f"{CLASSIFIERS}.")

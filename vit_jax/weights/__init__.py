@@ -15,10 +15,10 @@ from absl import logging
 
 from vit_jax.models import layout, variants
 from vit_jax.weights.formats import WeightsError
-from vit_jax.weights.loader import Report, load
+from vit_jax.weights.loader import Report, file_origin, load, resolve_gelu
 
 __all__ = ["WeightsError", "Report", "load", "load_for_config", "init_params",
-           "target_grid"]
+           "target_grid", "resolve_gelu", "file_origin"]
 
 
 def target_grid(config: ml_collections.ConfigDict) -> tuple[int, int]:
@@ -37,7 +37,9 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
               num_prefix_tokens=1 if config.model.classifier == "token" else 0,
               grid=target_grid(config), dont_load=config.init.dont_load,
               resize_method=config.init.posemb_resize,
-              source_grid=config.init.source_grid)
+              source_grid=config.init.source_grid,
+              gelu_approximate=(True if config.model.gelu_approximate is None
+                                else config.model.gelu_approximate))
 
 
 def init_params(config: ml_collections.ConfigDict, params, params_sharding):

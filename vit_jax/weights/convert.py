@@ -24,30 +24,88 @@ class Converted:
   layout: str  # Which converter read it, for messages.
 
 
-def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
-            path: str) -> Converted:
-  """Picks the converter from the names in the file."""
-  names = list(tensors)
-  joined = "\n".join(names)
-  if "MixerBlock" in joined:
+# The block module names of the two Flax generations: older Flax counted
+# modules without parameters (Dropout) in auto-names, current Flax does not.
+_OLD_BLOCK_NAMES = ("MultiHeadDotProductAttention_1", "LayerNorm_2",
+                    "MlpBlock_3")
+_NEW_BLOCK_NAMES = ("MultiHeadDotProductAttention_0", "LayerNorm_1",
+                    "MlpBlock_0")
+_BLOCK_MODULE = re.compile(r"Transformer/encoderblock(?:_\d+)?/([^/]+)/")
+
+# What each layout's origin computes for GELU: True is the tanh
+# approximation (both Google code bases), False the exact erf. An Orbax
+# workdir's form is read from its config.json (see loader.origin_gelu).
+ORIGIN_GELU_APPROXIMATE = {"released": True, "released_current_flax": True,
+                           "big_vision": True, "timm": False,
+                           "hugging_face": False}
+
+
+def detect_layout(fmt: str, names, path: str) -> str:
+  """Which code base wrote the file, decided by the whole set of names.
+
+  released               google-research/vision_transformer (older Flax
+                         names: MultiHeadDotProductAttention_1, LayerNorm_2,
+                         MlpBlock_3), and this project's .npz exports;
+  released_current_flax  the same code run with a current Flax
+                         (MultiHeadDotProductAttention_0, LayerNorm_1,
+                         MlpBlock_0) and Transformer/posembed_input;
+  big_vision             current-Flax block names and a top-level
+                         pos_embedding (no class-token entry);
+  timm, hugging_face     PyTorch names; orbax: this project's workdirs.
+  """
+  if fmt == "orbax":
+    return "orbax"
+  if any("MixerBlock" in n for n in names):
     raise WeightsError(f"{path} is an MLP-Mixer checkpoint, not a ViT.")
   if fmt in ("safetensors", "torch"):
     if any(n.startswith(("blocks.", "patch_embed.")) for n in names):
-      return from_timm(tensors, num_heads, path)
+      return "timm"
     if any(re.match(r"(vit\.)?(embeddings|encoder|layers)\.", n) for n in names):
-      return from_hugging_face(tensors, num_heads, path)
+      return "hugging_face"
     raise WeightsError(f"{path} holds PyTorch weights but neither timm's nor "
                        "Hugging Face's ViT names (e.g. 'blocks.0.attn.qkv."
                        "weight' or 'vit.embeddings.cls_token').")
+  names = list(_strip_prefixes(dict.fromkeys(names)))
+  modules = {m.group(1) for n in names if (m := _BLOCK_MODULE.match(n))}
+  old, new = modules & set(_OLD_BLOCK_NAMES), modules & set(_NEW_BLOCK_NAMES)
+  top_posemb, nested_posemb = "pos_embedding" in names, POSEMB in names
+  if not modules:
+    raise WeightsError(f"{path} has no ViT parameters (names like "
+                       f"'Transformer/encoderblock_0/...'); it holds "
+                       f"{names[:5]}{' ...' if len(names) > 5 else ''}.")
+  if old and new:
+    raise WeightsError(f"{path} mixes two block namings ({sorted(old)} and "
+                       f"{sorted(new)}); it is not a checkpoint of one model.")
+  if old and not top_posemb:
+    return "released"
+  if new and top_posemb and not nested_posemb:
+    return "big_vision"
+  if new and nested_posemb and not top_posemb:
+    return "released_current_flax"
+  if new and not (top_posemb or nested_posemb):
+    raise WeightsError(f"{path} has no position embeddings; only learned "
+                       "('learn') position embeddings are read.")
+  raise WeightsError(f"{path} has position embeddings both at "
+                     f"'pos_embedding' and at '{POSEMB}'; it is not a "
+                     "checkpoint of one model.")
+
+
+def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
+            path: str) -> Converted:
+  """Picks the converter from the names in the file."""
+  layout = detect_layout(fmt, list(tensors), path)
+  if layout == "timm":
+    return from_timm(tensors, num_heads, path)
+  if layout == "hugging_face":
+    return from_hugging_face(tensors, num_heads, path)
   tensors = _strip_prefixes(tensors)
-  if "pos_embedding" in tensors or re.search(
-      r"encoderblock(_\d+)?/MlpBlock_0/", joined):
+  if layout == "big_vision":
     return from_big_vision(tensors, path)
-  if any(n.startswith(("Transformer/", "embedding/")) for n in tensors):
-    return from_released(tensors, fmt)
-  raise WeightsError(f"{path} has no ViT parameters (names like "
-                     f"'Transformer/encoderblock_0/...'); it holds "
-                     f"{names[:5]}{' ...' if len(names) > 5 else ''}.")
+  if layout == "released_current_flax":
+    tensors = {_rename_block(k): v for k, v in tensors.items()}
+  converted = from_released(tensors, fmt)
+  converted.layout = layout
+  return converted
 
 
 def _strip_prefixes(tensors):
@@ -91,11 +149,13 @@ def _unstack_scanned(params):
   return out
 
 
-_BIG_VISION_RENAMES = (
-    (r"/MultiHeadDotProductAttention_0/", "/MultiHeadDotProductAttention_1/"),
-    (r"/LayerNorm_1/", "/LayerNorm_2/"),
-    (r"/MlpBlock_0/", "/MlpBlock_3/"),
-)
+def _rename_block(name: str) -> str:
+  """Current-Flax block module names -> the released (older Flax) ones."""
+  if name.startswith("Transformer/encoderblock"):
+    for new, old in zip(_NEW_BLOCK_NAMES, _OLD_BLOCK_NAMES):
+      name = name.replace(f"/{new}/", f"/{old}/")
+  return name
+
 
 
 def from_big_vision(tensors, path) -> Converted:
@@ -106,8 +166,7 @@ def from_big_vision(tensors, path) -> Converted:
     if name == "pos_embedding":
       name = POSEMB
     elif name.startswith("Transformer/encoderblock"):
-      for old, new in _BIG_VISION_RENAMES:
-        name = re.sub(old, new, name)
+      name = _rename_block(name)
     elif name.startswith("MAPHead_0/") or name in (
         "cls", "embedding/kernel", "embedding/bias") or name.startswith(
             ("head/", "pre_logits/", "Transformer/encoder_norm/")):
@@ -115,9 +174,6 @@ def from_big_vision(tensors, path) -> Converted:
     else:
       raise WeightsError(f"{path}: unknown big_vision parameter {name!r}.")
     params[name] = value
-  if POSEMB not in params:
-    raise WeightsError(f"{path} has no position embeddings; only learned "
-                       "('learn') big_vision position embeddings are read.")
   # The class token is added after the position embeddings there: its
   # position embedding is zero here, which is the same model.
   return Converted(params, 0, "big_vision")
@@ -276,41 +332,61 @@ def from_hugging_face(tensors, num_heads, path) -> Converted:
 
 
 def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """This project's flat names -> timm's VisionTransformer state dict."""
+  """This project's flat names -> timm's VisionTransformer state dict.
+
+  Every parameter must find its place: a layer timm's model has no room for
+  (a pre-logits layer, a hybrid stem, a MAP head) refuses the export rather
+  than writing a file that loads into timm and computes other logits.
+  """
+  if "pre_logits/kernel" in params:
+    raise WeightsError(
+        "The model has a pre-logits layer (pre_logits/kernel, the tanh layer "
+        "of pre-training), which timm's VisionTransformer does not have: the "
+        "exported file would give other logits. Export a model without it "
+        "(e.g. after fine-tuning with config.model.representation_size=None), "
+        "or use --format=npz, which keeps it.")
   if "cls" not in params or any(k.startswith(("conv_root", "MAPHead_0"))
                                 for k in params):
     raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "
-                       "no MAP head) have a timm layout.")
-  p = lambda name: np.ascontiguousarray(params[name])
+                       "no MAP head) have a timm layout; use --format=npz.")
+  used = set()
+  def p(name):
+    used.add(name)
+    return np.ascontiguousarray(params[name])
   out = {"cls_token": p("cls"), "pos_embed": p(POSEMB),
          "patch_embed.proj.weight": np.ascontiguousarray(
-             params["embedding/kernel"].transpose(3, 2, 0, 1)),
+             p("embedding/kernel").transpose(3, 2, 0, 1)),
          "patch_embed.proj.bias": p("embedding/bias"),
          "norm.weight": p("Transformer/encoder_norm/scale"),
          "norm.bias": p("Transformer/encoder_norm/bias")}
   if "head/kernel" in params:
-    out["head.weight"] = np.ascontiguousarray(params["head/kernel"].T)
+    out["head.weight"] = np.ascontiguousarray(p("head/kernel").T)
     out["head.bias"] = p("head/bias")
   i = 0
   while f"{_BLOCK.format(i)}/LayerNorm_0/scale" in params:
     block, attn = _BLOCK.format(i), f"{_BLOCK.format(i)}/MultiHeadDotProductAttention_1"
     width = params[f"{attn}/query/kernel"].shape[0]
     out[f"blocks.{i}.attn.qkv.weight"] = np.concatenate(
-        [params[f"{attn}/{n}/kernel"].reshape(width, -1).T
+        [p(f"{attn}/{n}/kernel").reshape(width, -1).T
          for n in ("query", "key", "value")])
     out[f"blocks.{i}.attn.qkv.bias"] = np.concatenate(
-        [params[f"{attn}/{n}/bias"].reshape(-1)
+        [p(f"{attn}/{n}/bias").reshape(-1)
          for n in ("query", "key", "value")])
     out[f"blocks.{i}.attn.proj.weight"] = np.ascontiguousarray(
-        params[f"{attn}/out/kernel"].reshape(-1, width).T)
+        p(f"{attn}/out/kernel").reshape(-1, width).T)
     out[f"blocks.{i}.attn.proj.bias"] = p(f"{attn}/out/bias")
     for ours, theirs in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
       out[f"blocks.{i}.{theirs}.weight"] = p(f"{block}/{ours}/scale")
       out[f"blocks.{i}.{theirs}.bias"] = p(f"{block}/{ours}/bias")
     for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
       out[f"blocks.{i}.mlp.{theirs}.weight"] = np.ascontiguousarray(
-          params[f"{block}/MlpBlock_3/{ours}/kernel"].T)
+          p(f"{block}/MlpBlock_3/{ours}/kernel").T)
       out[f"blocks.{i}.mlp.{theirs}.bias"] = p(f"{block}/MlpBlock_3/{ours}/bias")
     i += 1
+  left = sorted(set(params) - used)
+  if left:
+    raise WeightsError(f"timm's VisionTransformer has no place for {left}; "
+                       "nothing was written. Use --format=npz, which keeps "
+                       "every parameter.")
   # safetensors writes the raw buffer: every array must be C-ordered.
   return {k: np.ascontiguousarray(v) for k, v in out.items()}

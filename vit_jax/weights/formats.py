@@ -34,6 +34,33 @@ def read(path: str) -> tuple[str, dict[str, np.ndarray]]:
     raise WeightsError(f"No weights at {path}: the path does not exist.")
   if os.path.isdir(path):
     return "orbax", _read_orbax(path)
+  fmt = _sniff(path)
+  reader = {"npz": _read_npz, "safetensors": _read_safetensors,
+            "torch": _read_torch}[fmt]
+  return fmt, reader(path)
+
+
+def read_names(path: str) -> tuple[str, list[str]]:
+  """(format, parameter names) without reading the arrays' data."""
+  path = os.path.expanduser(path)
+  if os.path.isdir(path):
+    return "orbax", []  # This project's own layout; names are not needed.
+  fmt = _sniff(path)
+  if fmt == "npz":
+    with zipfile.ZipFile(path) as archive:
+      return fmt, [n[:-len(".npy")] for n in archive.namelist()]
+  if fmt == "safetensors":
+    with open(path, "rb") as f:
+      (header_len,) = struct.unpack("<Q", f.read(8))
+      header = json.loads(f.read(header_len))
+    return fmt, [k for k in header if k != "__metadata__"]
+  return fmt, list(_read_torch(path, mmap=True))
+
+
+def _sniff(path) -> str:
+  """The format of a file, from its first bytes (see the module doc)."""
+  if not os.path.exists(path):
+    raise WeightsError(f"No weights at {path}: the path does not exist.")
   with open(path, "rb") as f:
     head = f.read(16)
   if head.startswith(b"PK"):
@@ -44,15 +71,15 @@ def read(path: str) -> tuple[str, dict[str, np.ndarray]]:
       raise WeightsError(f"{path} is a truncated or corrupt zip archive "
                          f"(npz or PyTorch file): {e}.") from e
     if names and all(n.endswith(".npy") for n in names):
-      return "npz", _read_npz(path)
+      return "npz"
     if any(n.endswith("data.pkl") for n in names):
-      return "torch", _read_torch(path)
+      return "torch"
     raise WeightsError(f"{path} is a zip archive but neither an .npz nor a "
                        "PyTorch checkpoint.")
   if len(head) >= 9 and head[8:9] == b"{":
-    return "safetensors", _read_safetensors(path)
+    return "safetensors"
   if head[:1] == b"\x80":  # A pickle: PyTorch's legacy (pre-zip) format.
-    return "torch", _read_torch(path)
+    return "torch"
   raise WeightsError(
       f"{path} is not a weights file this project reads: expected an Orbax "
       "checkpoint directory, a .npz, a .safetensors or a PyTorch .bin/.pth.")
@@ -102,10 +129,11 @@ def _import_torch(path):
   return torch
 
 
-def _read_torch(path):
+def _read_torch(path, mmap: bool = False):
   torch = _import_torch(path)
   try:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True,
+                       mmap=mmap and _is_zip(path))
   except Exception as e:  # torch raises many types for a bad file.
     raise WeightsError(f"{path} could not be read by torch.load (truncated "
                        f"or not a state dict?): {e}") from e
@@ -115,8 +143,15 @@ def _read_torch(path):
   if not isinstance(state, dict):
     raise WeightsError(f"{path} holds a {type(state).__name__}, not a state "
                        "dict of tensors.")
+  if mmap:  # Names only: the values stay on disk.
+    return {k: None for k, v in state.items() if hasattr(v, "detach")}
   return {k: v.detach().to(torch.float32).numpy() for k, v in state.items()
           if hasattr(v, "detach")}
+
+
+def _is_zip(path) -> bool:
+  with open(path, "rb") as f:
+    return f.read(2) == b"PK"
 
 
 def _read_orbax(path):

@@ -13,10 +13,13 @@ report's table: nothing is half-loaded.
 """
 
 import dataclasses
+import json
+import os
 import re
 from typing import Optional, Sequence
 
 import flax
+import ml_collections
 import numpy as np
 from absl import logging
 
@@ -24,6 +27,7 @@ from vit_jax.weights import convert, formats, posemb
 from vit_jax.weights.formats import WeightsError
 
 POSEMB = convert.POSEMB
+GELU_NAMES = {True: "tanh approximation", False: "exact erf"}
 
 
 @dataclasses.dataclass
@@ -39,6 +43,7 @@ class Report:
   unexpected: list = dataclasses.field(default_factory=list)
   mismatched: list = dataclasses.field(default_factory=list)  # (name, f, t)
   warnings: list = dataclasses.field(default_factory=list)
+  gelu: str = ""  # The GELU of the file's origin and of the model.
 
   @property
   def ok(self) -> bool:
@@ -47,6 +52,8 @@ class Report:
   def table(self, limit: int = 12) -> str:
     rows = [f"{self.path} ({self.layout} layout): "
             f"{len(self.matched)} matching"]
+    if self.gelu:
+      rows.append(f"  GELU: {self.gelu}")
     sections = (
         ("resized", [f"{n}: {o} -> {t}" for n, o, t in self.resized]),
         ("re-initialised", [f"{n} ({why})" for n, why in self.reinitialised]),
@@ -81,19 +88,74 @@ def read_converted(path: str, num_heads: int) -> convert.Converted:
   return convert.convert(fmt, tensors, num_heads, path)
 
 
+def origin_gelu(path: str, layout: str) -> Optional[bool]:
+  """The GELU form the file's origin computes (True: tanh), None if unknown.
+
+  An Orbax workdir says it in its config.json; one written before the
+  option existed computed the exact erf form.
+  """
+  if layout != "orbax":
+    return convert.ORIGIN_GELU_APPROXIMATE.get(layout)
+  # The workdir: PATH itself, or what holds PATH's `checkpoints/` folder.
+  parts = os.path.abspath(os.path.expanduser(path)).split(os.sep)
+  if "checkpoints" in parts:
+    parts = parts[:len(parts) - parts[::-1].index("checkpoints") - 1]
+  config_path = os.path.join(os.sep.join(parts) or os.sep, "config.json")
+  if not os.path.exists(config_path):
+    return None
+  with open(config_path) as f:
+    value = json.load(f).get("model", {}).get("gelu_approximate", False)
+  return None if value is None else bool(value)
+
+
+def file_origin(path: str) -> tuple[str, Optional[bool]]:
+  """(layout, GELU form of its origin) of a weights file, reading names only."""
+  fmt, names = formats.read_names(path)
+  layout = convert.detect_layout(fmt, names, path)
+  return layout, origin_gelu(path, layout)
+
+
+def resolve_gelu(config: ml_collections.ConfigDict,
+                 recorded: Optional[bool] = None) -> ml_collections.ConfigDict:
+  """`config` with `model.gelu_approximate` decided (a copy if it changes).
+
+  Kept when set; else `recorded` (what a resumed run was trained with);
+  else the form of `config.init.checkpoint`'s origin; else the released
+  models' tanh approximation.
+  """
+  if config.model.gelu_approximate is not None:
+    return config
+  value, why = True, "the released models' form (random init)"
+  if recorded is not None:
+    value, why = recorded, "as recorded in the workdir's config.json"
+  elif config.init.checkpoint:
+    layout, origin = file_origin(config.init.checkpoint)
+    if origin is not None:
+      value, why = origin, f"as the origin ({layout}) of the weights computes"
+  config = config.copy_and_resolve_references()
+  config.model.gelu_approximate = value
+  logging.info("GELU: %s, %s (config.model.gelu_approximate was unset).",
+               GELU_NAMES[value], why)
+  return config
+
+
 def load(path: str, target, *, num_prefix_tokens: int, grid,
          dont_load: Sequence[str] = (), resize_method: str = "bilinear",
-         source_grid: Optional[Sequence[int]] = None):
+         source_grid: Optional[Sequence[int]] = None,
+         gelu_approximate: Optional[bool] = None):
   """Returns ({name: array} of what was loaded, Report); raises WeightsError.
 
   `target`: the model's parameter tree (arrays or ShapeDtypeStructs) in the
   looped layout (`models.layout.unstack_layers` for a scanned one).
   `num_prefix_tokens`: tokens before the patch grid in the target (1 with a
   class token, else 0). `grid`: the target's (H, W) token grid.
+  `gelu_approximate`: the model's GELU form, compared with the file's origin.
   """
   target_flat = flax.traverse_util.flatten_dict(target, sep="/")
   source = read_converted(path, _num_heads(target_flat))
   report = Report(path=path, layout=source.layout)
+  _check_dont_load(dont_load, target_flat, source.params, path)
+  _compare_gelu(origin_gelu(path, source.layout), gelu_approximate, report)
   loaded = {}
   for name, leaf in target_flat.items():
     shape = tuple(leaf.shape)
@@ -170,6 +232,36 @@ def _resize(value, shape, source, num_prefix_tokens, grid, method,
   else:
     report.resized.append((POSEMB, tuple(value.shape), shape))
   return resized
+
+
+def _check_dont_load(dont_load, target_flat, file_params, path):
+  """Each regex must name a model parameter or a file entry (typo guard)."""
+  names = list(target_flat) + list(file_params)
+  for regex in dont_load:
+    if not any(re.fullmatch(regex, n) for n in names):
+      raise WeightsError(
+          f"config.init.dont_load regex {regex!r} matches no parameter of "
+          f"the model or of {path} (names look like {names[0]!r}); fix or "
+          "remove it.")
+
+
+def _compare_gelu(origin: Optional[bool], model: Optional[bool], report):
+  if model is None:
+    return
+  if origin is None:
+    report.gelu = f"model {GELU_NAMES[model]}; the file's origin is unknown"
+    return
+  report.gelu = (f"model {GELU_NAMES[model]}, file's origin "
+                 f"({report.layout}) {GELU_NAMES[origin]}")
+  if origin != model:
+    message = (
+        f"The weights' origin ({report.layout}) computes GELU with the "
+        f"{GELU_NAMES[origin]} but the model uses the {GELU_NAMES[model]}: "
+        "logits differ slightly (about 1e-4 to 1e-3). Unset "
+        "config.model.gelu_approximate to follow the file, or set it to "
+        f"{origin}.")
+    report.warnings.append(message)
+    logging.warning(message)
 
 
 def _warn_zero_head(loaded, report):
