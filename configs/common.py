@@ -8,6 +8,8 @@ Other configs start from `get_config()` and override fields; code reads
 import ml_collections
 from ml_collections import config_dict
 
+from vit_jax.errors import UserError
+
 
 def get_model_config() -> ml_collections.ConfigDict:
   model = ml_collections.ConfigDict()
@@ -159,7 +161,7 @@ def parse_arg(arg, **defaults) -> ml_collections.ConfigDict:
     elif eq and key in defaults:
       parsed[key] = value
     else:
-      raise ValueError(f"Config argument {token!r} is not one of "
+      raise UserError(f"Config argument {token!r} is not one of "
                        f"{sorted(k for k in parsed if k != 'first')} "
                        "(KEY=VALUE) or runlocal.")
   return ml_collections.ConfigDict(parsed)

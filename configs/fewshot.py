@@ -16,6 +16,8 @@ the tests run).
 
 from configs import common
 
+from vit_jax.errors import UserError
+
 
 def get_config(arg=None):
   args = common.parse_arg(arg, first="digits", variant="ViT-B/16")
@@ -38,7 +40,7 @@ def get_config(arg=None):
     config.fewshot.datasets = ("cifar100", "oxford_iiit_pet",
                                "oxford_flowers102")
   else:
-    raise ValueError(f"Unknown few-shot preset {args.first!r}; use digits or "
+    raise UserError(f"Unknown few-shot preset {args.first!r}; use digits or "
                      "paper.")
   if args.runlocal:
     config.model.variant = "testing"

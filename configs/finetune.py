@@ -31,6 +31,8 @@ the new resolution; the head is re-initialised (`config.init.dont_load`).
 
 from configs import common
 
+from vit_jax.errors import UserError
+
 PRESETS = {
     "cifar10": dict(dataset="cifar10", train_split="train[:98%]",
                     eval_split="test", total_steps=10_000, lr=0.03),
@@ -56,7 +58,7 @@ PRESETS = {
 def get_config(arg=None):
   args = common.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
   if args.first not in PRESETS:
-    raise ValueError(f"Unknown fine-tuning preset {args.first!r}; use one of "
+    raise UserError(f"Unknown fine-tuning preset {args.first!r}; use one of "
                      f"{', '.join(PRESETS)}.")
   config = common.get_config()
   config.image_size = 384

@@ -26,6 +26,7 @@ On pods, shard the parameters with `--config.sharding.params="(('.*',
 """
 
 from configs import common
+from vit_jax.errors import UserError
 from vit_jax.models import variants
 
 RECIPES = {
@@ -39,7 +40,7 @@ RECIPES = {
 def get_config(arg=None):
   args = common.parse_arg(arg, first="i1k", variant="ViT-B/16")
   if args.first not in RECIPES:
-    raise ValueError(f"Unknown pre-training recipe {args.first!r}; use one of "
+    raise UserError(f"Unknown pre-training recipe {args.first!r}; use one of "
                      f"{', '.join(RECIPES)}.")
   config = common.get_config()
   config.update(RECIPES[args.first])

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vit_jax import sharding, train
+from vit_jax import config_checks, sharding, train
 
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
 CONFIGS = sorted(
@@ -21,7 +21,7 @@ def test_config_is_valid_and_locked(name, arg):
   assert config.is_locked
   with pytest.raises(AttributeError):
     config.not_a_field = 1
-  train.check_config(config, sharding.make_mesh())
+  config_checks.check_config(config, sharding.make_mesh())
 
 
 def test_every_default_is_documented():

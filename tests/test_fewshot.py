@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from configs import fewshot as fewshot_configs
-from vit_jax import models, sharding, steps, train, weights
+from vit_jax import config_checks, models, sharding, steps, train, weights
 from vit_jax.evaluators import fewshot
 from vit_jax.fewshot import features, solver, sweep
 from vit_jax.weights import export
@@ -180,7 +180,7 @@ def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
       fewshot.FewShotEvaluator(model, bad, sharding.make_mesh(), None)
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
-      train.check_config(bad, sharding.make_mesh())
+      config_checks.check_config(bad, sharding.make_mesh())
   with pytest.raises(ValueError, match="available: pre_logits.*block_1"):
     features.check_layer("block_7", 2)
   config.fewshot.datasets = ()

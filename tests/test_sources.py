@@ -249,14 +249,30 @@ def test_multi_label_datasets_give_multi_hot_labels(digits_config, tmp_path):
 
 def test_softmax_loss_on_multi_hot_labels_warns(digits_config, tmp_path,
                                                 caplog):
-  from vit_jax import train
+  from vit_jax import config_checks
   digits_config.dataset = "multi_label_toy"
   digits_config.data_dir = str(tmp_path)
   info = input_pipeline.get_info(digits_config,
                                  input_pipeline.make_source(digits_config))
-  train.warn_if_loss_mismatches_labels(digits_config, info)
+  config_checks.warn_if_loss_mismatches_labels(digits_config, info)
   assert "config.loss=sigmoid_xent" in caplog.text
   caplog.clear()
   digits_config.loss = "sigmoid_xent"
-  train.warn_if_loss_mismatches_labels(digits_config, info)
+  config_checks.warn_if_loss_mismatches_labels(digits_config, info)
   assert "sigmoid_xent" not in caplog.text
+
+
+def test_folder_listing_is_kept_in_the_index_dir(digits_config, image_folder,
+                                                 tmp_path_factory):
+  """A resumed run reads the listing it started with, not the tree as it is
+  now (images added since would change which images each step sees)."""
+  config = _folder_config(digits_config, image_folder)
+  index_dir = tmp_path_factory.mktemp("workdir")
+  first = input_pipeline.make_source(config, index_dir=str(index_dir))
+  assert len(list(index_dir.glob("folder_index_*.json.gz"))) == 1
+  _write_image(str(image_folder / "train" / "dog" / "new.png"), 20, 20, 3, 9)
+  again = input_pipeline.make_source(config, index_dir=str(index_dir))
+  fresh = input_pipeline.make_source(config)
+  assert again.num_examples("train") == first.num_examples("train") == 12
+  assert fresh.num_examples("train") == 13
+  assert again._files == first._files  # pylint: disable=protected-access

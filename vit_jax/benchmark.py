@@ -15,14 +15,14 @@ import resource
 import statistics
 import time
 
-from absl import app, flags
+from absl import flags
 import jax
 import jax.extend as jex
 import jax.numpy as jnp
 import numpy as np
 
 from configs import common
-from vit_jax import models, optim, sharding, steps
+from vit_jax import cli, models, optim, sharding, steps
 
 # Dense bf16 peak per device, TFLOP/s, by a substring of `device_kind`.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0,
@@ -158,4 +158,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -11,8 +11,9 @@ timm's `VisionTransformer` (see `vit_jax/weights/export.py`). Imports no
 TensorFlow.
 """
 
-from absl import app, flags
+from absl import flags
 
+from vit_jax import cli
 from vit_jax.weights import export
 
 flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
@@ -33,4 +34,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

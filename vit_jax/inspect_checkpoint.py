@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from vit_jax import models, weights
+from vit_jax import cli, models, weights
 from vit_jax.weights import formats
 
 FLAGS = flags.FLAGS
@@ -68,4 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax.errors import UserError
+
 OPTIMIZERS = ("adam", "sgd")
 DECAY_TYPES = ("cosine", "linear", "constant")
 MOMENTUM_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -61,12 +63,12 @@ def check_param_rules(config: ml_collections.ConfigDict, params):
                else list(config[field]))
     for regex in regexes:
       if not any(re.fullmatch(regex, p) for p in paths):
-        raise ValueError(
+        raise UserError(
             f"config.{field} regex {regex!r} matches no parameter (paths look "
             f"like {paths[0]!r}, {paths[-1]!r}); fix or remove it.")
   if config.frozen and all(any(re.fullmatch(r, p) for r in config.frozen)
                            for p in paths):
-    raise ValueError("config.frozen freezes every parameter; nothing would "
+    raise UserError("config.frozen freezes every parameter; nothing would "
                      "train.")
 
 

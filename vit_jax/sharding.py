@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax.errors import UserError
 from vit_jax.models import partitioning
 
 DATA_AXIS = "data"
@@ -44,13 +45,13 @@ def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
   known = int(np.prod([s for s in sizes.values() if s != -1]))
   if (list(sizes.values()).count(-1) > 1 or known < 1 or count % known or
       any(s == 0 or s < -1 for s in sizes.values())):
-    raise ValueError(f"Mesh {sizes} does not fit {count} devices: the product "
+    raise UserError(f"Mesh {sizes} does not fit {count} devices: the product "
                      "of the fixed sizes must divide the device count, and at "
                      "most one axis may be -1 (set config.mesh.data and "
                      "config.mesh.model).")
   sizes = {k: (count // known if s == -1 else s) for k, s in sizes.items()}
   if int(np.prod(list(sizes.values()))) != count:
-    raise ValueError(f"Mesh {sizes} uses {np.prod(list(sizes.values()))} "
+    raise UserError(f"Mesh {sizes} uses {np.prod(list(sizes.values()))} "
                      f"devices but there are {count}; set one axis of "
                      "config.mesh to -1.")
   # Auto axes: the compiler propagates shardings from the annotated inputs.
@@ -75,11 +76,11 @@ def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size",
                      accum_steps: int = 1):
   shards = mesh.shape[DATA_AXIS]
   if batch_size % shards:
-    raise ValueError(
+    raise UserError(
         f"config.{what}={batch_size} is not divisible by the {shards} data "
         f"shards of the mesh; use a multiple of {shards}.")
   if accum_steps < 1 or batch_size % (accum_steps * shards):
-    raise ValueError(
+    raise UserError(
         f"config.{what}={batch_size} does not split into accum_steps="
         f"{accum_steps} micro-batches over {shards} data shards; use a "
         f"multiple of {max(accum_steps, 1) * shards}.")
@@ -97,7 +98,7 @@ def check_strategy_rules(rules: Sequence[tuple[str, str]]):
   """Config-time check of `config.sharding.params` (no parameters needed)."""
   for rule in rules:
     if len(rule) != 2 or rule[1] not in STRATEGIES:
-      raise ValueError(
+      raise UserError(
           f"config.sharding.params rule {rule!r} must be a pair (regex, "
           f"strategy) with strategy one of {', '.join(STRATEGIES)}.")
     re.compile(rule[0])
@@ -120,7 +121,7 @@ def param_partition_specs(abstract_params, mesh: Mesh,
     index = next((i for i, (regex, _) in enumerate(rules)
                   if re.fullmatch(regex, path)), None)
     if index is None:
-      raise ValueError(
+      raise UserError(
           f"Parameter {path} matches no rule of config.sharding.params "
           f"{rules}; add a catch-all rule such as ('.*', 'replicate').")
     used.add(index)
@@ -128,7 +129,7 @@ def param_partition_specs(abstract_params, mesh: Mesh,
                             sharding_config.fsdp_min_size)
   unused = [rules[i] for i in range(len(rules)) if i not in used]
   if unused:
-    raise ValueError(
+    raise UserError(
         f"config.sharding.params rules {unused} match no parameter (names "
         f"look like {next(iter(flat))!r}); fix or remove them.")
   return flax.traverse_util.unflatten_dict(specs, sep="/")
@@ -144,7 +145,7 @@ def _spec_for(path: str, shape, strategy: str, mesh: Mesh,
       if axis is None or axis == DATA_AXIS or mesh.shape[axis] == 1:
         continue
       if shape[dim] % mesh.shape[axis]:
-        raise ValueError(
+        raise UserError(
             f"Tensor parallelism splits dimension {dim} ({name}) of {path} "
             f"with shape {tuple(shape)} over the {mesh.shape[axis]} devices "
             f"of mesh axis {axis!r}, which does not divide {shape[dim]}; "

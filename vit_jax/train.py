@@ -7,7 +7,6 @@ jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 import datetime
 import json
 import math
-import os
 import time
 
 import jax
@@ -16,53 +15,12 @@ import ml_collections
 import numpy as np
 from absl import logging
 from clu import metric_writers, periodic_actions
-from jax.sharding import Mesh
 
-from vit_jax import checkpoint, models, optim, sharding, steps, weights
-from vit_jax.data import input_pipeline, preprocess
+from vit_jax import (checkpoint, config_checks, models, optim, paths,
+                     sharding, steps, weights)
+from vit_jax.data import input_pipeline
+from vit_jax.errors import NonFiniteLossError
 from vit_jax.evaluators import classification, fewshot
-from vit_jax.weights import posemb
-
-
-def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
-  """Every user mistake we can see before compiling, with its fix."""
-  models.check_model_config(config.model)
-  preprocess.parse(config.pp_train)
-  preprocess.parse(config.pp_eval)
-  for field, allowed in (("optimizer", optim.OPTIMIZERS),
-                         ("decay_type", optim.DECAY_TYPES),
-                         ("loss", steps.LOSSES),
-                         ("mu_dtype", optim.MOMENTUM_DTYPES)):
-    if config[field] not in allowed:
-      raise ValueError(f"config.{field}={config[field]!r} is not one of "
-                       f"{', '.join(allowed)}.")
-  stride = models.get_variant(config.model.variant).stride
-  if config.image_size % stride:
-    raise ValueError(
-        f"config.image_size={config.image_size} is not divisible by the patch "
-        f"size {stride} of {config.model.variant}; use a multiple of {stride} "
-        f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
-  if config.init.posemb_resize not in posemb.METHODS:
-    raise ValueError(f"config.init.posemb_resize={config.init.posemb_resize!r} "
-                     f"is not one of {', '.join(posemb.METHODS)}.")
-  for field in ("label_smoothing", "ema_decay"):
-    if not 0.0 <= config[field] < 1.0:
-      raise ValueError(f"config.{field}={config[field]} must be in [0, 1).")
-  fewshot.check_fewshot_config(config.fewshot)
-  sharding.check_strategy_rules(config.sharding.params)
-  sharding.check_batch_size(config.batch_size, mesh, "batch_size",
-                            config.accum_steps)
-  sharding.check_batch_size(config.eval_batch_size, mesh, "eval_batch_size")
-
-
-def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,
-                                   info: input_pipeline.DatasetInfo):
-  if info.multi_label and config.loss == "softmax_xent":
-    logging.warning(
-        "%s has several labels per image but config.loss=softmax_xent "
-        "spreads one probability over them; use "
-        "--config.loss=sigmoid_xent to score each label on its own.",
-        config.dataset)
 
 
 def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
@@ -78,36 +36,52 @@ def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
   return config.warmup_steps
 
 
-def _recorded_gelu(workdir: str, manager):
+def _recorded_gelu(workdir, manager):
   """The GELU form a run being resumed was trained with, if recorded."""
-  path = os.path.join(workdir, "config.json")
-  if manager.latest_step() is None or not os.path.exists(path):
+  path = workdir / "config.json"
+  if manager.latest_step() is None or not path.exists():
     return None
-  with open(path) as f:
-    return json.load(f).get("model", {}).get("gelu_approximate")
+  return json.loads(path.read_text()).get("model", {}).get("gelu_approximate")
 
 
-def _write_config(config, workdir):
-  if jax.process_index() == 0:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2))
+class _Outputs:
+  """The metric writer; for a remote workdir, TensorFlow's event files and
+  profiles go to a local folder mirrored into the workdir on `sync()`."""
+
+  def __init__(self, workdir):
+    self.mirror = None
+    if paths.is_remote(workdir) and jax.process_index() == 0:
+      self.mirror = paths.LocalMirror(workdir)
+    self.logdir = self.mirror.local if self.mirror else str(workdir)
+    self.writer = metric_writers.create_default_writer(
+        self.logdir, just_logging=jax.process_index() > 0)
+
+  def sync(self):
+    self.writer.flush()
+    if self.mirror:
+      self.mirror.sync()
+
+  def close(self):
+    self.writer.close()
+    if self.mirror:
+      self.mirror.close()
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict[str, float]:
   """Trains, evaluates periodically and at the end; returns final metrics."""
   mesh = sharding.mesh_from_config(config)
-  check_config(config, mesh)
-  os.makedirs(workdir, exist_ok=True)
+  config_checks.check_config(config, mesh)
+  workdir = paths.make_workdir(workdir)
   manager = checkpoint.make_manager(workdir, config)
   config = weights.resolve_gelu(config, _recorded_gelu(workdir, manager))
-  _write_config(config, workdir)
-  writer = metric_writers.create_default_writer(
-      workdir, just_logging=jax.process_index() > 0)
+  if jax.process_index() == 0:
+    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+  outputs = _Outputs(workdir)
 
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(config, index_dir=workdir)
   info = input_pipeline.get_info(config, source)
-  warn_if_loss_mismatches_labels(config, info)
+  config_checks.warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
   model = models.build_model(config.model, info.num_classes)
   tx, schedule = optim.make_optimizer(
@@ -143,22 +117,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                "devices in %d processes, mesh %s.", config.model.variant,
                config.dataset, start_step, num_steps, info.num_classes,
                jax.device_count(), jax.process_count(), dict(mesh.shape))
-  preemption = checkpoint.PreemptionFlag()
+  preemption = checkpoint.Preemption()
   try:
-    result = _loop(config, workdir, state, train_step, train_iter,
-                   (evaluator, fewshot_evaluator), manager, writer, preemption,
-                   start_step, num_steps)
+    result = _loop(config, state, train_step, train_iter,
+                   (evaluator, fewshot_evaluator), manager, outputs,
+                   preemption, start_step, num_steps)
   finally:
     preemption.restore()
     manager.wait_until_finished()
     manager.close()
-    writer.flush()
+    outputs.close()
   return result
 
 
-def _loop(config, workdir, state, train_step, train_iter, evaluators, manager,
-          writer, preemption, start_step, num_steps) -> dict[str, float]:
+def _loop(config, state, train_step, train_iter, evaluators, manager,
+          outputs, preemption, start_step, num_steps) -> dict[str, float]:
+  """Steps, logs, saves and evaluates. Metrics are fetched from the device
+  only at log steps (one step late, so the host never waits) and before a
+  save, so a diverged state is never written."""
   evaluator, fewshot_evaluator = evaluators
+  writer = outputs.writer
   hooks = []
   if jax.process_index() == 0:
     hooks.append(periodic_actions.ReportProgress(num_train_steps=num_steps,
@@ -166,37 +144,57 @@ def _loop(config, workdir, state, train_step, train_iter, evaluators, manager,
     if config.profile_steps:
       hooks.append(periodic_actions.Profile(  # Once, for profile_steps steps.
           num_profile_steps=config.profile_steps, profile_duration_ms=None,
-          first_profile=start_step + 10, every_secs=None, logdir=workdir))
+          first_profile=start_step + 10, every_secs=None,
+          logdir=outputs.logdir))
   result = {}
-  pending = None  # (step, metrics) of the last dispatched step.
+  pending = None  # (step, metrics) to log once the next step is dispatched.
   timer = _Timer(start_step, num_steps, config.batch_size)
   for step in range(start_step + 1, num_steps + 1):
     state, metrics = train_step(state, next(train_iter))
-    # Metrics of the previous step are fetched after this one is dispatched.
     if pending is not None:
-      result.update(_log_train(writer, *pending, config, timer))
-    pending = (step, metrics)
+      result.update(_log_train(writer, *pending, timer))
+      pending = None
+    if step % config.log_every_steps == 0 or step == num_steps:
+      pending = (step, metrics)
     for hook in hooks:
       hook(step)
-    if step % config.checkpoint_every_steps == 0 or preemption.raised:
-      checkpoint.save(manager, step, state, force=preemption.raised)
-    if preemption.raised:
-      logging.warning("Stopped at step %d after SIGTERM; rerun the same "
-                      "command to continue.", step)
+    stop = preemption.reached(step)  # The same answer on every process.
+    if stop or step == num_steps or step % config.checkpoint_every_steps == 0:
+      _check_finite(step, metrics)
+      checkpoint.save(manager, step, state, force=stop or step == num_steps)
+      outputs.sync()
+    if stop:
+      if pending is not None:
+        result.update(_log_train(writer, *pending, timer))
+      logging.warning("Stopped at step %d after a preemption notice "
+                      "(SIGTERM); rerun the same command to continue.", step)
       return {**result, "preempted_at_step": float(step)}
     if config.eval_every_steps and step % config.eval_every_steps == 0:
       result.update(_evaluate(evaluator, state, writer, step))
+      outputs.sync()
     if fewshot_evaluator and (step % config.fewshot.every_steps == 0 or
                               step == num_steps):
       result.update(_evaluate_fewshot(fewshot_evaluator, state, writer, step))
   if pending is not None:
-    result.update(_log_train(writer, *pending, config, timer, final=True))
-  if start_step < num_steps and num_steps % config.checkpoint_every_steps:
-    checkpoint.save(manager, num_steps, state, force=True)
+    result.update(_log_train(writer, *pending, timer))
   if (not config.eval_every_steps or num_steps % config.eval_every_steps
       or start_step == num_steps):
     result.update(_evaluate(evaluator, state, writer, num_steps))
+  outputs.sync()
   return result
+
+
+def _check_finite(step, metrics) -> float:
+  """The step's loss; raises if it, or the updated parameters, diverged (the
+  loss of step s is computed before update s, the parameter norm after)."""
+  loss, param_norm = float(metrics["loss"]), float(metrics["param_norm"])
+  if not (np.isfinite(loss) and np.isfinite(param_norm)):
+    raise NonFiniteLossError(
+        f"Training diverged at step {step} (loss {loss}, parameter norm "
+        f"{param_norm}); nothing of this state was saved. Lower config.lr, "
+        "check the data, or enable config.grad_clip_norm, then rerun to "
+        "resume from the last checkpoint.")
+  return loss
 
 
 class _Timer:
@@ -216,15 +214,8 @@ class _Timer:
             "eta_s": step_s * (self.num_steps - step)}
 
 
-def _log_train(writer, step, metrics, config, timer,
-               final=False) -> dict[str, float]:
-  loss = float(metrics["loss"])
-  if not np.isfinite(loss):
-    raise FloatingPointError(
-        f"Non-finite training loss {loss} at step {step}; lower config.lr, "
-        "check the data, or enable config.grad_clip_norm.")
-  if step % config.log_every_steps and not final:
-    return {"train_loss": loss}
+def _log_train(writer, step, metrics, timer) -> dict[str, float]:
+  loss = _check_finite(step, metrics)
   scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
   scalars.update(timer.lap(step))
   writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from vit_jax import sharding
 from vit_jax.data import preprocess, sources
+from vit_jax.errors import UserError
 
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source
@@ -49,7 +50,7 @@ def get_info(config: ml_collections.ConfigDict, source) -> DatasetInfo:
 
 def _per_process_batch(global_batch: int) -> int:
   if global_batch % jax.process_count():
-    raise ValueError(f"Batch size {global_batch} is not divisible by the "
+    raise UserError(f"Batch size {global_batch} is not divisible by the "
                      f"{jax.process_count()} processes.")
   return global_batch // jax.process_count()
 

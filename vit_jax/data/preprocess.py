@@ -15,6 +15,8 @@ from typing import Callable
 
 import tensorflow as tf
 
+from vit_jax.errors import UserError
+
 Op = Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor]
 
 # Resize the shorter side to size/0.875 before a central crop (224 -> 256).
@@ -94,14 +96,14 @@ def parse(spec: str) -> list[tuple[str, tuple[float, ...]]]:
   for part in (p.strip() for p in spec.split("|") if p.strip()):
     match = _OP_PATTERN.match(part)
     if not match or match.group(1) not in OPS:
-      raise ValueError(f"Unknown preprocessing op {part!r} in {spec!r}. "
+      raise UserError(f"Unknown preprocessing op {part!r} in {spec!r}. "
                        f"Known ops: {', '.join(OPS)}.")
     try:
       args = ast.literal_eval(f"({match.group(2)},)") if match.group(2) else ()
       if not all(isinstance(a, (int, float)) for a in args):
         raise ValueError
     except (ValueError, SyntaxError) as e:
-      raise ValueError(f"Op {part!r} in {spec!r} takes numbers as arguments, "
+      raise UserError(f"Op {part!r} in {spec!r} takes numbers as arguments, "
                        "e.g. inception_crop(0.35).") from e
     ops.append((match.group(1), tuple(args)))
   return ops

@@ -9,6 +9,7 @@ from absl import logging
 import ml_collections
 
 from vit_jax.data import input_pipeline
+from vit_jax.errors import UserError
 from vit_jax.fewshot import features, solver
 
 
@@ -19,7 +20,7 @@ class FewShotEvaluator:
                params_sharding):
     fewshot = config.fewshot
     if not fewshot.datasets:
-      raise ValueError("config.fewshot.datasets is empty; name at least one "
+      raise UserError("config.fewshot.datasets is empty; name at least one "
                        "dataset (a TFDS name, folder:/path or digits).")
     check_fewshot_config(fewshot)
     features.check_layer(fewshot.layer, model.num_layers)
@@ -78,10 +79,10 @@ def check_fewshot_config(fewshot: ml_collections.ConfigDict):
   for field, allowed in (("l2_selection", solver.L2_SELECTIONS),
                          ("on_too_few", solver.ON_TOO_FEW)):
     if fewshot[field] not in allowed:
-      raise ValueError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
+      raise UserError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
                        f"of {', '.join(allowed)}.")
   if fewshot.l2_reg <= 0 or not fewshot.l2_grid or min(fewshot.l2_grid) <= 0:
-    raise ValueError("config.fewshot.l2_reg and every value of "
+    raise UserError("config.fewshot.l2_reg and every value of "
                      "config.fewshot.l2_grid must be positive.")
   if fewshot.loo_max_heldout < 1:
-    raise ValueError("config.fewshot.loo_max_heldout must be at least 1.")
+    raise UserError("config.fewshot.loo_max_heldout must be at least 1.")

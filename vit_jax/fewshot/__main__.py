@@ -2,16 +2,20 @@
 
     python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
         --checkpoints=workdirs/demo/pretrain --workdir=workdirs/fewshot
+
+With `--distributed` (as for training) every host extracts its share of the
+features; process 0 prints and writes the results.
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from vit_jax import cli  # noqa: E402
 from vit_jax.fewshot import sweep  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -20,13 +24,15 @@ config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",
 flags.DEFINE_list("checkpoints", None, "Weights files or workdirs.")
 flags.DEFINE_list("datasets", None,
                   "Datasets (default: config.fewshot.datasets).")
-flags.DEFINE_string("workdir", None, "Where the JSON and CSV go.")
+flags.DEFINE_string("workdir", None,
+                    "Where the JSON and CSV go (local or gs://...).")
 flags.mark_flags_as_required(["config", "checkpoints"])
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
+  cli.initialize_distributed()
   table, notes = sweep.sweep(FLAGS.config, FLAGS.checkpoints, FLAGS.datasets)
   if jax.process_index() == 0:
     if FLAGS.workdir:
@@ -38,4 +44,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

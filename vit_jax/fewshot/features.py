@@ -8,13 +8,13 @@ padding removed, in a fixed order.
 import re
 from typing import Iterable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
 from vit_jax import sharding
+from vit_jax.errors import UserError
 
 POOLED_LAYERS = ("pre_logits", "head_input", "logits")
 
@@ -25,7 +25,7 @@ def available_layers(num_layers: int) -> list[str]:
 
 def check_layer(layer: str, num_layers: int):
   if layer not in available_layers(num_layers):
-    raise ValueError(
+    raise UserError(
         f"Unknown representation layer {layer!r}; available: "
         f"{', '.join(available_layers(num_layers))} (block_i: the class token "
         "after block i, or the mean over tokens without one).")

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.errors import UserError
+
 BIAS_CONSTANT = 100.0  # big_vision's constant bias feature.
 STD_EPS = 1e-5  # Added to the standard deviation of each feature.
 FIXED_L2 = 2.0**10  # big_vision's l2_reg.
@@ -191,7 +193,7 @@ def fewshot_accuracy(train_NxD, train_labels_N, test_MxD, test_labels_M,
                      seed: int = 0) -> RidgeResult:
   """Fits the sample and measures test accuracy at the L2 the policy picks."""
   if l2_selection not in L2_SELECTIONS:
-    raise ValueError(f"config.fewshot.l2_selection={l2_selection!r} is not "
+    raise UserError(f"config.fewshot.l2_selection={l2_selection!r} is not "
                      f"one of {', '.join(L2_SELECTIONS)}.")
   loo, note, l2 = None, "", l2_reg
   if l2_selection == "loo":
@@ -217,14 +219,14 @@ def sample_shots(labels_N: np.ndarray, shots: int, seed: int,
   `on_too_few='skip'`, contributes all it has.
   """
   if on_too_few not in ON_TOO_FEW:
-    raise ValueError(f"config.fewshot.on_too_few={on_too_few!r} is not one "
+    raise UserError(f"config.fewshot.on_too_few={on_too_few!r} is not one "
                      f"of {', '.join(ON_TOO_FEW)}.")
   rng = np.random.default_rng(seed)
   chosen = []
   for c in range(num_classes):
     members = rng.permutation(np.flatnonzero(labels_N == c))
     if len(members) < shots and on_too_few == "fail":
-      raise ValueError(
+      raise UserError(
           f"Class {c} has {len(members)} training example(s), fewer than "
           f"{shots} shots; use fewer shots, a larger train split, or "
           "config.fewshot.on_too_few='skip' to use what there is.")

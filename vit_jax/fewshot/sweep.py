@@ -13,14 +13,15 @@ split).
 """
 
 import csv
+import io
 import json
-import os
 
 from absl import logging
 import ml_collections
 import optax
 
-from vit_jax import models, sharding, steps, weights
+from vit_jax import models, paths, sharding, steps, weights
+from vit_jax.errors import UserError
 from vit_jax.evaluators import fewshot
 
 
@@ -31,7 +32,7 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   `config.model.gelu_approximate` says otherwise (see weights.resolve_gelu).
   """
   if not checkpoints:
-    raise ValueError("No checkpoints to evaluate; pass --checkpoints.")
+    raise UserError("No checkpoints to evaluate; pass --checkpoints.")
   config = config.copy_and_resolve_references()
   if datasets:
     config.fewshot.datasets = tuple(datasets)
@@ -89,13 +90,14 @@ def format_table(table, shots) -> str:
 
 
 def write(table, workdir: str):
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "fewshot.json"), "w") as f:
-    json.dump(table, f, indent=2)
-  with open(os.path.join(workdir, "fewshot.csv"), "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["checkpoint", "dataset", "metric", "value"])
-    for path, by_dataset in table.items():
-      for dataset, cells in by_dataset.items():
-        for metric, value in cells.items():
-          writer.writerow([path, dataset, metric, value])
+  """WORKDIR/fewshot.json and fewshot.csv (WORKDIR local or a URL)."""
+  directory = paths.make_workdir(workdir)
+  (directory / "fewshot.json").write_text(json.dumps(table, indent=2))
+  rows = io.StringIO()
+  writer = csv.writer(rows)
+  writer.writerow(["checkpoint", "dataset", "metric", "value"])
+  for path, by_dataset in table.items():
+    for dataset, cells in by_dataset.items():
+      for metric, value in cells.items():
+        writer.writerow([path, dataset, metric, value])
+  (directory / "fewshot.csv").write_text(rows.getvalue())

@@ -5,6 +5,7 @@ from typing import Optional
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax.errors import UserError
 from vit_jax.models.variants import VARIANTS, Variant, get_variant
 from vit_jax.models.vit import CLASSIFIERS, REMAT_POLICIES, VisionTransformer
 
@@ -18,7 +19,7 @@ def check_model_config(model_config: ml_collections.ConfigDict):
   for field, allowed in (("classifier", CLASSIFIERS), ("remat", REMAT_POLICIES),
                          ("dtype", DTYPES), ("param_dtype", DTYPES)):
     if model_config[field] not in allowed:
-      raise ValueError(f"config.model.{field}={model_config[field]!r} is not "
+      raise UserError(f"config.model.{field}={model_config[field]!r} is not "
                        f"one of {', '.join(allowed)}.")
 
 

@@ -10,6 +10,8 @@ import re
 import jax
 import numpy as np
 
+from vit_jax.errors import UserError
+
 _BLOCK = re.compile(r"^encoderblock_(\d+)$")
 
 
@@ -22,7 +24,7 @@ def stack_layers(params):
   encoder = dict(params["Transformer"])
   indices = sorted(int(m.group(1)) for k in encoder if (m := _BLOCK.match(k)))
   if indices != list(range(len(indices))) or not indices:
-    raise ValueError(f"Expected encoderblock_0..N-1, found blocks {indices}.")
+    raise UserError(f"Expected encoderblock_0..N-1, found blocks {indices}.")
   blocks = [encoder.pop(f"encoderblock_{i}") for i in indices]
   encoder["encoderblock"] = jax.tree.map(lambda *x: np.stack(x), *blocks)
   return {**params, "Transformer": encoder}

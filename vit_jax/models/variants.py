@@ -9,6 +9,8 @@ fine-tuning.
 import dataclasses
 from typing import Optional
 
+from vit_jax.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class ResNetSpec:
@@ -77,7 +79,7 @@ VARIANTS: dict[str, Variant] = {
 
 def get_variant(name: str) -> Variant:
   if name not in VARIANTS:
-    raise ValueError(
+    raise UserError(
         f"Unknown model variant {name!r}. Pick one of: {', '.join(VARIANTS)} "
         "(set it with --config.model.variant=NAME).")
   return VARIANTS[name]

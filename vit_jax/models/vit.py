@@ -25,6 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.errors import UserError
 from vit_jax.models import partitioning as lx
 from vit_jax.models import resnet
 from vit_jax.models.variants import ResNetSpec
@@ -71,7 +72,7 @@ class MultiHeadDotProductAttention(nn.Module):
   def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool):
     width = kv_BxNxD.shape[-1]
     if width % self.num_heads:
-      raise ValueError(f"hidden_size {width} is not divisible by num_heads "
+      raise UserError(f"hidden_size {width} is not divisible by num_heads "
                        f"{self.num_heads}.")
     head_dim = width // self.num_heads
     proj = lambda name: nn.DenseGeneral(
@@ -289,7 +290,7 @@ class VisionTransformer(nn.Module):
                       dtype=self.dtype, param_dtype=self.param_dtype,
                       name="MAPHead_0")(encoded)
     else:
-      raise ValueError(f"Unknown classifier {self.classifier!r}; use one of "
+      raise UserError(f"Unknown classifier {self.classifier!r}; use one of "
                        f"{CLASSIFIERS}.")
     out["head_input"] = x_BxD
 
@@ -313,7 +314,7 @@ class VisionTransformer(nn.Module):
 def _check_divisible(size_hw, patch_size: int, hybrid: bool):
   if size_hw[0] % patch_size or size_hw[1] % patch_size:
     where = "stem feature map" if hybrid else "image"
-    raise ValueError(
+    raise UserError(
         f"The {where} size {tuple(size_hw)} is not divisible by the patch size "
         f"{patch_size}; choose an image size that is a multiple of "
         f"{patch_size}{' times the stem stride' if hybrid else ''}.")

@@ -6,9 +6,12 @@ safetensors state dict of timm's `VisionTransformer` (plain ViTs with a
 class token).
 """
 
+import io
+
 import flax
 import numpy as np
 
+from vit_jax import paths
 from vit_jax.weights import convert, loader
 
 EXPORT_FORMATS = ("npz", "timm")
@@ -31,14 +34,15 @@ def save_npz(params, path: str):
   """Params (flat names or a nested tree) -> released-layout .npz."""
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
-  with open(path, "wb") as f:
-    np.savez(f, **{k: np.asarray(v) for k, v in params.items()})
+  buffer = io.BytesIO()  # Object storage cannot seek while writing a zip.
+  np.savez(buffer, **{k: np.asarray(v) for k, v in params.items()})
+  paths.resolve(path).write_bytes(buffer.getvalue())
 
 
 def save_timm(params, path: str):
   """Params (flat or nested) -> timm VisionTransformer state dict."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
   flat = {k: np.asarray(v, np.float32) for k, v in params.items()}
-  save_file(convert.to_timm(flat), path)
+  paths.resolve(path).write_bytes(st_numpy.save(convert.to_timm(flat)))

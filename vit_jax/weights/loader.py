@@ -14,7 +14,6 @@ report's table: nothing is half-loaded.
 
 import dataclasses
 import json
-import os
 import re
 from typing import Optional, Sequence
 
@@ -23,6 +22,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from vit_jax import paths
 from vit_jax.weights import convert, formats, posemb
 from vit_jax.weights.formats import WeightsError
 
@@ -97,14 +97,16 @@ def origin_gelu(path: str, layout: str) -> Optional[bool]:
   if layout != "orbax":
     return convert.ORIGIN_GELU_APPROXIMATE.get(layout)
   # The workdir: PATH itself, or what holds PATH's `checkpoints/` folder.
-  parts = os.path.abspath(os.path.expanduser(path)).split(os.sep)
-  if "checkpoints" in parts:
-    parts = parts[:len(parts) - parts[::-1].index("checkpoints") - 1]
-  config_path = os.path.join(os.sep.join(parts) or os.sep, "config.json")
-  if not os.path.exists(config_path):
+  workdir = paths.resolve(path)
+  for parent in [workdir, *workdir.parents]:
+    if parent.name == "checkpoints":
+      workdir = parent.parent
+      break
+  config_path = workdir / "config.json"
+  if not config_path.exists():
     return None
-  with open(config_path) as f:
-    value = json.load(f).get("model", {}).get("gelu_approximate", False)
+  model = json.loads(config_path.read_text()).get("model", {})
+  value = model.get("gelu_approximate", False)
   return None if value is None else bool(value)
 
 

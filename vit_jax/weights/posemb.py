@@ -11,6 +11,8 @@ cubic (Keys, a=-0.5) kernel. Pure numpy: it runs where TensorFlow does not.
 
 import numpy as np
 
+from vit_jax.errors import UserError
+
 METHODS = ("bilinear", "bicubic")
 
 
@@ -55,7 +57,7 @@ def _interpolation_matrix(size_in: int, size_out: int, method: str):
 def resize_grid(grid_HxWxD: np.ndarray, new_hw, method: str = "bilinear"):
   """Interpolates an (H, W, D) grid of embeddings to (H', W', D)."""
   if method not in METHODS:
-    raise ValueError(f"Unknown position-embedding resize method {method!r}; "
+    raise UserError(f"Unknown position-embedding resize method {method!r}; "
                      f"use one of {', '.join(METHODS)}.")
   h, w, _ = grid_HxWxD.shape
   rows = _interpolation_matrix(h, new_hw[0], method)
@@ -72,7 +74,7 @@ def resize_posemb(posemb_1xNxD: np.ndarray, num_prefix_tokens: int,
   old_grid, new_grid = tuple(old_grid), tuple(new_grid)
   _, length, width = posemb_1xNxD.shape
   if length != num_prefix_tokens + old_grid[0] * old_grid[1]:
-    raise ValueError(
+    raise UserError(
         f"Position embeddings of {length} tokens are not {num_prefix_tokens} "
         f"prefix token(s) plus a {old_grid[0]}x{old_grid[1]} grid.")
   if old_grid == new_grid:
@@ -87,7 +89,7 @@ def square_grid(num_grid_tokens: int, what: str):
   """The side of a square grid; released files store square grids."""
   side = int(round(np.sqrt(num_grid_tokens)))
   if side * side != num_grid_tokens:
-    raise ValueError(
+    raise UserError(
         f"{what} has {num_grid_tokens} grid position embeddings, which is not "
         "a square grid; set config.init.source_grid=(H, W) to say its shape.")
   return (side, side)

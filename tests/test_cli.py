@@ -1,0 +1,65 @@
+"""Every command reports a mistake of the user's making as one line.
+
+`error: ...` on stderr, exit status 2, no traceback (unless --verbose).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MISTAKES = {
+    "main: bad value": (
+        ["vit_jax.main", "--config=configs/digits.py:runlocal",
+         "--workdir=/tmp/unused", "--config.lr=-1"],
+        "error: config.lr=-1.0 must be positive."),
+    "main: misspelt field": (
+        ["vit_jax.main", "--config=configs/digits.py:runlocal",
+         "--workdir=/tmp/unused", "--config.totl_steps=5"],
+        "error: the config has no field 'totl_steps'; Did you mean "
+        "\"total_steps\""),
+    "main: unknown preset": (
+        ["vit_jax.main", "--config=configs/finetune.py:nosuch",
+         "--workdir=/tmp/unused"],
+        "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
+        "preset 'nosuch'"),
+    "fewshot: missing checkpoint": (
+        ["vit_jax.fewshot", "--config=configs/fewshot.py:runlocal",
+         "--checkpoints=/no/such/weights.npz"],
+        "error: No weights at /no/such/weights.npz"),
+    "export: missing checkpoint": (
+        ["vit_jax.export", "--checkpoint=/no/such.npz", "--out=/tmp/x.npz"],
+        "error: No weights at /no/such.npz"),
+    "inspect: missing checkpoint": (
+        ["vit_jax.inspect_checkpoint", "/no/such.npz"],
+        "error: No weights at /no/such.npz"),
+    "benchmark: unknown variant": (
+        ["vit_jax.benchmark", "--variant=ViT-X/1"],
+        "error: Unknown model variant 'ViT-X/1'"),
+}
+
+
+def _run(args):
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO,
+                        env={**os.environ, "XLA_FLAGS": ""},
+                        capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", MISTAKES)
+def test_a_user_mistake_is_one_line_and_status_2(case):
+  args, message = MISTAKES[case]
+  done = _run(args)
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert "Traceback" not in done.stderr, done.stderr[-2000:]
+  errors = [l for l in done.stderr.splitlines() if l.startswith("error: ")]
+  assert len(errors) == 1 and errors[0].startswith(message), errors
+
+
+def test_verbose_shows_the_traceback():
+  args, _ = MISTAKES["export: missing checkpoint"]
+  done = _run(args + ["--verbose"])
+  assert done.returncode != 0
+  assert "Traceback" in done.stderr and "WeightsError" in done.stderr

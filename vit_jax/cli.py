@@ -1,0 +1,109 @@
+"""What every command shares: the multi-host flags and the error policy.
+
+`run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
+flag or config value, a missing file, a refused checkpoint: a `UserError`)
+prints `error: ...` on stderr and exits with status 2, without a traceback;
+`--verbose` (or VIT_JAX_VERBOSE=1) shows it. Any other exception is a bug
+and keeps its traceback.
+"""
+
+import os
+import re
+import sys
+
+from absl import app, flags, logging
+import jax
+
+from vit_jax import paths
+from vit_jax.errors import UserError
+
+FLAGS = flags.FLAGS
+flags.DEFINE_bool("verbose", False,
+                  "Show the traceback of errors in the input too.")
+flags.DEFINE_bool("distributed", False,
+                  "Join a multi-process run (jax.distributed.initialize).")
+flags.DEFINE_string("coordinator_address", None,
+                    "HOST:PORT of process 0; implies --distributed.")
+flags.DEFINE_integer("num_processes", None, "Processes in the run.")
+flags.DEFINE_integer("process_id", None, "This process's index.")
+
+# OSError: a missing file, a config file that failed to load, storage that
+# cannot be reached.
+USER_ERRORS = (UserError, OSError, app.UsageError)
+
+
+def initialize_distributed():
+  """Starts JAX's multi-process runtime when asked to (before any JAX use).
+
+  TPU pods, SLURM and Open MPI are detected by `jax.distributed.initialize`;
+  elsewhere pass --coordinator_address, --num_processes and --process_id.
+  """
+  if not (FLAGS.distributed or FLAGS.coordinator_address or
+          os.environ.get("JAX_COORDINATOR_ADDRESS")):
+    return
+  jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
+                             num_processes=FLAGS.num_processes,
+                             process_id=FLAGS.process_id)
+  logging.info("Process %d of %d; %d local of %d devices.",
+               jax.process_index(), jax.process_count(),
+               jax.local_device_count(), jax.device_count())
+  if jax.process_index() > 0:  # One log for the run: process 0's.
+    logging.set_verbosity(logging.WARNING)
+
+
+def _verbose() -> bool:
+  if os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0"):
+    return True
+  return FLAGS.is_parsed() and FLAGS.verbose or "--verbose" in sys.argv
+
+
+_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*: ")  # "pkg.SomeError: ".
+
+
+def _message(error) -> str:
+  """The error's own words, without a traceback a config loader embedded."""
+  while error.args and isinstance(error.args[0], BaseException):
+    error = error.args[0]  # ml_collections wraps a KeyError in others.
+  text = str(error.args[0] if isinstance(error, KeyError) and error.args
+             else error).strip() or type(error).__name__
+  if "Traceback (most recent call last)" in text:
+    where = text.split(": Error whilst parsing config file")[0]
+    last = [l for l in text.splitlines() if l.strip()][-1]
+    text = f"{where}: {_EXCEPTION_NAME.sub('', last)}"
+  return text
+
+
+def _fail(error):
+  """`error: FIRST LINE` (details, such as a load report, indented below)."""
+  text = error if isinstance(error, str) else _message(error)
+  first, *rest = text.splitlines()
+  print("\n".join([f"error: {first}"] + [f"  {l}" for l in rest]),
+        file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def _parse_flags(argv):
+  try:
+    return FLAGS(argv)
+  except (flags.Error, ValueError) as e:  # Also a config file's own error.
+    if _verbose():
+      raise
+    _fail(e)
+  except (AttributeError, KeyError) as e:  # A misspelt --config.FIELD.
+    if _verbose():
+      raise
+    _fail("the config has no field " + "; ".join(
+        line.strip() for line in _message(e).splitlines()))
+
+
+def run(main):
+  """`absl.app.run(main)` with the error policy of the module doc."""
+  def guarded(argv):
+    paths.configure_storage()
+    try:
+      return main(argv)
+    except USER_ERRORS as e:
+      if _verbose():
+        raise
+      _fail(e)
+  app.run(guarded, flags_parser=_parse_flags)

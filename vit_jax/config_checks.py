@@ -1,0 +1,93 @@
+"""Every mistake in a training config that can be seen before compiling.
+
+Each check raises a `UserError` that names the field, its value and what
+to use instead, so a bad override costs seconds, not a compiled run.
+"""
+
+import ml_collections
+from absl import logging
+from jax.sharding import Mesh
+
+from vit_jax import models, optim, sharding, steps
+from vit_jax.data import input_pipeline, preprocess
+from vit_jax.errors import UserError
+from vit_jax.evaluators import fewshot
+from vit_jax.weights import posemb
+
+# Fields that must be > 0, and fields that must be >= 0.
+_POSITIVE = ("batch_size", "eval_batch_size", "image_size", "lr",
+             "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
+             "shuffle_buffer", "accum_steps")
+_NON_NEGATIVE = ("total_steps", "warmup_steps", "eval_every_steps",
+                 "keep_checkpoint_every_steps", "profile_steps",
+                 "weight_decay", "grad_clip_norm", "fewshot.every_steps")
+_FRACTIONS = ("label_smoothing", "ema_decay", "b1", "b2", "momentum")  # [0, 1)
+_CHOICES = (("optimizer", optim.OPTIMIZERS), ("decay_type", optim.DECAY_TYPES),
+            ("loss", steps.LOSSES), ("mu_dtype", optim.MOMENTUM_DTYPES),
+            ("init.posemb_resize", posemb.METHODS))
+
+
+def _get(config, dotted: str):
+  for part in dotted.split("."):
+    config = config[part]
+  return config
+
+
+def check_numbers(config: ml_collections.ConfigDict):
+  for field in _POSITIVE:
+    if not _get(config, field) > 0:
+      raise UserError(f"config.{field}={_get(config, field)} must be "
+                      "positive.")
+  for field in _NON_NEGATIVE:
+    if _get(config, field) < 0:
+      raise UserError(f"config.{field}={_get(config, field)} must be zero "
+                      "or positive.")
+  for field in _FRACTIONS:
+    if not 0.0 <= config[field] < 1.0:
+      raise UserError(f"config.{field}={config[field]} must be in [0, 1).")
+  for field, steps_field in (("num_epochs", "total_steps"),
+                             ("warmup_epochs", "warmup_steps")):
+    value = config[field]
+    if value is not None and (value < 0 or (field == "num_epochs" and
+                                            value == 0)):
+      raise UserError(f"config.{field}={value} must be positive (or unset, "
+                      f"to use config.{steps_field}).")
+  if (config.num_epochs is None and config.total_steps == 0 and
+      not config.init.checkpoint):
+    raise UserError(
+        "config.total_steps=0 trains nothing and there are no weights to "
+        "evaluate; give a number of steps, or set config.init.checkpoint to "
+        "only evaluate those weights.")
+
+
+def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
+  """Every user mistake we can see before compiling, with its fix."""
+  check_numbers(config)
+  models.check_model_config(config.model)
+  preprocess.parse(config.pp_train)
+  preprocess.parse(config.pp_eval)
+  for field, allowed in _CHOICES:
+    if _get(config, field) not in allowed:
+      raise UserError(f"config.{field}={_get(config, field)!r} is not one of "
+                      f"{', '.join(allowed)}.")
+  stride = models.get_variant(config.model.variant).stride
+  if config.image_size % stride:
+    raise UserError(
+        f"config.image_size={config.image_size} is not divisible by the patch "
+        f"size {stride} of {config.model.variant}; use a multiple of {stride} "
+        f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
+  fewshot.check_fewshot_config(config.fewshot)
+  sharding.check_strategy_rules(config.sharding.params)
+  sharding.check_batch_size(config.batch_size, mesh, "batch_size",
+                            config.accum_steps)
+  sharding.check_batch_size(config.eval_batch_size, mesh, "eval_batch_size")
+
+
+def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,
+                                   info: input_pipeline.DatasetInfo):
+  if info.multi_label and config.loss == "softmax_xent":
+    logging.warning(
+        "%s has several labels per image but config.loss=softmax_xent "
+        "spreads one probability over them; use "
+        "--config.loss=sigmoid_xent to score each label on its own.",
+        config.dataset)

@@ -1,0 +1,198 @@
+"""Images in folders, no builder to write: ROOT/SPLIT/CLASS_NAME/*.jpg.
+
+Classes are the sorted union of the class-folder names of all splits;
+`.jpg`, `.jpeg` and `.png` files count. Each split's file list is shuffled
+once with a fixed seed, so slices like `train[:90%]` are random subsets.
+ROOT may be local or on object storage (`vit_jax.paths`).
+
+Listing scales to ImageNet-21k (21,841 classes, about 13M files): one
+listing request per class folder, many in flight, and a dict from class
+name to label. Given an index directory (the training workdir), the
+listing is written there once as `folder_index_*.json.gz`: in a
+multi-process run process 0 lists and the others wait and read it, and a
+resumed run reads it instead of listing again, so it trains on exactly the
+files it started with.
+"""
+
+import concurrent.futures
+import gzip
+import hashlib
+import json
+import random
+
+import jax
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from absl import logging
+from jax.experimental import multihost_utils
+
+from vit_jax import paths
+from vit_jax.errors import UserError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+LISTING_THREADS = 32
+_MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG": "PNG"}
+
+Listing = dict[str, dict[str, list[str]]]  # split -> class -> file names.
+
+
+def list_folder(root: str) -> Listing:
+  """{split: {class name: sorted image file names}} of an image folder."""
+  if not paths.resolve(root).is_dir():
+    raise UserError(f"Image folder {root} does not exist. Expected "
+                    "ROOT/{train,test}/CLASS_NAME/*.jpg (or .jpeg/.png).")
+  splits, _ = paths.list_dir(root)
+  if not splits:
+    raise UserError(f"Image folder {root} has no split folders; expected "
+                    "ROOT/train/CLASS_NAME/*.jpg and ROOT/test/...")
+  listing = {}
+  with concurrent.futures.ThreadPoolExecutor(LISTING_THREADS) as pool:
+    for split in sorted(splits):
+      split_dir = f"{root.rstrip('/')}/{split}"
+      classes, _ = paths.list_dir(split_dir)
+      if not classes:
+        raise UserError(f"{split_dir} has no class folders; put each "
+                        "class's images in its own sub-folder "
+                        "(CLASS_NAME/*.jpg).")
+      classes = sorted(classes)
+      listed = pool.map(lambda c, d=split_dir: paths.list_dir(f"{d}/{c}")[1],
+                        classes)
+      listing[split] = {}
+      for name, files in zip(classes, listed):
+        images = sorted(f for f in files
+                        if f.lower().endswith(IMAGE_EXTENSIONS))
+        if not images:
+          raise UserError(f"Class folder {split_dir}/{name} holds no "
+                          ".jpg/.jpeg/.png images; add some or remove the "
+                          "folder.")
+        listing[split][name] = images
+      logging.info("Listed %s: %d classes, %d images.", split_dir,
+                   len(classes), sum(map(len, listing[split].values())))
+  return listing
+
+
+def _index_path(index_dir: str, root: str):
+  digest = hashlib.sha1(root.encode()).hexdigest()[:12]
+  return paths.resolve(index_dir) / f"folder_index_{digest}.json.gz"
+
+
+def _write_index(path, root: str, listing: Listing):
+  path.write_bytes(gzip.compress(json.dumps(
+      {"root": root, "splits": listing}).encode()))
+
+
+def _read_index(path, root: str) -> Listing:
+  index = json.loads(gzip.decompress(path.read_bytes()))
+  if index["root"] != root:
+    raise UserError(f"{path} indexes {index['root']}, not {root}; delete it.")
+  return index["splits"]
+
+
+def load_listing(root: str, index_dir=None) -> Listing:
+  """The listing, from the index in `index_dir` if any (see module doc)."""
+  if index_dir is None:
+    return list_folder(root)
+  index = _index_path(index_dir, root)
+  if jax.process_count() == 1:
+    if index.exists():
+      return _read_index(index, root)
+    listing = list_folder(root)
+    _write_index(index, root, listing)
+    return listing
+  listing = None
+  if jax.process_index() == 0:  # Decides alone, so every process syncs once.
+    if index.exists():
+      listing = _read_index(index, root)
+    else:
+      listing = list_folder(root)
+      _write_index(index, root, listing)
+  multihost_utils.sync_global_devices(f"image folder index of {root}")
+  return listing if listing is not None else _read_index(index, root)
+
+
+class ImageFolderSource:
+  """`ROOT/SPLIT/CLASS_NAME/*.{jpg,jpeg,png}`; classes are the sorted names."""
+
+  def __init__(self, root: str, index_dir=None):
+    self.name = root
+    listing = load_listing(root, index_dir)
+    self.class_names = sorted({c for by_class in listing.values()
+                               for c in by_class})
+    label_of = {c: i for i, c in enumerate(self.class_names)}
+    self._files = {}  # split -> [(path, label)], shuffled once.
+    for split, by_class in listing.items():
+      files = [(f"{root.rstrip('/')}/{split}/{c}/{f}", label_of[c])
+               for c in sorted(by_class) for f in by_class[c]]
+      random.Random(0).shuffle(files)  # Fixed: slices are random subsets.
+      self._files[split] = files
+    self.num_classes = len(self.class_names)
+    self.multi_label = False
+    self._tensorflow_reads = paths.tensorflow_can_read(root)
+
+  def _absolute(self, split: str) -> tuple[str, int, int]:
+    """Resolves 'train', 'train[:90%]', 'test[10:]' to (name, from, to)."""
+    try:
+      instructions = tfds.core.ReadInstruction.from_spec(split).to_absolute({
+          name: tfds.core.SplitInfo(name=name, shard_lengths=[len(files)],
+                                    num_bytes=0)
+          for name, files in self._files.items()})
+    except (AssertionError, ValueError, KeyError) as e:
+      raise UserError(f"Image folder {self.name} has no split {split!r}; it "
+                      f"has {', '.join(self._files)}.") from e
+    if len(instructions) != 1:
+      raise UserError(f"Split {split!r}: combine at most one folder split.")
+    ins = instructions[0]
+    stop = len(self._files[ins.splitname]) if ins.to is None else ins.to
+    return ins.splitname, ins.from_ or 0, stop
+
+  def num_examples(self, split) -> int:
+    if isinstance(split, tuple):
+      return len(self._slice(split))
+    _, start, stop = self._absolute(split)
+    return stop - start
+
+  def process_split(self, split: str, index: int, count: int, drop_remainder):
+    name, start, stop = self._absolute(split)
+    size = stop - start
+    per = size // count if drop_remainder else None
+    if per is not None:
+      return (name, start + index * per, start + (index + 1) * per)
+    bounds = [start + (size * i) // count for i in range(count + 1)]
+    return (name, bounds[index], bounds[index + 1])
+
+  def _slice(self, split):
+    name, start, stop = (split if isinstance(split, tuple)
+                         else self._absolute(split))
+    return self._files[name][start:stop]
+
+  def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
+    """(path, label) records; `decode` reads and decodes the image."""
+    files = self._slice(split)
+    ds = tf.data.Dataset.from_tensor_slices({
+        "path": [path for path, _ in files],
+        "label": [label for _, label in files]})
+    return ds.shuffle(len(files), seed=seed) if shuffle_files else ds
+
+  def decode(self, record):
+    data = (tf.io.read_file(record["path"]) if self._tensorflow_reads
+            else _read_with_path_layer(record["path"]))
+    return {"image": _decode(data, record["path"]),
+            "label": tf.cast(record["label"], tf.int64)}
+
+
+def _read_with_path_layer(path):
+  """The file's bytes through epath, for storage TensorFlow cannot read."""
+  data = tf.py_function(
+      lambda p: paths.resolve(p.numpy().decode()).read_bytes(), [path],
+      tf.string)
+  return tf.ensure_shape(data, ())
+
+
+def _decode(data, path):
+  """Decodes JPEG/PNG bytes to uint8 RGB; a bad file fails naming its path."""
+  known = tf.reduce_any([tf.strings.substr(data, 0, len(m)) == m
+                         for m in _MAGIC])
+  with tf.control_dependencies([tf.debugging.Assert(
+      known, ["Unreadable image (not a JPEG or PNG file):", path])]):
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+  return tf.ensure_shape(image, (None, None, 3))
