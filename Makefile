@@ -10,7 +10,7 @@ WORKDIR ?= workdirs/demo
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -c constraints.txt -e ".[test]"
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e ".[test,tpu]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from configs import common
-from vit_jax import benchmark, models
+from vit_jax import benchmark, flops, models
 
 
 def _vit_macs(width, mlp, layers, heads, patch, size, classes):
@@ -22,7 +22,7 @@ def test_forward_macs_match_the_paper_formula(scan_layers):
   config = common.get_model_config()
   config.variant = "ViT-B/16"
   config.scan_layers = scan_layers
-  macs = benchmark.forward_macs(models.build_model(config, 1000), 224)
+  macs = flops.forward_macs(models.build_model(config, 1000), 224)
   assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000) == 17_563_828_224
 
 

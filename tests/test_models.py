@@ -33,6 +33,8 @@ GOLDEN_PARAM_COUNTS = {
     "ViT-L/16": 304_326_632,
     "ViT-L/32": 306_535_400,
     "ViT-H/14": 632_045_800,
+    "ViT-g/14": 1_012_611_432,
+    "ViT-G/14": 1_844_440_680,
     "R50+ViT-B/16": 98_659_112,
     "R50+ViT-L/32": 328_994_856,
     "R26+ViT-S/32": 36_431_912,
@@ -129,6 +131,25 @@ def test_param_count_matches_golden(name):
   params, _, _ = abstract_init(name, scan_layers=True)
   count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
   assert count == GOLDEN_PARAM_COUNTS[name]
+
+
+def plain_vit_param_count(v, image_size: int = 224, classes: int = 1000):
+  """Closed form of a plain ViT's parameters (token classifier, no
+  pre-logits): patch embedding, class token, position embeddings, per block
+  two LayerNorms, q/k/v/out and the two MLP layers, final norm, head."""
+  d, f, p = v.hidden_size, v.mlp_dim, v.patch_size
+  tokens = (image_size // p) ** 2 + 1
+  block = 2 * 2 * d + 4 * (d * d + d) + (d * f + f) + (f * d + d)
+  return ((p * p * 3 * d + d) + d + tokens * d + v.num_layers * block +
+          2 * d + (d * classes + classes))
+
+
+@pytest.mark.parametrize("name", ["ViT-B/16", "ViT-H/14", "ViT-g/14",
+                                  "ViT-G/14"])
+def test_golden_count_matches_closed_form(name):
+  """An independent check of the golden table (about 1.0B for ViT-g/14 and
+  1.8B for ViT-G/14, as Zhai et al. report)."""
+  assert plain_vit_param_count(VARIANTS[name]) == GOLDEN_PARAM_COUNTS[name]
 
 
 def test_every_golden_count_is_a_registered_variant():

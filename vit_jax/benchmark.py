@@ -10,24 +10,17 @@ device's peak (known accelerators, or --peak_tflops).
 """
 
 import json
-import math
 import resource
 import statistics
 import time
 
 from absl import flags
 import jax
-import jax.extend as jex
 import jax.numpy as jnp
 import numpy as np
 
 from configs import common
-from vit_jax import cli, models, optim, sharding, steps
-
-# Dense bf16 peak per device, TFLOP/s, by a substring of `device_kind`.
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0,
-                    "TPU v4": 275.0, "TPU v5 lite": 197.0, "TPU v5p": 459.0,
-                    "TPU v6": 918.0}
+from vit_jax import cli, flops, hardware, models, optim, sharding, steps
 
 flags.DEFINE_string("variant", "ViT-B/16", "Model variant.")
 flags.DEFINE_integer("batch", 32, "Global batch size.")
@@ -41,46 +34,10 @@ flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
 flags.DEFINE_string("out", None, "Write the JSON result here as well.")
 
 
-def forward_macs(model, image_size: int) -> int:
-  """Multiply-adds of one image's forward pass: its matmuls and convolutions."""
-  params = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, image_size, image_size, 3))))["params"]
-  images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
-  closed = jax.make_jaxpr(lambda p, x: model.apply({"params": p}, x)[0])(
-      params, images)
-  return _count_macs(closed.jaxpr)
-
-
-def _count_macs(jaxpr) -> int:
-  total = 0
-  for eqn in jaxpr.eqns:
-    out_size = math.prod(eqn.outvars[0].aval.shape) if eqn.outvars else 0
-    if eqn.primitive.name == "dot_general":
-      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-      lhs_shape = eqn.invars[0].aval.shape
-      total += out_size * math.prod(lhs_shape[d] for d in lhs_contract)
-    elif eqn.primitive.name == "conv_general_dilated":
-      kernel = eqn.invars[1].aval.shape
-      rhs_spec = eqn.params["dimension_numbers"].rhs_spec  # (out, in, *space)
-      total += out_size * math.prod(kernel[d] for d in rhs_spec[1:])
-    repeat = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else (value,):
-        if isinstance(sub, jex.core.ClosedJaxpr):
-          total += repeat * _count_macs(sub.jaxpr)
-        elif isinstance(sub, jex.core.Jaxpr):
-          total += repeat * _count_macs(sub)
-  return total
-
-
 def peak_flops(device, dtype: str, override_tflops):
   if override_tflops:
     return override_tflops * 1e12
-  if dtype == "bfloat16":
-    for kind, tflops in PEAK_BF16_TFLOPS.items():
-      if kind in device.device_kind:
-        return tflops * 1e12
-  return None
+  return hardware.peak_flops(device.device_kind) if dtype == "bfloat16" else None
 
 
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
@@ -121,7 +78,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
 
   step_s = statistics.median(times)
   images_per_sec = batch / step_s
-  macs = forward_macs(model, image_size)
+  macs = flops.forward_macs(model, image_size)
   device = jax.devices()[0]
   peak = peak_flops(device, dtype, peak_tflops)
   model_flops_per_sec = images_per_sec * 6 * macs

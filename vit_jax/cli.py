@@ -7,6 +7,8 @@ prints `error: ...` on stderr and exits with status 2, without a traceback;
 and keeps its traceback.
 """
 
+import glob
+import importlib.util
 import os
 import re
 import sys
@@ -96,9 +98,23 @@ def _parse_flags(argv):
         line.strip() for line in _message(e).splitlines()))
 
 
+def skip_absent_tpu():
+  """With libtpu installed (the `tpu` extra, also used to plan TPU jobs from
+  a CPU host) but no TPU chips, JAX would start libtpu, which logs errors
+  before JAX falls back; leave it out unless JAX_PLATFORMS says otherwise.
+  TPU VMs expose their chips as /dev/accel* or /dev/vfio/N."""
+  if ("JAX_PLATFORMS" in os.environ or
+      importlib.util.find_spec("libtpu") is None or
+      glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")):
+    return
+  cuda = importlib.util.find_spec("jax_cuda12_plugin") is not None
+  jax.config.update("jax_platforms", "cuda,cpu" if cuda else "cpu")
+
+
 def run(main):
   """`absl.app.run(main)` with the error policy of the module doc."""
   def guarded(argv):
+    skip_absent_tpu()
     paths.configure_storage()
     try:
       return main(argv)

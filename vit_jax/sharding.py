@@ -200,6 +200,7 @@ class jit_on_mesh:  # pylint: disable=invalid-name
     self._jitted = jax.jit(fn, **jit_kw)
     self._mesh = mesh
     self._rules = tuple(tuple(r) for r in logical_axis_rules)
+    self._compiled = None
 
   @contextlib.contextmanager
   def _context(self):
@@ -207,6 +208,8 @@ class jit_on_mesh:  # pylint: disable=invalid-name
       yield
 
   def __call__(self, *args):
+    if self._compiled is not None:
+      return self._compiled(*args)
     with self._context():
       return self._jitted(*args)
 
@@ -214,3 +217,41 @@ class jit_on_mesh:  # pylint: disable=invalid-name
     with self._context():
       return self._jitted.lower(*args)
 
+  def compile(self, *args):
+    """Compiles for these arguments' shapes and shardings ahead of the first
+    call (to inspect its memory); later calls run this executable."""
+    self._compiled = self.lower(*args).compile()
+    return self._compiled
+
+
+def gather_over_data(params, shardings):
+  """Parameters with their FSDP (`data`) split gathered; TP splits kept.
+
+  Called on the parameters inside the loss: forward all-gathers each
+  FSDP-sharded parameter, backward sums its gradient over `data` and keeps
+  this device's shard. Left to itself, XLA partitions the weight-gradient
+  matmuls of FSDP as windowed einsums fused with a reduce-scatter, which hold
+  extra copies of the saved activations (ViT-L/16, batch 256 on v5e:4x4:
+  4.6 GiB per device instead of 3.3). The cost: the gradient sum is an
+  all-reduce where a reduce-scatter would do.
+  """
+  def gather(p, s):
+    spec = tuple(None if a == DATA_AXIS else a for a in s.spec)
+    if spec == tuple(s.spec):
+      return p
+    full = NamedSharding(s.mesh, P(*spec))
+
+    @jax.custom_vjp
+    def all_gather(x):
+      return jax.lax.with_sharding_constraint(x, full)
+
+    def forward(x):
+      return all_gather(x), None
+
+    def backward(_, g):
+      g = jax.lax.with_sharding_constraint(g, full)  # Summed over `data`.
+      return (jax.lax.with_sharding_constraint(g, s),)
+
+    all_gather.defvjp(forward, backward)
+    return all_gather(p)
+  return jax.tree.map(gather, params, shardings)

@@ -48,16 +48,7 @@ def replicate_all() -> ml_collections.ConfigDict:
       params=((".*", "replicate"),), fsdp_min_size=0, logical_axis_rules=()))
 
 
-def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
-                       sharding_config=None, ema: bool = False):
-  """Initialises the state directly with its shardings (no host copy).
-
-  Shapes come first (`jax.eval_shape`), then the partitioning rules give each
-  leaf its sharding, then `init` is compiled to write every shard in place.
-  Returns (state, state shardings).
-  """
-  sharding_config = sharding_config or replicate_all()
-
+def _init_fn(model, tx, image_size: int, ema: bool):
   def init(rng):
     params_rng, dropout_rng = jax.random.split(rng)
     dummy = jnp.zeros((1, image_size, image_size, 3))
@@ -66,31 +57,61 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
                       opt_state=tx.init(params),
                       rng=jax.random.key_data(dropout_rng),
                       ema_params=params if ema else None)
+  return init
 
-  rng = jax.random.key(seed)
-  abstract = jax.eval_shape(init, rng)
+
+def abstract_train_state(model, tx, image_size: int, mesh: Mesh,
+                         sharding_config=None, ema: bool = False):
+  """(state of ShapeDtypeStructs carrying their shardings, state shardings).
+
+  Shapes come from `jax.eval_shape` and each leaf's sharding from the
+  partitioning rules: nothing is allocated, so this also describes a state
+  for devices that are not attached (see `vit_jax.plan`).
+  """
+  sharding_config = sharding_config or replicate_all()
+  abstract = jax.eval_shape(_init_fn(model, tx, image_size, ema),
+                            jax.random.key(0))
   specs = sharding.param_partition_specs(abstract.params, mesh,
                                          sharding_config)
   state_sharding = sharding.state_shardings(abstract, abstract.params, specs,
                                             mesh)
-  state = jax.jit(init, out_shardings=state_sharding)(rng)
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      abstract, state_sharding), state_sharding
+
+
+def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
+                       sharding_config=None, ema: bool = False):
+  """Initialises the state directly with its shardings (no host copy).
+
+  Shapes and shardings come first (`abstract_train_state`), then `init` is
+  compiled to write every shard in place. Returns (state, state shardings).
+  """
+  _, state_sharding = abstract_train_state(model, tx, image_size, mesh,
+                                           sharding_config, ema)
+  init = _init_fn(model, tx, image_size, ema)
+  state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(seed))
   return state, state_sharding
 
 
 def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
                     accum_steps: int = 1, label_smoothing: float = 0.0,
-                    ema_decay: float = 0.0):
+                    ema_decay: float = 0.0, params_sharding=None):
   """`train_step(state, batch) -> (state, metrics)`.
 
   With `accum_steps > 1` the batch is split into that many micro-batches whose
   gradients are averaged before one update: the same update as the whole
   batch at once (without dropout), in a fraction of the activation memory.
   Label smoothing mixes the targets with the uniform distribution; with
-  `ema_decay` the state's `ema_params` follow the parameters.
+  `ema_decay` the state's `ema_params` follow the parameters. Given the
+  parameters' shardings, FSDP-sharded parameters are gathered where the loss
+  uses them and their gradients return sharded (`sharding.gather_over_data`).
   """
   def loss(params, images, labels, rng):
     if label_smoothing:
       labels = optax.smooth_labels(labels, label_smoothing)
+    if params_sharding is not None:
+      params = sharding.gather_over_data(params, params_sharding)
     logits, _ = model.apply({"params": params}, images, train=True,
                             rngs={"dropout": rng})
     return jnp.mean(loss_fn(logits, labels))

@@ -5,6 +5,7 @@ jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 """
 
 import datetime
+import itertools
 import json
 import math
 import time
@@ -16,7 +17,7 @@ import numpy as np
 from absl import logging
 from clu import metric_writers, periodic_actions
 
-from vit_jax import (checkpoint, config_checks, models, optim, paths,
+from vit_jax import (checkpoint, config_checks, models, optim, paths, plan,
                      sharding, steps, weights)
 from vit_jax.data import input_pipeline
 from vit_jax.errors import NonFiniteLossError
@@ -96,7 +97,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   train_step = steps.jit_train_step(
       steps.make_train_step(model, tx, loss_fn, schedule, mesh,
                             config.accum_steps, config.label_smoothing,
-                            config.ema_decay), state_sharding, mesh, rules)
+                            config.ema_decay, state_sharding.params),
+      state_sharding, mesh, rules)
   evaluator = classification.ClassificationEvaluator(
       model, lambda: input_pipeline.make_eval_dataset(
           config, source).as_numpy_iterator(),
@@ -112,6 +114,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   start_step = int(state.step)
   train_iter = input_pipeline.prefetch_to_device(
       input_pipeline.make_train_iterator(config, source, start_step), mesh)
+  first_batch = next(train_iter)
+  plan.preflight(train_step, state, first_batch)
+  train_iter = itertools.chain([first_batch], train_iter)
 
   logging.info("Training %s on %s from step %d to %d (%d classes) on %d "
                "devices in %d processes, mesh %s.", config.model.variant,

@@ -44,6 +44,9 @@ _WIDTHS = {
     "B": dict(hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12),
     "L": dict(hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24),
     "H": dict(hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32),
+    # "Scaling Vision Transformers" (Zhai et al., 2022), Table 2: for pods.
+    "g": dict(hidden_size=1408, mlp_dim=6144, num_heads=16, num_layers=40),
+    "G": dict(hidden_size=1664, mlp_dim=8192, num_heads=16, num_layers=48),
 }
 _R50 = ResNetSpec(num_layers=(3, 4, 9))  # The paper's hybrid: stage 4 removed.
 _R50_FULL = ResNetSpec(num_layers=(3, 4, 6, 3))
@@ -60,6 +63,8 @@ VARIANTS: dict[str, Variant] = {
     "ViT-L/16": Variant(**_WIDTHS["L"], patch_size=16),
     "ViT-L/32": Variant(**_WIDTHS["L"], patch_size=32),
     "ViT-H/14": Variant(**_WIDTHS["H"], patch_size=14),
+    "ViT-g/14": Variant(**_WIDTHS["g"], patch_size=14),
+    "ViT-G/14": Variant(**_WIDTHS["G"], patch_size=14),
     "R50+ViT-B/16": Variant(**_WIDTHS["B"], patch_size=1, resnet=_R50),
     "R50+ViT-L/32": Variant(**_WIDTHS["L"], patch_size=1, resnet=_R50_FULL),
     "R26+ViT-S/32": Variant(**_WIDTHS["S"], patch_size=1, resnet=_R26),

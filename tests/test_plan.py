@@ -1,0 +1,157 @@
+"""`vit_jax.plan`: the train step compiled for CPU devices and for TPU
+topologies that are not attached (libtpu from the `tpu` extra), and the
+pre-flight memory check inside training."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from vit_jax import plan, train
+from vit_jax.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The `testing` variant at 16 px with 10 classes: embedding 4*4*3*16+16, class
+# token 16, 17 position embeddings of 16, two blocks of 2224, final norm 32,
+# head 16*10+10 (see test_models.plain_vit_param_count).
+TESTING_PARAMS_DIGITS = 784 + 16 + 17 * 16 + 2 * 2224 + 32 + 170
+
+
+def _sum_check(r):
+  assert r["total_bytes"] == (r["argument_bytes"] + r["output_bytes"] -
+                              r["alias_bytes"] + r["temp_bytes"])
+
+
+def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
+  r = plan.plan(digits_config, "cpu:8", hbm_gib=1.0)
+  assert (r["topology"], r["num_devices"], r["mesh"]) == (
+      "cpu:8", 8, {"data": 8, "model": 1})
+  assert r["params"] == TESTING_PARAMS_DIGITS
+  _sum_check(r)
+  # Parameters and two Adam moments (fp32) at least, all replicated.
+  assert r["argument_bytes"] >= 3 * 4 * r["params"]
+  assert r["hbm_bytes_per_device"] == 2**30 and r["fits"] is True
+  # The compiled count covers the model's matmuls (plus the optimizer and
+  # elementwise work, minus nothing): within a small factor of 6 x MACs.
+  assert 0.8 < r["flops_per_step"] / r["model_flops_per_step"] < 3
+  assert r["est_step_s"] is None  # No peak FLOP/s known for a CPU.
+  assert plan.plan(digits_config, "cpu:8")["fits"] is None  # Memory unknown.
+
+
+def test_plan_compiles_what_training_runs(digits_config, tmp_path,
+                                         monkeypatch):
+  """The plan's figures are those of the step `train_and_evaluate` runs."""
+  seen = []
+  preflight = plan.preflight
+  monkeypatch.setattr(plan, "preflight",
+                      lambda *a: seen.append(preflight(*a)) or seen[-1])
+  digits_config.total_steps = 1
+  train.train_and_evaluate(digits_config, str(tmp_path))
+  planned = plan.plan(digits_config, "cpu:8")
+  assert seen == [{k: planned[k] for k in seen[0]}]
+
+
+def test_preflight_stops_a_step_that_cannot_fit(digits_config, tmp_path,
+                                                monkeypatch):
+  monkeypatch.setattr(plan, "device_memory_limit", lambda device: 1024)
+  with pytest.raises(UserError, match=r"needs .* GiB per device .* but a "
+                     r"device has 0.00 GiB"):
+    train.train_and_evaluate(digits_config, str(tmp_path))
+  assert not (tmp_path / "checkpoints").exists() or not any(
+      (tmp_path / "checkpoints").iterdir())
+
+
+def _tpu_plan(config, strategy, topology="v5e:2x2"):
+  with config.unlocked():
+    # Wide enough that TPU tiling (arrays pad to 8 x 128) does not hide the
+    # sharding; one 32 px patch and scanned layers compile in seconds.
+    config.model.variant = "ViT-B/32"
+    config.model.scan_layers = True
+    config.image_size = 32
+    config.batch_size = 8
+    config.sharding.params = ((".*", strategy),)
+    config.sharding.fsdp_min_size = 0
+  return plan.plan(config, topology)
+
+
+def test_tpu_topology_plan_without_a_tpu(digits_config):
+  replicated = _tpu_plan(digits_config, "replicate")
+  fsdp = _tpu_plan(digits_config, "fsdp")
+  for r in (replicated, fsdp):
+    assert (r["device_kind"], r["num_devices"]) == ("TPU v5 lite", 4)
+    assert r["hbm_bytes_per_device"] == 16 * 2**30 and r["fits"] is True
+    assert r["est_step_s"] > 0
+    _sum_check(r)
+  # Sharded over 4 devices, parameters and optimizer state take about a
+  # quarter of the replicated arguments (the batch is split in both).
+  assert fsdp["argument_bytes"] < 0.5 * replicated["argument_bytes"]
+
+
+def test_unknown_topology_is_a_clear_error(digits_config):
+  with pytest.raises(UserError, match="not a TPU topology such as v5e:4x4"):
+    plan.plan(digits_config, "v9x:4x4")
+
+
+def test_plan_command_writes_json(tmp_path, tfds_data_dir):
+  out = tmp_path / "plan.json"
+  done = subprocess.run(
+      [sys.executable, "-m", "vit_jax.plan",
+       "--config=configs/digits.py:runlocal", f"--config.data_dir={tfds_data_dir}",
+       "--topology=cpu:2", f"--out={out}"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "per device: arguments" in done.stdout
+  report = json.loads(out.read_text())
+  assert report["num_devices"] == 2 and report["variant"] == "testing"
+  assert report["mesh"] == {"data": 2, "model": 1}
+  assert jax.device_count() == 8  # The command's devices were its own.
+  assert plan.format_row(report) == (
+      f"| testing | 32 | cpu:2 | replicate | "
+      f"{report['total_bytes'] / 2**30:.2f} | ? |")
+
+
+@pytest.mark.parametrize("kind, per_chip, gib, tflops", [
+    ("TPU v5 lite", 1, 16, 197),  # v5e
+    ("TPU v5", 1, 95, 459),  # v5p: not taken for a v5e ("TPU v5" is shorter)
+    ("TPU v6 lite", 1, 32, 918),
+    ("TPU v4", 2, 16, 137.5),  # Two devices per chip share it.
+    ("NVIDIA H100 80GB HBM3", 1, 80, 989),
+    ("NVIDIA A100-SXM4-80GB", 1, 80, 312),
+    ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
+])
+def test_chip_table_matches_reported_device_kinds(kind, per_chip, gib, tflops):
+  from vit_jax import hardware
+  assert hardware.hbm_bytes(kind, per_chip) == gib * 2**30
+  assert hardware.peak_flops(kind, per_chip) == tflops * 1e12
+  assert hardware.hbm_bytes("cpu") is None
+
+
+def test_a_program_the_tpu_compiler_refuses_does_not_fit():
+  message = ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: XLA:TPU compile "
+             "permanent error. Ran out of memory in memory space hbm. Used "
+             "15.75G of 15.75G hbm. Exceeded hbm capacity by 7.86M.\n\n"
+             "Total hbm usage >= 16.01G:\n")
+  assert plan.compile_time_oom_bytes(message) == int(16.01 * 2**30)
+  assert plan.compile_time_oom_bytes(
+      "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
+      "required for HLO temporaries (31.09G) exceeds available HBM "
+      "(15.75G).") == int(31.09 * 2**30)
+  assert plan.compile_time_oom_bytes("INTERNAL: something else") is None
+
+
+def test_plan_reports_a_step_too_big_for_the_chip(digits_config):
+  """ViT-G/14 replicated on a v5e (1.8B parameters and two Adam moments do
+  not fit in 16 GiB): an answer, not a crash. Tracing only; the compiler
+  refuses it quickly."""
+  with digits_config.unlocked():
+    digits_config.model.variant = "ViT-G/14"
+    digits_config.model.scan_layers = True
+    digits_config.image_size = 28
+    digits_config.batch_size = 4
+  r = plan.plan(digits_config, "v5e:2x2")
+  assert r["fits"] is False and r["total_bytes"] > 16 * 2**30
+  assert "Ran out of memory" in r["compile_error"]
+  assert "at least" in plan.format_report(r)
