@@ -16,7 +16,6 @@ import time
 
 from absl import flags
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from configs import common

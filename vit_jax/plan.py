@@ -98,11 +98,8 @@ def plan(config: ml_collections.ConfigDict, topology: str,
       model, tx, config.image_size, mesh, config.sharding,
       ema=config.ema_decay > 0)
   optim.check_param_rules(config, state.params)
-  train_step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.LOSSES[config.loss], schedule,
-                            mesh, config.accum_steps, config.label_smoothing,
-                            config.ema_decay, state_sharding.params),
-      state_sharding, mesh, config.sharding.logical_axis_rules)
+  train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
+                                           state_sharding)
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
   lowered = train_step.lower(state, {
@@ -119,14 +116,14 @@ def plan(config: ml_collections.ConfigDict, topology: str,
     if needed is None:
       raise
     memory = {**{k: None for k in MEMORY_KEYS}, "total_bytes": needed}
-    result = report(memory, None, devices, chips, topology, model, config,
-                    hbm_gib, mfu, state.params)
+    result = report(memory, None, devices, chips, topology, mesh, model,
+                    config, hbm_gib, mfu, state.params)
     return {**result, "fits": False,
             "compile_error": str(e).splitlines()[0][:300]}
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return report(memory_bytes(compiled), float(cost.get("flops", 0.0)),
-                devices, chips, topology, model, config, hbm_gib, mfu,
+                devices, chips, topology, mesh, model, config, hbm_gib, mfu,
                 state.params)
 
 
@@ -193,8 +190,8 @@ def preflight(train_step, state, batch) -> dict[str, int]:
   return memory
 
 
-def report(memory, compiled_flops, devices, chips, topology, model, config,
-           hbm_gib, mfu, params) -> dict:
+def report(memory, compiled_flops, devices, chips, topology, mesh, model,
+           config, hbm_gib, mfu, params) -> dict:
   kind = devices[0].device_kind
   per_chip = max(len(devices) // chips, 1)
   hbm = (int(hbm_gib * 2**30) if hbm_gib else
@@ -204,8 +201,7 @@ def report(memory, compiled_flops, devices, chips, topology, model, config,
   peak = hardware.peak_flops(kind, per_chip)
   return {
       "topology": topology, "device_kind": kind, "num_devices": len(devices),
-      "mesh": {k: int(v) for k, v in sharding.mesh_from_config(
-          config, devices).shape.items()},
+      "mesh": {k: int(v) for k, v in mesh.shape.items()},
       "variant": config.model.variant, "batch_size": config.batch_size,
       "image_size": config.image_size, "dtype": config.model.dtype,
       "remat": config.model.remat, "scan_layers": config.model.scan_layers,

@@ -167,3 +167,14 @@ def jit_train_step(train_step, state_sharding, mesh: Mesh,
       in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
       out_shardings=(state_sharding, sharding.replicated(mesh)),
       donate_argnums=0)
+
+
+def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
+                          schedule, mesh: Mesh, state_sharding):
+  """The config's jitted train step: what training runs and the plan
+  compiles (one definition, so the plan measures the real step)."""
+  return jit_train_step(
+      make_train_step(model, tx, LOSSES[config.loss], schedule, mesh,
+                      config.accum_steps, config.label_smoothing,
+                      config.ema_decay, state_sharding.params),
+      state_sharding, mesh, config.sharding.logical_axis_rules)

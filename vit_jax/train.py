@@ -94,11 +94,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       model, tx, config.image_size, config.seed, mesh, config.sharding,
       ema=config.ema_decay > 0)
   optim.check_param_rules(config, state.params)
-  train_step = steps.jit_train_step(
-      steps.make_train_step(model, tx, loss_fn, schedule, mesh,
-                            config.accum_steps, config.label_smoothing,
-                            config.ema_decay, state_sharding.params),
-      state_sharding, mesh, rules)
+  train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
+                                           state_sharding)
   evaluator = classification.ClassificationEvaluator(
       model, lambda: input_pipeline.make_eval_dataset(
           config, source).as_numpy_iterator(),

@@ -52,7 +52,8 @@ def measure(config, num_batches: int) -> dict:
 
 
 def build_tree(root: str, classes: int, files: int):
-  """ROOT/train/class_XXXXX/YYYYY.jpg, empty files (listing only)."""
+  """ROOT/train/class_<c>/<i>.jpg (numbered with five digits), empty files:
+  for timing the listing only."""
   for c in range(classes):
     class_dir = os.path.join(root, "train", f"class_{c:05d}")
     if os.path.isdir(class_dir):

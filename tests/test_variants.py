@@ -1,0 +1,157 @@
+"""Model variants by name: golden parameter counts (cross-checked by a
+closed form), the released checkpoints' parameter names, and token grids.
+
+Every variant is only traced (`jax.eval_shape`, no memory, no FLOPs).
+"""
+
+import functools
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from vit_jax.models import VARIANTS, VisionTransformer
+
+# 1000 classes, 224x224x3 input, no pre-logits. The released checkpoints'
+# sizes; a new variant must add its own line here.
+GOLDEN_PARAM_COUNTS = {
+    "ViT-Ti/16": 5_717_416,
+    "ViT-S/16": 22_050_664,
+    "ViT-S/32": 22_878_952,
+    "ViT-B/16": 86_567_656,
+    "ViT-B/32": 88_224_232,
+    "ViT-B/8": 86_576_872,
+    "ViT-L/16": 304_326_632,
+    "ViT-L/32": 306_535_400,
+    "ViT-H/14": 632_045_800,
+    "ViT-g/14": 1_012_611_432,
+    "ViT-G/14": 1_844_440_680,
+    "R50+ViT-B/16": 98_659_112,
+    "R50+ViT-L/32": 328_994_856,
+    "R26+ViT-S/32": 36_431_912,
+    "R26+ViT-B/32": 101_383_976,
+    "R+ViT-Ti/16": 6_337_704,
+    "testing": 72_472,
+    "testing-hybrid": 155_272,
+    "digits": 469_032,
+}
+
+
+def variant_model(name: str, **kwargs) -> VisionTransformer:
+  v = VARIANTS[name]
+  return VisionTransformer(
+      hidden_size=v.hidden_size, mlp_dim=v.mlp_dim, num_heads=v.num_heads,
+      num_layers=v.num_layers, patch_size=v.patch_size, resnet=v.resnet,
+      **{"num_classes": 1000, **kwargs})
+
+
+@functools.lru_cache(maxsize=None)
+def abstract_init(name: str, size: int = 224, **kwargs):
+  """Traces init of a variant: (param shapes, output shapes, token grid)."""
+  model = variant_model(name, **kwargs)
+  grid = {}
+
+  def init(images):
+    (_, out), variables = model.init_with_output(jax.random.key(0), images)
+    grid["grid"] = out.pop("grid")  # Python ints, known while tracing.
+    return variables["params"], out
+
+  params, out = jax.eval_shape(
+      init, jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32))
+  return params, out, grid["grid"]
+
+
+def flat(params) -> dict:
+  return flax.traverse_util.flatten_dict(params, sep="/")
+
+
+# ------------------------------------------------------------------- sizes --
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_param_count_matches_golden(name):
+  assert name in GOLDEN_PARAM_COUNTS, (
+      f"Variant {name!r} has no golden parameter count; add one.")
+  # Scanned layout: the same parameters (see test_scan_layers_matches_loop...)
+  # but traced in a fraction of the time of 12-32 unrolled blocks.
+  params, _, _ = abstract_init(name, scan_layers=True)
+  count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+  assert count == GOLDEN_PARAM_COUNTS[name]
+
+
+def plain_vit_param_count(v, image_size: int = 224, classes: int = 1000):
+  """Closed form of a plain ViT's parameters (token classifier, no
+  pre-logits): patch embedding, class token, position embeddings, per block
+  two LayerNorms, q/k/v/out and the two MLP layers, final norm, head."""
+  d, f, p = v.hidden_size, v.mlp_dim, v.patch_size
+  tokens = (image_size // p) ** 2 + 1
+  block = 2 * 2 * d + 4 * (d * d + d) + (d * f + f) + (f * d + d)
+  return ((p * p * 3 * d + d) + d + tokens * d + v.num_layers * block +
+          2 * d + (d * classes + classes))
+
+
+@pytest.mark.parametrize("name", ["ViT-B/16", "ViT-H/14", "ViT-g/14",
+                                  "ViT-G/14"])
+def test_golden_count_matches_closed_form(name):
+  """An independent check of the golden table (about 1.0B for ViT-g/14 and
+  1.8B for ViT-G/14, as Zhai et al. report)."""
+  assert plain_vit_param_count(VARIANTS[name]) == GOLDEN_PARAM_COUNTS[name]
+
+
+def test_every_golden_count_is_a_registered_variant():
+  assert set(GOLDEN_PARAM_COUNTS) <= set(VARIANTS)
+
+
+def test_vit_b16_param_names_match_released_checkpoint():
+  params = flat(abstract_init("ViT-B/16")[0])
+  expected = {
+      "embedding/kernel": (16, 16, 3, 768),
+      "embedding/bias": (768,),
+      "cls": (1, 1, 768),
+      "Transformer/posembed_input/pos_embedding": (1, 197, 768),
+      "Transformer/encoderblock_0/LayerNorm_0/scale": (768,),
+      "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/query/kernel":
+          (768, 12, 64),
+      "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/out/kernel":
+          (12, 64, 768),
+      "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": (768, 3072),
+      "Transformer/encoderblock_0/LayerNorm_2/bias": (768,),
+      "Transformer/encoder_norm/scale": (768,),
+      "head/kernel": (768, 1000),
+  }
+  for name, shape in expected.items():
+    assert name in params, name
+    assert params[name].shape == shape, name
+  assert not any(k.startswith("pre_logits") for k in params)
+  assert "Transformer/encoderblock_12/LayerNorm_0/scale" not in params
+
+
+def test_vit_b16_with_representation_has_pre_logits():
+  params = flat(abstract_init("ViT-B/16", representation_size=768)[0])
+  assert params["pre_logits/kernel"].shape == (768, 768)
+  assert params["head/kernel"].shape == (768, 1000)
+
+
+def test_r50_vit_b16_param_names_match_released_checkpoint():
+  params = flat(abstract_init("R50+ViT-B/16")[0])
+  assert params["conv_root/kernel"].shape == (7, 7, 3, 64)
+  for name in ("gn_root/scale", "block1/unit1/conv1/kernel",
+               "block1/unit1/gn_proj/scale", "block3/unit9/conv3/kernel",
+               "embedding/kernel", "Transformer/encoder_norm/scale"):
+    assert name in params, name
+  assert "block3/unit10/conv1/kernel" not in params
+  assert "block4/unit1/conv1/kernel" not in params  # Stage 4 is removed.
+
+
+@pytest.mark.parametrize("name,stride", [("R+ViT-Ti/16", 32),
+                                         ("R50+ViT-B/16", 16),
+                                         ("ViT-B/16", 16)])
+def test_token_count_follows_variant_stride_at_224(name, stride):
+  assert VARIANTS[name].stride == stride
+  params, out, grid = abstract_init(name)
+  assert grid == (224 // stride, 224 // stride)
+  num_tokens = grid[0] * grid[1] + 1
+  assert params["Transformer"]["posembed_input"]["pos_embedding"].shape[1] == (
+      num_tokens)
+  assert out["encoded"].shape == (1, num_tokens, VARIANTS[name].hidden_size)
