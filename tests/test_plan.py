@@ -16,7 +16,7 @@ from vit_jax.errors import UserError
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The `testing` variant at 16 px with 10 classes: embedding 4*4*3*16+16, class
 # token 16, 17 position embeddings of 16, two blocks of 2224, final norm 32,
-# head 16*10+10 (see test_models.plain_vit_param_count).
+# head 16*10+10 (see test_variants.plain_vit_param_count).
 TESTING_PARAMS_DIGITS = 784 + 16 + 17 * 16 + 2 * 2224 + 32 + 170
 
 
