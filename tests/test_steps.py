@@ -79,28 +79,49 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_sharded_layouts_equal_single_device(setup, layout):
-  data, model, strategy, expected = LAYOUTS[layout]
+def _sharded_state_after_training_like_one_device(setup, layout):
+  """Trains on one device, then with `layout`; asserts the same losses and
+  parameters and returns the sharded run's final state."""
+  data, model_axis, strategy, _ = LAYOUTS[layout]
   config = setup[0]
   one_losses, one_params = _train(setup, sharding.make_mesh(
       devices=jax.devices()[:1]))
   config.sharding.params = ((".*", strategy),)
   config.sharding.fsdp_min_size = 0
   states = []
-  losses, params = _train(setup, sharding.make_mesh(data, model),
+  losses, params = _train(setup, sharding.make_mesh(data, model_axis),
                           keep_state=states)
   np.testing.assert_allclose(one_losses, losses, rtol=1e-5)
   _assert_trees_close(one_params, params)
+  return states[0]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_sharded_layouts_equal_single_device(setup, layout):
+  state = _sharded_state_after_training_like_one_device(setup, layout)
   # The layout is really the one asked for, for params and optimizer state.
-  flat = flax.traverse_util.flatten_dict(states[0].params, sep="/")
+  flat = flax.traverse_util.flatten_dict(state.params, sep="/")
   momentum = flax.traverse_util.flatten_dict(
-      states[0].opt_state[-2].trace, sep="/")
+      state.opt_state[-2].trace, sep="/")
   padded = lambda spec, ndim: tuple(spec) + (None,) * (ndim - len(spec))
-  for path, spec in expected.items():
+  for path, spec in LAYOUTS[layout][3].items():
     for tree in (flat, momentum):
       ndim = tree[path].ndim
       assert padded(tree[path].sharding.spec, ndim) == padded(spec, ndim), path
+
+
+@pytest.mark.parametrize("layout", ["fsdp", "fsdp+tp"])
+def test_fsdp_with_scanned_layers_equals_single_device(setup, layout):
+  """With FSDP the scanned blocks gather their own weights (per layer, inside
+  the scan): the same training as one device. The leading layer axis, which
+  the scan slices, is never split."""
+  config, model, *rest = setup
+  scanned = (config, model.clone(scan_layers=True), *rest)
+  state = _sharded_state_after_training_like_one_device(scanned, layout)
+  blocks = state.params["Transformer"]["encoderblock"]
+  specs = [tuple(p.sharding.spec) for p in jax.tree.leaves(blocks)]
+  assert all(not spec or spec[0] is None for spec in specs), specs
+  assert any("data" in spec for spec in specs)
 
 
 @pytest.mark.parametrize("devices", [1, 8])
@@ -121,3 +142,22 @@ def test_core_modules_import_no_tensorflow():
   done = subprocess.run([sys.executable, "-c", code], cwd=repo,
                         capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_fsdp_never_splits_the_scanned_layer_axis(digits_config):
+  """A scan slices the leading layer axis of its parameters, so FSDP picks
+  another dimension, or none, even where the layer count would divide."""
+  abstract = {"Transformer": {"encoderblock": {"MlpBlock_3": {
+      "Dense_0": {"bias": jax.ShapeDtypeStruct((8, 64), np.float32)},
+      "Dense_1": {"bias": jax.ShapeDtypeStruct((8, 3), np.float32)}}}}}
+  config = digits_config.sharding
+  config.fsdp_min_size = 0
+  specs = {}
+  for strategy, model_axis in (("fsdp", 1), ("fsdp+tp", 4)):
+    config.params = ((".*", strategy),)
+    mlp = sharding.param_partition_specs(
+        abstract, sharding.make_mesh(8 // model_axis, model_axis), config)
+    mlp = mlp["Transformer"]["encoderblock"]["MlpBlock_3"]
+    specs[strategy] = (mlp["Dense_0"]["bias"], mlp["Dense_1"]["bias"])
+  assert specs["fsdp"] == (P(None, "data"), P(None, None))
+  assert specs["fsdp+tp"] == (P(None, "model"), P(None, None))

@@ -14,6 +14,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import optim, sharding
+from vit_jax.models import layout
 
 
 def softmax_xent(logits, labels):
@@ -104,9 +105,13 @@ def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
   batch at once (without dropout), in a fraction of the activation memory.
   Label smoothing mixes the targets with the uniform distribution; with
   `ema_decay` the state's `ema_params` follow the parameters. Given the
-  parameters' shardings, FSDP-sharded parameters are gathered where the loss
-  uses them and their gradients return sharded (`sharding.gather_over_data`).
+  parameters' shardings, FSDP-sharded parameters are gathered where they are
+  used (the encoder blocks' inside each block, see `_gather_in_blocks`) and
+  their gradients return sharded (`sharding.gather_over_data`).
   """
+  if params_sharding is not None:
+    model, params_sharding = _gather_in_blocks(model, params_sharding)
+
   def loss(params, images, labels, rng):
     if label_smoothing:
       labels = optax.smooth_labels(labels, label_smoothing)
@@ -157,6 +162,32 @@ def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
                          opt_state=opt_state, ema_params=ema_params), metrics
 
   return train_step
+
+
+def _gather_in_blocks(model, params_sharding):
+  """FSDP: the encoder blocks gather their own parameters (`vit.Encoder`), so
+  the backward pass gathers them again rather than keeping them all; the
+  loss gathers the rest. Returns the model and the shardings left to gather
+  in the loss (all of them when the blocks are not sharded alike)."""
+  encoder = params_sharding.get("Transformer", {})
+  if layout.is_scanned(params_sharding):
+    names = ["encoderblock"]  # Its layer axis is never split (sharding).
+    per_block = jax.tree.map(lambda s: NamedSharding(s.mesh, P(*s.spec[1:])),
+                             encoder["encoderblock"])
+  else:
+    names = [k for k in encoder if k.startswith("encoderblock_")]
+    if not names or any(encoder[k] != encoder[names[0]] for k in names):
+      return model, params_sharding
+    per_block = encoder[names[0]]
+  if all(sharding.without_data(s) == s for s in jax.tree.leaves(per_block)):
+    return model, params_sharding  # Nothing split over `data`.
+  cast = model.dtype if model.dtype != model.param_dtype else None
+  gather = lambda v: {"params": sharding.gather_over_data(v["params"],
+                                                          per_block, cast)}
+  model = model.clone(gather_block=gather)
+  blocks_done = {k: jax.tree.map(sharding.without_data, encoder[k])
+                 for k in names}
+  return model, {**params_sharding, "Transformer": {**encoder, **blocks_done}}
 
 
 def jit_train_step(train_step, state_sharding, mesh: Mesh,

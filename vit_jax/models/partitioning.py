@@ -32,6 +32,11 @@ _PARAM_AXES: tuple[tuple[str, LogicalAxes], ...] = (
 )
 
 
+def is_scanned_block(path: str) -> bool:
+  """Whether `path` is a scanned-layers block parameter (leading layer axis)."""
+  return re.search(r"(^|/)encoderblock/", path) is not None
+
+
 def param_logical_axes(path: str, ndim: int) -> LogicalAxes:
   """Logical axes of the parameter at `path` with `ndim` dimensions.
 
