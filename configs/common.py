@@ -23,7 +23,9 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.attention_dropout_rate = 0.0  # On the attention weights.
   model.dtype = "float32"  # Compute dtype: float32 | bfloat16 | float16.
   model.param_dtype = "float32"  # Storage dtype of the parameters.
-  model.remat = "none"  # Rematerialise blocks: none | full | dots.
+  # Rematerialise blocks: none | full | dots. Under FSDP the blocks gather
+  # their weights again in the backward pass, and "none" acts as "dots".
+  model.remat = "none"
   model.scan_layers = False  # One scanned block (faster compile for deep models).
   # GELU form: True is the tanh approximation the released weights were
   # trained with, False the exact erf of timm / Hugging Face. None: follow
