@@ -23,9 +23,8 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.attention_dropout_rate = 0.0  # On the attention weights.
   model.dtype = "float32"  # Compute dtype: float32 | bfloat16 | float16.
   model.param_dtype = "float32"  # Storage dtype of the parameters.
-  # Rematerialise blocks: none | full | dots. Under FSDP the blocks gather
-  # their weights again in the backward pass, and "none" acts as "dots".
-  model.remat = "none"
+  model.remat = "none"  # Rematerialise blocks: none | full | dots. Under
+  # FSDP the blocks gather their weights again and "none" acts as "dots".
   model.scan_layers = False  # One scanned block (faster compile for deep models).
   # GELU form: True is the tanh approximation the released weights were
   # trained with, False the exact erf of timm / Hugging Face. None: follow

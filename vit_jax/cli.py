@@ -117,9 +117,15 @@ def run(main):
     skip_absent_tpu()
     paths.configure_storage()
     try:
-      return main(argv)
+      result = main(argv)
     except USER_ERRORS as e:
       if _verbose():
         raise
       _fail(e)
+    if jax.distributed.is_initialized():
+      # Leave the multi-process runtime together, before interpreter
+      # teardown: a process still exiting when process 0 takes the
+      # coordination service down aborts (SIGABRT).
+      jax.distributed.shutdown()
+    return result
   app.run(guarded, flags_parser=_parse_flags)
