@@ -1,17 +1,25 @@
 # Two entry points: `make demo` (set up + main job) and `make test` (set up + tests).
-# Each creates .venv from the pinned constraints on first use.
+# Each creates .venv from the pinned constraints on first use: the demo
+# installs the package alone, the tests add their extras (PyTorch, timm,
+# transformers, libtpu, the GCS emulator).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 WORKDIR ?= workdirs/demo
+VIT_JAX := $(VENV)/bin/vit-jax
 
 .PHONY: setup demo test clean
 
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -c constraints.txt -e ".[test,tpu]"
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e ".[test,tpu]"
+	touch $(TEST_STAMP)
 
 setup: $(STAMP)
 
@@ -21,16 +29,15 @@ setup: $(STAMP)
 demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	rm -rf $(WORKDIR)
 	@echo "== 1/3 Pre-training on digits at 16 px"
-	$(VENV)/bin/python -m vit_jax.main --config=configs/digits.py \
-	    --workdir=$(WORKDIR)/pretrain
+	$(VIT_JAX) train --config=configs/digits.py --workdir=$(WORKDIR)/pretrain
 	@echo "== 2/3 Fine-tuning that checkpoint at 32 px"
-	$(VENV)/bin/python -m vit_jax.main --config=configs/finetune.py:digits \
+	$(VIT_JAX) train --config=configs/finetune.py:digits \
 	    --workdir=$(WORKDIR)/finetune --config.init.checkpoint=$(WORKDIR)/pretrain
 	@echo "== 3/3 Few-shot linear accuracy of the pre-trained checkpoint"
-	$(VENV)/bin/python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
+	$(VIT_JAX) fewshot --config=configs/fewshot.py:digits \
 	    --checkpoints=$(WORKDIR)/pretrain --workdir=$(WORKDIR)/fewshot
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
 
 clean:

@@ -26,7 +26,11 @@ setuptools.setup(
         "tensorboard>=2.16",
         "tensorflow-cpu>=2.16",
         "tensorflow-datasets>=4.9.4",
+        "tqdm>=4.60",  # Progress bars of long non-training work.
     ],
+    # One command with subcommands (vit_jax/cli.py: COMMANDS); each is also
+    # `python -m vit_jax.NAME`.
+    entry_points={"console_scripts": ["vit-jax = vit_jax.cli:dispatch"]},
     extras_require={
         # torch, timm and transformers only create reference models in
         # tests (constraints.txt pins torch to the CPU build); the GCS

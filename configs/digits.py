@@ -1,17 +1,17 @@
 """The main job: a small ViT on the built-in digits dataset, on a laptop CPU.
 
-    python -m vit_jax.main --config=configs/digits.py --workdir=workdirs/digits
+    vit-jax train --config=configs/digits.py --workdir=workdirs/digits
 
 A 4-layer, 64-wide ViT (patch 4) on digits upsampled to 16x16 px. Expected:
 about 98% test accuracy in about two minutes on 2 CPU cores.
 The argument `runlocal` shrinks it to a few steps of the `testing` model.
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 
 def get_config(arg=None):
-  config = common.get_config()
+  config = config_defaults.get_config()
   config.dataset = "digits"
   config.image_size = 16
   # Digits are not mirror-symmetric: no flip; a milder crop than ImageNet's.

@@ -14,14 +14,14 @@ CIFAR-100, Oxford Pets and Flowers; the paper's ImageNet 5-shot is with
 the tests run).
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 from vit_jax.errors import UserError
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, first="digits", variant="ViT-B/16")
-  config = common.get_config()
+  args = config_defaults.parse_arg(arg, first="digits", variant="ViT-B/16")
+  config = config_defaults.get_config()
   config.eval_batch_size = 512
   config.fewshot.shots = (1, 5, 10, 25)
   config.fewshot.seeds = 3

@@ -1,6 +1,6 @@
 r"""The paper's fine-tuning recipe (App. B.1.1), one preset per dataset.
 
-    python -m vit_jax.main --config=configs/finetune.py:cifar10,variant=ViT-B/16 \
+    vit-jax train --config=configs/finetune.py:cifar10,variant=ViT-B/16 \
         --workdir=workdirs/ft_cifar10 --config.data_dir=~/tensorflow_datasets
 
 SGD with momentum 0.9, batch 512, 500 warmup steps then cosine decay,
@@ -29,7 +29,7 @@ The weights to start from: `init=PATH` in the argument or
 the new resolution; the head is re-initialised (`config.init.dont_load`).
 """
 
-from configs import common
+from vit_jax import config_defaults
 
 from vit_jax.errors import UserError
 
@@ -56,11 +56,11 @@ PRESETS = {
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
+  args = config_defaults.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
   if args.first not in PRESETS:
     raise UserError(f"Unknown fine-tuning preset {args.first!r}; use one of "
                      f"{', '.join(PRESETS)}.")
-  config = common.get_config()
+  config = config_defaults.get_config()
   config.image_size = 384
   config.pp_train = "inception_crop|flip_lr|value_range"
   config.pp_eval = "resize|value_range"
@@ -88,5 +88,5 @@ def get_config(arg=None):
     config.model.dtype = "float32"
     config.eval_every_steps = 100
   if args.runlocal:
-    common.runlocal(config, image_size=32)
+    config_defaults.runlocal(config, image_size=32)
   return config.lock()

@@ -1,6 +1,6 @@
 r"""The paper's pre-training recipe (Dosovitskiy et al. 2021, App. B.1, Table 3).
 
-    python -m vit_jax.main --config=configs/pretrain.py:i1k,variant=ViT-B/16 \
+    vit-jax train --config=configs/pretrain.py:i1k,variant=ViT-B/16 \
         --workdir=gs://BUCKET/vit_b16_i1k --config.data_dir=gs://BUCKET/tfds
 
 Adam (b1 0.9, b2 0.999), batch 4096, 10k-step linear warmup then linear
@@ -25,7 +25,7 @@ On pods, shard the parameters with `--config.sharding.params="(('.*',
 'fsdp'),)"` for L and H models.
 """
 
-from configs import common
+from vit_jax import config_defaults
 from vit_jax.errors import UserError
 from vit_jax.models import variants
 
@@ -38,11 +38,11 @@ RECIPES = {
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, first="i1k", variant="ViT-B/16")
+  args = config_defaults.parse_arg(arg, first="i1k", variant="ViT-B/16")
   if args.first not in RECIPES:
     raise UserError(f"Unknown pre-training recipe {args.first!r}; use one of "
                      f"{', '.join(RECIPES)}.")
-  config = common.get_config()
+  config = config_defaults.get_config()
   config.update(RECIPES[args.first])
   config.train_split = "train[:99%]"
   config.eval_split = "train[99%:]"  # The paper's minival.
@@ -68,7 +68,7 @@ def get_config(arg=None):
   config.checkpoint_every_steps = 1_000
   config.keep_checkpoint_every_steps = 50_000
   if args.runlocal:
-    common.runlocal(config)
+    config_defaults.runlocal(config)
     config.loss = "softmax_xent"
     config.model.representation_size = 16
   return config.lock()

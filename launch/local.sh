@@ -15,7 +15,7 @@ port=$((20000 + RANDOM % 20000))
 pids=()
 for ((i = 0; i < num_processes; i++)); do
   XLA_FLAGS="--xla_force_host_platform_device_count=$devices" \
-    .venv/bin/python -m vit_jax.main --workdir="$workdir" \
+    .venv/bin/vit-jax train --workdir="$workdir" \
     --coordinator_address="localhost:$port" --num_processes="$num_processes" \
     --process_id="$i" "$@" &
   pids+=($!)

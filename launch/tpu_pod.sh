@@ -39,4 +39,4 @@ tpu=$1 zone=$2
 shift 2
 args=$(printf ' %q' "$@")
 gcloud compute tpus tpu-vm ssh "$tpu" --zone="$zone" --worker=all \
-  --command="cd ~/vit_jax && .venv/bin/python -m vit_jax.main --distributed$args"
+  --command="cd ~/vit_jax && .venv/bin/vit-jax train --distributed$args"

@@ -39,7 +39,7 @@ def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
   so it is trained once per run.
   """
   from configs import digits
-  from vit_jax import train
+  from vit_jax import trainer
   config = digits.get_config("runlocal")
   config.data_dir = tfds_data_dir
   config.model.variant = "digits"
@@ -48,6 +48,6 @@ def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
   config.lr = 3e-3
   config.eval_every_steps = 0
   workdir = str(tmp_path_factory.mktemp("trained_digits"))
-  result = train.train_and_evaluate(config, workdir)
-  assert result["test_accuracy"] > 0.6, result
+  result = trainer.train_and_evaluate(config, workdir)
+  assert result["test/accuracy"] > 0.6, result
   return workdir

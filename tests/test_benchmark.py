@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from configs import common
+from vit_jax import config_defaults
 from vit_jax import benchmark, flops, models
 
 
@@ -19,7 +19,7 @@ def _vit_macs(width, mlp, layers, heads, patch, size, classes):
 
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_forward_macs_match_the_paper_formula(scan_layers):
-  config = common.get_model_config()
+  config = config_defaults.get_model_config()
   config.variant = "ViT-B/16"
   config.scan_layers = scan_layers
   macs = flops.forward_macs(models.build_model(config, 1000), 224)

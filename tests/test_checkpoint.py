@@ -18,7 +18,7 @@ TOTAL_STEPS = 150
 
 
 def _command(workdir, data_dir):
-  return [sys.executable, "-m", "vit_jax.main",
+  return [sys.executable, "-m", "vit_jax.train",
           "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
           f"--config.data_dir={data_dir}", "--config.model.variant=digits",
           f"--config.total_steps={TOTAL_STEPS}",
@@ -69,7 +69,7 @@ def test_killed_run_resumes_the_same_trajectory(tfds_data_dir, tmp_path, sig):
 
   code, resumed, err = _run(interrupted, tfds_data_dir)
   assert code == 0, err[-3000:]
-  assert "Resumed from step" in err
+  assert "Resuming at step" in err
   # The final train loss and parameters equal the uninterrupted run's.
   final = lambda text: text.strip().splitlines()[-1]
   assert final(resumed) == final(reference)

@@ -13,16 +13,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MISTAKES = {
     "main: bad value": (
-        ["vit_jax.main", "--config=configs/digits.py:runlocal",
+        ["vit_jax.train", "--config=configs/digits.py:runlocal",
          "--workdir=/tmp/unused", "--config.lr=-1"],
         "error: config.lr=-1.0 must be positive."),
     "main: misspelt field": (
-        ["vit_jax.main", "--config=configs/digits.py:runlocal",
+        ["vit_jax.train", "--config=configs/digits.py:runlocal",
          "--workdir=/tmp/unused", "--config.totl_steps=5"],
         "error: the config has no field 'totl_steps'; Did you mean "
         "\"total_steps\""),
     "main: unknown preset": (
-        ["vit_jax.main", "--config=configs/finetune.py:nosuch",
+        ["vit_jax.train", "--config=configs/finetune.py:nosuch",
          "--workdir=/tmp/unused"],
         "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
         "preset 'nosuch'"),
@@ -34,7 +34,7 @@ MISTAKES = {
         ["vit_jax.export", "--checkpoint=/no/such.npz", "--out=/tmp/x.npz"],
         "error: No weights at /no/such.npz"),
     "inspect: missing checkpoint": (
-        ["vit_jax.inspect_checkpoint", "/no/such.npz"],
+        ["vit_jax.inspect", "/no/such.npz"],
         "error: No weights at /no/such.npz"),
     "benchmark: unknown variant": (
         ["vit_jax.benchmark", "--variant=ViT-X/1"],

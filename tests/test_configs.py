@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from vit_jax import config_checks, sharding, train
+from vit_jax import config_checks, config_defaults, sharding, trainer
 
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
 CONFIGS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(_CONFIG_DIR, "*.py"))
-    if not os.path.basename(p).startswith(("_", "common")))
+    if not os.path.basename(p).startswith("_"))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -25,8 +25,9 @@ def test_config_is_valid_and_locked(name, arg):
 
 
 def test_every_default_is_documented():
-  """Each field of configs/common.py carries a comment saying what it does."""
-  with open(os.path.join(_CONFIG_DIR, "common.py")) as f:
+  """Each field of vit_jax/config_defaults.py carries a comment saying what
+  it does."""
+  with open(config_defaults.__file__) as f:
     lines = [l for l in f if l.strip().startswith(("config.", "model."))]
   undocumented = [l.strip() for l in lines if "#" not in l
                   and "get_model_config" not in l]
@@ -38,6 +39,6 @@ def test_recipe_runs_locally(name, tfds_data_dir, tmp_path):
   """Each recipe's `runlocal` form trains and evaluates end to end."""
   config = importlib.import_module(f"configs.{name}").get_config("runlocal")
   config.data_dir = tfds_data_dir
-  result = train.train_and_evaluate(config, str(tmp_path))
-  assert 0.0 <= result["test_accuracy"] <= 1.0
-  assert result["train_loss"] > 0
+  result = trainer.train_and_evaluate(config, str(tmp_path))
+  assert 0.0 <= result["test/accuracy"] <= 1.0
+  assert result["train/loss"] > 0

@@ -10,10 +10,10 @@ import pytest
 from PIL import Image
 
 from configs import fewshot as fewshot_configs
-from vit_jax import config_checks, models, sharding, steps, train, weights
-from vit_jax.evaluators import fewshot
+from vit_jax import config_checks, models, sharding, steps, trainer, weights
+from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import features, solver, sweep
-from vit_jax.weights import export
+from vit_jax.weights import writers
 
 
 def _data(n, d, k=4, seed=0):
@@ -165,7 +165,8 @@ def test_sharded_extraction_equals_single_device(tfds_data_dir):
     import optax
     state, shardings = steps.create_train_state(
         model, optax.identity(), 16, 0, mesh)
-    evaluator = fewshot.FewShotEvaluator(model, config, mesh, shardings.params)
+    evaluator = fewshot_evaluator.FewShotEvaluator(model, config, mesh,
+                                                   shardings.params)
     out.append(evaluator.dataset_features(state.params, "digits"))
   assert out[0][0].shape == (1437, 16) and out[0][2].shape == (360, 16)
   for a, b in zip(out[0][:4], out[1][:4]):
@@ -178,14 +179,16 @@ def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
   for field, value in (("on_too_few", "drop"), ("l2_selection", "cv")):
     bad = _config(tfds_data_dir, **{field: value})
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
-      fewshot.FewShotEvaluator(model, bad, sharding.make_mesh(), None)
+      fewshot_evaluator.FewShotEvaluator(model, bad, sharding.make_mesh(),
+                                         None)
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
       config_checks.check_config(bad, sharding.make_mesh())
   with pytest.raises(ValueError, match="available: pre_logits.*block_1"):
     features.check_layer("block_7", 2)
   config.fewshot.datasets = ()
   with pytest.raises(ValueError, match="config.fewshot.datasets is empty"):
-    fewshot.FewShotEvaluator(model, config, sharding.make_mesh(), None)
+    fewshot_evaluator.FewShotEvaluator(model, config, sharding.make_mesh(),
+                                       None)
 
 
 def _image_folder(root):
@@ -210,7 +213,7 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
   model = models.build_model(config.model, 10)
   random_init = model.init(jax.random.key(3), np.zeros((1, 16, 16, 3)))
   random_path = str(tmp_path / "random.npz")
-  export.save_npz(random_init["params"], random_path)
+  writers.save_npz(random_init["params"], random_path)
   folder = _image_folder(tmp_path / "images")
   table, notes = sweep.sweep(config, [trained_digits, random_path],
                              ["digits", folder])
@@ -241,7 +244,7 @@ def test_checkpoint_of_another_model_is_refused(tfds_data_dir, tmp_path):
   other = models.build_model(config.model, 10).clone(hidden_size=32)
   params = other.init(jax.random.key(0), np.zeros((1, 16, 16, 3)))["params"]
   path = str(tmp_path / "wide.npz")
-  export.save_npz(params, path)
+  writers.save_npz(params, path)
   with pytest.raises(weights.WeightsError, match="SHAPE MISMATCH"):
     sweep.sweep(config, [path])
 
@@ -250,6 +253,6 @@ def test_periodic_fewshot_during_training(digits_config, tmp_path):
   digits_config.total_steps = 6
   digits_config.fewshot.update(dict(datasets=("digits",), shots=(1, 2),
                                     seeds=1, every_steps=3))
-  result = train.train_and_evaluate(digits_config, str(tmp_path))
+  result = trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert {"fewshot/digits/1shot", "fewshot/digits/2shot",
           "fewshot/digits/full"} <= set(result)

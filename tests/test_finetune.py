@@ -4,7 +4,7 @@ pre-trained at 16 px predicts well at 32 px right after loading."""
 import pytest
 
 from configs import finetune
-from vit_jax import train
+from vit_jax import trainer
 
 
 @pytest.mark.xdist_group("trained_digits")
@@ -16,15 +16,15 @@ def test_finetuning_at_a_new_resolution(trained_digits, tfds_data_dir,
   config.init.dont_load = ()  # Keep the trained head: evaluate at once.
   config.total_steps = 0
   config.ema_decay = 0.99  # The average starts from the loaded weights.
-  loaded = train.train_and_evaluate(config, str(tmp_path / "ft0"))
+  loaded = trainer.train_and_evaluate(config, str(tmp_path / "ft0"))
   # Position embeddings resized from 4x4 to 8x8: still far above chance.
-  assert loaded["test_accuracy"] > 0.5, loaded
+  assert loaded["test/accuracy"] > 0.5, loaded
 
   config.init.dont_load = ("head/.*",)  # The paper's policy: a new head.
   config.total_steps = 60
   config.eval_every_steps = 0
-  tuned = train.train_and_evaluate(config, str(tmp_path / "ft"))
-  assert tuned["test_accuracy"] > 0.5
+  tuned = trainer.train_and_evaluate(config, str(tmp_path / "ft"))
+  assert tuned["test/accuracy"] > 0.5
   # Rerunning resumes from the workdir's checkpoint, not from init.
-  again = train.train_and_evaluate(config, str(tmp_path / "ft"))
-  assert again["test_accuracy"] == tuned["test_accuracy"]
+  again = trainer.train_and_evaluate(config, str(tmp_path / "ft"))
+  assert again["test/accuracy"] == tuned["test/accuracy"]

@@ -46,6 +46,6 @@ def test_run_starts_the_same_distributed_command_on_every_worker(tmp_path):
                   "--workdir=gs://b/run one")
   assert len(calls) == 1
   assert "--worker=all" in calls[0]
-  assert ("cd ~/vit_jax && .venv/bin/python -m vit_jax.main --distributed "
+  assert ("cd ~/vit_jax && .venv/bin/vit-jax train --distributed "
           "--config=configs/pretrain.py:i1k --workdir=gs://b/run\\ one"
           in calls[0])

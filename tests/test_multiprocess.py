@@ -47,7 +47,7 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
          "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
   procs = []
   for process_id in range(2):
-    cmd = [sys.executable, "-m", "vit_jax.main",
+    cmd = [sys.executable, "-m", "vit_jax.train",
            "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
            f"--config.data_dir={data_dir}",
            f"--coordinator_address=localhost:{port}", "--num_processes=2",
@@ -111,8 +111,8 @@ def test_two_processes_equal_one_with_the_same_global_batch(
   codes, outputs = _launch_two_processes(workdir, data_dir)
   assert codes == [0, 0], _stderr_tails(outputs)
   # Only process 0 reports.
-  assert "test_accuracy=" in outputs[0][0]
-  assert "test_accuracy=" not in outputs[1][0]
+  assert "test/accuracy=" in outputs[0][0]
+  assert "test/accuracy=" not in outputs[1][0]
 
   assert "Dataset digits downloaded and prepared" in outputs[0][0]
   assert "prepared" not in outputs[1][0]
@@ -185,7 +185,7 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
 
   codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides)
   assert codes == [0, 0], _stderr_tails(outputs)
-  assert f"Resumed from step {step}" in outputs[0][1]
+  assert f"Resuming at step {step}" in outputs[0][1]
   _apply(digits_config, overrides)
   expected = _one_process_reference(digits_config, total)
   target = jax.tree.map(

@@ -42,7 +42,7 @@ def gcs():
 def _train(gcs, workdir, data_dir, kill_after_checkpoint=None):
   """Runs main on `workdir`; SIGKILLs it once that checkpoint is committed
   in the bucket. Returns (returncode, stdout, stderr)."""
-  cmd = [sys.executable, "-m", "vit_jax.main",
+  cmd = [sys.executable, "-m", "vit_jax.train",
          "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
          f"--config.data_dir={data_dir}", "--config.model.variant=digits",
          f"--config.total_steps={STEPS}", "--config.checkpoint_every_steps=20",
@@ -85,7 +85,7 @@ def test_a_killed_run_resumes_from_the_bucket_bit_identically(
   assert code == -signal.SIGKILL, err[-3000:]
   code, resumed, err = _train(gcs, "gs://bucket/cut", tfds_data_dir)
   assert code == 0, err[-3000:]
-  assert "Resumed from step" in err and "gs://bucket/cut" in err
+  assert "Resuming at step" in err and "gs://bucket/cut" in err
   final = lambda text: text.strip().splitlines()[-1]
   assert final(resumed) == final(reference)
   jax.tree.map(np.testing.assert_array_equal,

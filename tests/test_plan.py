@@ -10,7 +10,7 @@ import sys
 import jax
 import pytest
 
-from vit_jax import plan, steps, train
+from vit_jax import planning, steps, trainer
 from vit_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,7 +26,7 @@ def _sum_check(r):
 
 
 def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
-  r = plan.plan(digits_config, "cpu:8", hbm_gib=1.0)
+  r = planning.plan(digits_config, "cpu:8", hbm_gib=1.0)
   assert (r["topology"], r["num_devices"], r["mesh"]) == (
       "cpu:8", 8, {"data": 8, "model": 1})
   assert r["params"] == TESTING_PARAMS_DIGITS
@@ -38,28 +38,29 @@ def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
   # elementwise work, minus nothing): within a small factor of 6 x MACs.
   assert 0.8 < r["flops_per_step"] / r["model_flops_per_step"] < 3
   assert r["est_step_s"] is None  # No peak FLOP/s known for a CPU.
-  assert plan.plan(digits_config, "cpu:8")["fits"] is None  # Memory unknown.
+  # Memory unknown:
+  assert planning.plan(digits_config, "cpu:8")["fits"] is None
 
 
 def test_plan_compiles_what_training_runs(digits_config, tmp_path,
                                          monkeypatch):
   """The plan's figures are those of the step `train_and_evaluate` runs."""
   seen = []
-  preflight = plan.preflight
-  monkeypatch.setattr(plan, "preflight",
+  preflight = planning.preflight
+  monkeypatch.setattr(planning, "preflight",
                       lambda *a: seen.append(preflight(*a)) or seen[-1])
   digits_config.total_steps = 1
-  train.train_and_evaluate(digits_config, str(tmp_path))
-  planned = plan.plan(digits_config, "cpu:8")
+  trainer.train_and_evaluate(digits_config, str(tmp_path))
+  planned = planning.plan(digits_config, "cpu:8")
   assert seen == [{k: planned[k] for k in seen[0]}]
 
 
 def test_preflight_stops_a_step_that_cannot_fit(digits_config, tmp_path,
                                                 monkeypatch):
-  monkeypatch.setattr(plan, "device_memory_limit", lambda device: 1024)
+  monkeypatch.setattr(planning, "device_memory_limit", lambda device: 1024)
   with pytest.raises(UserError, match=r"needs .* GiB per device .* but a "
                      r"device has 0.00 GiB"):
-    train.train_and_evaluate(digits_config, str(tmp_path))
+    trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert not (tmp_path / "checkpoints").exists() or not any(
       (tmp_path / "checkpoints").iterdir())
 
@@ -74,7 +75,7 @@ def _tpu_plan(config, strategy, topology="v5e:2x2"):
     config.batch_size = 8
     config.sharding.params = ((".*", strategy),)
     config.sharding.fsdp_min_size = 0
-  return plan.plan(config, topology)
+  return planning.plan(config, topology)
 
 
 def test_tpu_topology_plan_without_a_tpu(digits_config):
@@ -106,7 +107,7 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
 
 def test_unknown_topology_is_a_clear_error(digits_config):
   with pytest.raises(UserError, match="not a TPU topology such as v5e:4x4"):
-    plan.plan(digits_config, "v9x:4x4")
+    planning.plan(digits_config, "v9x:4x4")
 
 
 def test_plan_command_writes_json(tmp_path, tfds_data_dir):
@@ -122,7 +123,7 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
   assert report["num_devices"] == 2 and report["variant"] == "testing"
   assert report["mesh"] == {"data": 2, "model": 1}
   assert jax.device_count() == 8  # The command's devices were its own.
-  assert plan.format_row(report) == (
+  assert planning.format_row(report) == (
       f"| testing | 32 | cpu:2 | replicate | "
       f"{report['total_bytes'] / 2**30:.2f} | ? |")
 
@@ -148,12 +149,12 @@ def test_a_program_the_tpu_compiler_refuses_does_not_fit():
              "permanent error. Ran out of memory in memory space hbm. Used "
              "15.75G of 15.75G hbm. Exceeded hbm capacity by 7.86M.\n\n"
              "Total hbm usage >= 16.01G:\n")
-  assert plan.compile_time_oom_bytes(message) == int(16.01 * 2**30)
-  assert plan.compile_time_oom_bytes(
+  assert planning.compile_time_oom_bytes(message) == int(16.01 * 2**30)
+  assert planning.compile_time_oom_bytes(
       "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
       "required for HLO temporaries (31.09G) exceeds available HBM "
       "(15.75G).") == int(31.09 * 2**30)
-  assert plan.compile_time_oom_bytes("INTERNAL: something else") is None
+  assert planning.compile_time_oom_bytes("INTERNAL: something else") is None
 
 
 def test_plan_reports_a_step_too_big_for_the_chip(digits_config):
@@ -165,7 +166,7 @@ def test_plan_reports_a_step_too_big_for_the_chip(digits_config):
     digits_config.model.scan_layers = True
     digits_config.image_size = 28
     digits_config.batch_size = 4
-  r = plan.plan(digits_config, "v5e:2x2")
+  r = planning.plan(digits_config, "v5e:2x2")
   assert r["fits"] is False and r["total_bytes"] > 16 * 2**30
   assert "Ran out of memory" in r["compile_error"]
-  assert "at least" in plan.format_report(r)
+  assert "at least" in planning.format_report(r)

@@ -186,14 +186,14 @@ def test_label_out_of_range_is_an_error(digits_config, image_folder):
 
 def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
                                                tmp_path_factory):
-  from vit_jax import train
+  from vit_jax import trainer
   config = _folder_config(digits_config, image_folder)
   config.batch_size = config.eval_batch_size = 8
   config.image_size = 16
   config.total_steps = 3
-  result = train.train_and_evaluate(config, str(tmp_path_factory.mktemp("wd")))
-  assert 0.0 <= result["test_accuracy"] <= 1.0
-  assert result["train_loss"] > 0
+  result = trainer.train_and_evaluate(config, str(tmp_path_factory.mktemp("wd")))
+  assert 0.0 <= result["test/accuracy"] <= 1.0
+  assert result["train/loss"] > 0
 
 
 def test_train_batches_depend_only_on_the_seed(digits_config):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vit_jax import config_checks, sharding, train
+from vit_jax import config_checks, sharding, trainer
 from vit_jax.errors import NonFiniteLossError, UserError
 
 
@@ -20,10 +20,10 @@ def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
   digits_config.log_every_steps = 100
   digits_config.eval_every_steps = 150
   digits_config.profile_steps = 2
-  result = train.train_and_evaluate(digits_config, str(tmp_path))
+  result = trainer.train_and_evaluate(digits_config, str(tmp_path))
   # The zero-initialised head starts at exactly ln(10).
-  assert result["train_loss"] < 0.8 * math.log(10)
-  assert result["test_accuracy"] > 0.6  # Chance is 0.1.
+  assert result["train/loss"] < 0.8 * math.log(10)
+  assert result["test/accuracy"] > 0.6  # Chance is 0.1.
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
   assert glob.glob(str(tmp_path / "plugins/profile/*/*.xplane.pb"))
   with open(tmp_path / "config.json") as f:
@@ -67,7 +67,7 @@ def test_a_diverged_state_is_never_saved(digits_config, tmp_path):
                             warmup_steps=0, decay_type="constant",
                             checkpoint_every_steps=1))
   with pytest.raises(NonFiniteLossError, match="diverged at step 1"):
-    train.train_and_evaluate(digits_config, str(tmp_path))
+    trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]
 
 
@@ -75,7 +75,7 @@ def test_a_workdir_that_is_a_file_is_refused(digits_config, tmp_path):
   path = tmp_path / "results.txt"
   path.write_text("not a directory")
   with pytest.raises(UserError, match="is an existing file, not a directory"):
-    train.train_and_evaluate(digits_config, str(path))
+    trainer.train_and_evaluate(digits_config, str(path))
 
 
 def test_unknown_variant_lists_the_known_ones(digits_config):
@@ -90,16 +90,16 @@ def test_mesh_must_fit_the_devices():
 
 
 def test_main_runs_the_readme_command(tfds_data_dir, tmp_path):
-  """`python -m vit_jax.main --config=configs/digits.py:runlocal ...`."""
+  """`python -m vit_jax.train --config=configs/digits.py:runlocal ...`."""
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  cmd = [sys.executable, "-m", "vit_jax.main",
+  cmd = [sys.executable, "-m", "vit_jax.train",
          "--config=configs/digits.py:runlocal", f"--workdir={tmp_path}",
          f"--config.data_dir={tfds_data_dir}"]
   env = {**os.environ, "XLA_FLAGS": ""}
   done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True,
                         text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
-  assert "test_accuracy=" in done.stdout
+  assert "test/accuracy=" in done.stdout
 
   typo = subprocess.run(cmd + ["--config.totl_steps=5"], cwd=repo, env=env,
                         capture_output=True, text=True, timeout=300)

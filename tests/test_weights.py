@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from configs import common
+from vit_jax import config_defaults
 from tests import torch_reference
 from vit_jax import models, weights
-from vit_jax.weights import export
+from vit_jax.weights import writers
 from vit_jax.models import VARIANTS, VisionTransformer
 from vit_jax.weights import convert, posemb
 
@@ -56,7 +56,7 @@ def load_params(path, model, size=32, width=None, **kwargs):
 
 
 def tiny_hybrid():
-  model_config = common.get_model_config()
+  model_config = config_defaults.get_model_config()
   model_config.variant = "testing-hybrid"
   return models.build_model(model_config, num_classes=5)
 
@@ -139,7 +139,7 @@ def test_export_to_timm_loads_into_timm(tmp_path):
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
   params = init(model)
   path = str(tmp_path / "ours.safetensors")
-  export.save_timm(params, path)
+  writers.save_timm(params, path)
   reference = torch_reference.timm_vit()
   reference.load_state_dict(load_file(path))
   x = images()
@@ -151,8 +151,8 @@ def test_export_to_timm_loads_into_timm(tmp_path):
 # -------------------------------------------------------- round trips --
 
 
-@pytest.mark.parametrize("save, name", [(export.save_npz, "m.npz"),
-                                        (export.save_timm, "m.safetensors")])
+@pytest.mark.parametrize("save, name", [(writers.save_npz, "m.npz"),
+                                        (writers.save_timm, "m.safetensors")])
 def test_export_and_import_round_trip_exactly(tmp_path, save, name):
   model = VisionTransformer(num_classes=7, **TORCH_LIKE)
   params = init(model)
@@ -174,7 +174,7 @@ def test_older_released_hybrid_layout_loads(tmp_path):
          for k, v in flat.items()}
   assert any(v.ndim == 4 and v.shape[:3] == (1, 1, 1) for v in old.values())
   path = str(tmp_path / "hybrid.npz")
-  export.save_npz(old, path)
+  writers.save_npz(old, path)
   loaded, report = load_params(path, model, grid=(32 // v.stride,) * 2)
   assert report.ok
   np.testing.assert_array_equal(logits(model, loaded, images()),
@@ -187,7 +187,7 @@ def test_released_gap_model_and_class_token_posemb_policy(tmp_path):
   gap = VisionTransformer(num_classes=5, classifier="gap", **TORCH_LIKE)
   params = init(gap)
   path = str(tmp_path / "gap.npz")
-  export.save_npz(params, path)
+  writers.save_npz(params, path)
   loaded, _ = load_params(path, gap, grid=(4, 4))
   np.testing.assert_array_equal(logits(gap, loaded, images()),
                                 logits(gap, params, images()))
@@ -263,7 +263,7 @@ def test_released_layout_of_current_flax_loads(tmp_path):
 
 
 def _config_for(path, gelu=None):
-  config = common.get_config()
+  config = config_defaults.get_config()
   config.init.checkpoint = path
   config.model.gelu_approximate = gelu
   return config
@@ -273,7 +273,7 @@ def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
   timm_path = str(tmp_path / "timm.safetensors")
   torch_reference.save_state_dict(torch_reference.timm_vit(), timm_path)
   npz = str(tmp_path / "released.npz")
-  export.save_npz(init(VisionTransformer(num_classes=4, **TORCH_LIKE)), npz)
+  writers.save_npz(init(VisionTransformer(num_classes=4, **TORCH_LIKE)), npz)
   assert weights.file_origin(timm_path) == ("timm", False)
   assert weights.file_origin(npz) == ("released", True)
   resolved = weights.resolve_gelu(_config_for(timm_path))
@@ -344,7 +344,7 @@ def test_bicubic_resize_keeps_smooth_grids_and_corners():
 def test_loading_at_a_new_resolution_resizes_and_runs(tmp_path):
   model = VisionTransformer(num_classes=5, **TORCH_LIKE)
   path = str(tmp_path / "m.npz")
-  export.save_npz(init(model), path)
+  writers.save_npz(init(model), path)
   loaded, report = load_params(path, model, size=48, width=64, grid=(6, 8))
   assert [r[0] for r in report.resized] == [convert.POSEMB]
   out = logits(model, loaded, images(size=48, width=64))
@@ -355,7 +355,7 @@ def test_hybrid_grid_follows_the_stem_stride(tmp_path):
   v = VARIANTS["testing-hybrid"]
   model = tiny_hybrid()
   path = str(tmp_path / "hybrid.npz")
-  export.save_npz(init(model, size=32), path)
+  writers.save_npz(init(model, size=32), path)
   loaded, report = load_params(path, model, size=64,
                                grid=(64 // v.stride,) * 2)
   assert report.resized[0][1:] == ((1, 17, 16), (1, 65, 16))
@@ -369,7 +369,7 @@ def test_head_policy_and_pre_logits(tmp_path):
   pretrain = VisionTransformer(num_classes=9, representation_size=16,
                                **TORCH_LIKE)
   path = str(tmp_path / "pretrained.npz")
-  export.save_npz(init(pretrain), path)
+  writers.save_npz(init(pretrain), path)
   finetune = VisionTransformer(num_classes=4, **TORCH_LIKE)
   loaded, report = load_params(path, finetune, grid=(4, 4))
   assert {n for n, _ in report.reinitialised} == {"head/kernel", "head/bias"}
@@ -386,7 +386,7 @@ def test_zero_head_for_inference_is_warned_about(tmp_path):
   params = init(model)
   params["head"]["kernel"][:] = 0.0
   path = str(tmp_path / "untrained_head.npz")
-  export.save_npz(params, path)
+  writers.save_npz(params, path)
   _, report = load_params(path, model, grid=(4, 4))
   assert any("all zeros" in w for w in report.warnings)
 
@@ -394,7 +394,7 @@ def test_zero_head_for_inference_is_warned_about(tmp_path):
 def test_dont_load_regex_that_matches_nothing_is_an_error(tmp_path):
   model = VisionTransformer(num_classes=4, **TORCH_LIKE)
   path = str(tmp_path / "m.npz")
-  export.save_npz(init(model), path)
+  writers.save_npz(init(model), path)
   with pytest.raises(weights.WeightsError,
                      match="dont_load regex 'heads/.*' matches no param"):
     load_params(path, model, grid=(4, 4), dont_load=("heads/.*",))
@@ -406,13 +406,13 @@ def test_export_never_drops_a_layer(tmp_path):
                                  **TORCH_LIKE)
   path = str(tmp_path / "m.safetensors")
   with pytest.raises(weights.WeightsError, match="pre-logits layer"):
-    export.save_timm(init(pretrained), path)
+    writers.save_timm(init(pretrained), path)
   assert not os.path.exists(path)
   flat = flax.traverse_util.flatten_dict(
       init(VisionTransformer(num_classes=9, **TORCH_LIKE)), sep="/")
   flat["extra/kernel"] = np.ones((2, 2), np.float32)
   with pytest.raises(weights.WeightsError, match=r"no place for \['extra"):
-    export.save_timm(flat, path)
+    writers.save_timm(flat, path)
 
 
 # ----------------------------------------------------------- bad files --
@@ -425,12 +425,12 @@ def test_bad_files_give_one_clear_error_each(tmp_path):
   mixer = str(tmp_path / "mixer.npz")
   np.savez(mixer, **{"MixerBlock_0/token_mixing/Dense_0/kernel": np.ones(2)})
   good = str(tmp_path / "good.npz")
-  export.save_npz(init(model), good)
+  writers.save_npz(init(model), good)
   truncated = str(tmp_path / "truncated.npz")
   with open(good, "rb") as f, open(truncated, "wb") as g:
     g.write(f.read()[:3000])
   st = str(tmp_path / "good.safetensors")
-  export.save_timm(init(model), st)
+  writers.save_timm(init(model), st)
   st_truncated = str(tmp_path / "truncated.safetensors")
   with open(st, "rb") as f, open(st_truncated, "wb") as g:
     g.write(f.read()[:-100])
@@ -449,7 +449,7 @@ def test_another_variant_is_refused_with_the_table(tmp_path):
   """Like B/16 weights into an L/16 config: a table, and nothing loaded."""
   wide = VisionTransformer(num_classes=4, **dict(TORCH_LIKE, hidden_size=64))
   path = str(tmp_path / "wide.npz")
-  export.save_npz(init(wide), path)
+  writers.save_npz(init(wide), path)
   narrow = VisionTransformer(num_classes=4, **TORCH_LIKE)
   with pytest.raises(weights.WeightsError,
                      match=r"(?s)SHAPE MISMATCH.*different model \(width 64"):
@@ -462,7 +462,7 @@ def test_another_variant_is_refused_with_the_table(tmp_path):
 def test_inspect_and_export_commands(tmp_path):
   model = VisionTransformer(num_classes=10, **dict(TORCH_LIKE, patch_size=4))
   npz = str(tmp_path / "m.npz")
-  export.save_npz(init(model, size=16), npz)
+  writers.save_npz(init(model, size=16), npz)
   env = {**os.environ, "XLA_FLAGS": ""}
   run = lambda *args: subprocess.run(
       [sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
@@ -471,7 +471,7 @@ def test_inspect_and_export_commands(tmp_path):
   done = run("vit_jax.export", f"--checkpoint={npz}", "--format=timm",
              f"--out={st}")
   assert done.returncode == 0, done.stderr[-2000:]
-  done = run("vit_jax.inspect_checkpoint", st,
+  done = run("vit_jax.inspect", st,
              "--config=configs/finetune.py:digits,variant=testing",
              "--config.model.variant=testing")
   assert done.returncode == 0, done.stderr[-2000:]

@@ -1,12 +1,13 @@
 """Training speed on synthetic data: images/s, step and compile time, memory, MFU.
 
-    python -m vit_jax.benchmark --variant=ViT-B/16 --batch=256 --dtype=bfloat16 \
+    vit-jax benchmark --variant=ViT-B/16 --batch=256 --dtype=bfloat16 \
         --out=bench.json
 
-Needs only jax/flax/optax (no TensorFlow), so it runs on any accelerator host.
-Model FLOPs count 6 x forward multiply-adds per image (forward + backward), as
-the paper's compute figures do; MFU divides the achieved model FLOP/s by the
-device's peak (known accelerators, or --peak_tflops).
+(or `python -m vit_jax.benchmark ...`). Needs only jax/flax/optax (no
+TensorFlow), so it runs on any accelerator host. Model FLOPs count 6 x
+forward multiply-adds per image (forward + backward), as the paper's compute
+figures do; MFU divides the achieved model FLOP/s by the device's peak
+(known accelerators, or --peak_tflops).
 """
 
 import json
@@ -14,12 +15,14 @@ import resource
 import statistics
 import time
 
+from vit_jax import cli  # First: the commands' preamble.
+
 from absl import flags
 import jax
 import numpy as np
 
-from configs import common
-from vit_jax import cli, flops, hardware, models, optim, sharding, steps
+from vit_jax import (config_defaults, flops, hardware, models, optim,
+                     sharding, steps)
 
 flags.DEFINE_string("variant", "ViT-B/16", "Model variant.")
 flags.DEFINE_integer("batch", 32, "Global batch size.")
@@ -42,14 +45,14 @@ def peak_flops(device, dtype: str, override_tflops):
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, dtype: str = "float32", remat: str = "none",
         scan_layers: bool = False, peak_tflops=None) -> dict:
-  model_config = common.get_model_config()
+  model_config = config_defaults.get_model_config()
   model_config.update(dict(variant=variant, dtype=dtype, remat=remat,
                            scan_layers=scan_layers))
   model = models.build_model(model_config, num_classes)
-  config = common.get_config()
+  config = config_defaults.get_config()
   config.update(dict(optimizer="adam", warmup_steps=1))
   mesh = sharding.make_mesh()
-  sharding.check_batch_size(batch, mesh, "batch")
+  sharding.local_batch_size(batch, mesh, what="batch")
   tx, schedule = optim.make_optimizer(config, num_steps + 1)
   state, state_sharding = steps.create_train_state(model, tx, image_size, 0,
                                                    mesh)

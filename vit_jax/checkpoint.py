@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from vit_jax import paths
+from vit_jax import console, paths
 from vit_jax.errors import UserError
 
 
@@ -46,7 +46,7 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
         f"The checkpoint at step {step} in {manager.directory} does not match "
         "this config's model or optimizer. Use a new --workdir, or the config "
         f"that wrote it. ({str(e)[:500]})") from e
-  logging.info("Resumed from step %d in %s.", step, manager.directory)
+  console.say("Resuming at step %d from %s.", step, manager.directory)
   return restored
 
 

@@ -1,27 +1,64 @@
-"""What every command shares: the multi-host flags and the error policy.
+"""What every command shares: the preamble, flags, log level, error policy.
+
+A command is the module `vit_jax.NAME` (`python -m vit_jax.NAME`, or
+`vit-jax NAME` once installed; see `COMMANDS`). It imports this module
+first, defines its flags and `main(argv)`, and ends with `cli.run(main)`.
+Commands that read data call `import_tensorflow_quietly()` right after.
 
 `run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
 flag or config value, a missing file, a refused checkpoint: a `UserError`)
 prints `error: ...` on stderr and exits with status 2, without a traceback;
 `--verbose` (or VIT_JAX_VERBOSE=1) shows it. Any other exception is a bug
-and keeps its traceback.
+and keeps its traceback. The console shows our own lines
+(`vit_jax.console`), warnings and errors; `--log_level=info` (or
+`--verbose`) brings back every INFO line of ours and of the libraries.
 """
 
+import contextlib
 import glob
+import importlib
 import importlib.util
 import os
 import re
 import sys
 
-from absl import app, flags, logging
-import jax
 
-from vit_jax import paths
-from vit_jax.errors import UserError
+def _detail_requested() -> bool:
+  """--verbose or --log_level=info/debug, read before flags are parsed (the
+  libraries log while they are imported)."""
+  if os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0"):
+    return True
+  return any(a == "--verbose" or re.fullmatch(r"--log_level=(info|debug)", a)
+             for a in sys.argv[1:])
+
+
+# TensorFlow's C++ INFO and WARNING lines (it is imported by TFDS and clu).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL",
+                      "0" if _detail_requested() else "2")
+
+from absl import app, flags, logging  # noqa: E402
+import jax  # noqa: E402
+
+from vit_jax import paths  # noqa: E402
+from vit_jax.errors import UserError  # noqa: E402
+
+# Subcommand -> (module, what it does). `vit-jax NAME ...` runs the module.
+COMMANDS = {
+    "train": ("vit_jax.train", "pre-train or fine-tune (the main job)"),
+    "fewshot": ("vit_jax.fewshot.__main__", "few-shot sweeps of checkpoints"),
+    "inspect": ("vit_jax.inspect", "what a weights file holds; a load report"),
+    "export": ("vit_jax.export", "weights to the released .npz or timm"),
+    "plan": ("vit_jax.plan", "memory and fit of a config on a topology"),
+    "benchmark": ("vit_jax.benchmark", "train-step images/s and MFU"),
+}
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("verbose", False,
-                  "Show the traceback of errors in the input too.")
+                  "Show the traceback of errors in the input too, and every "
+                  "INFO line (as --log_level=info).")
+flags.DEFINE_enum("log_level", "warning", ["debug", "info", "warning", "error"],
+                  "Library and detail log lines shown; ours (steps, "
+                  "evaluations, checkpoints) are always shown.")
 flags.DEFINE_bool("distributed", False,
                   "Join a multi-process run (jax.distributed.initialize).")
 flags.DEFINE_string("coordinator_address", None,
@@ -53,10 +90,32 @@ def initialize_distributed():
     logging.set_verbosity(logging.WARNING)
 
 
+def import_tensorflow_quietly():
+  """TensorFlow 2.21 prints a oneDNN notice from C++ while it loads, before
+  any log level applies; unless details were asked for, load it with stderr
+  closed. A failed import still raises (its message is Python's)."""
+  if _detail_requested() or "tensorflow" in sys.modules:
+    return
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+      with contextlib.suppress(ImportError):
+        import tensorflow  # noqa: F401
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
 def _verbose() -> bool:
   if os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0"):
     return True
   return FLAGS.is_parsed() and FLAGS.verbose or "--verbose" in sys.argv
+
+
+def _set_log_level():
+  level = FLAGS.log_level
+  logging.set_verbosity("info" if _verbose() and level != "debug" else level)
 
 
 _EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*: ")  # "pkg.SomeError: ".
@@ -114,6 +173,7 @@ def skip_absent_tpu():
 def run(main):
   """`absl.app.run(main)` with the error policy of the module doc."""
   def guarded(argv):
+    _set_log_level()
     skip_absent_tpu()
     paths.configure_storage()
     try:
@@ -129,3 +189,18 @@ def run(main):
       jax.distributed.shutdown()
     return result
   app.run(guarded, flags_parser=_parse_flags)
+
+
+def dispatch():
+  """`vit-jax NAME [flags]`: runs the command `NAME` (see COMMANDS)."""
+  name = sys.argv[1] if len(sys.argv) > 1 else ""
+  if name not in COMMANDS:
+    width = max(map(len, COMMANDS))
+    listing = "\n".join(f"  {n:<{width}}  {what}"
+                         for n, (_, what) in COMMANDS.items())
+    print(f"usage: vit-jax COMMAND [flags]   (vit-jax COMMAND --help)\n\n"
+          f"commands:\n{listing}", file=sys.stderr)
+    sys.exit(0 if name in ("-h", "--help", "help") else 2)
+  module_name, _ = COMMANDS[name]
+  sys.argv = [f"vit-jax {name}"] + sys.argv[2:]
+  run(importlib.import_module(module_name).main)

@@ -11,7 +11,7 @@ from jax.sharding import Mesh
 from vit_jax import models, optim, sharding, steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.errors import UserError
-from vit_jax.evaluators import fewshot
+from vit_jax.fewshot import solver as fewshot_solver
 from vit_jax.weights import posemb
 
 # Fields that must be > 0, and fields that must be >= 0.
@@ -76,11 +76,12 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
         f"config.image_size={config.image_size} is not divisible by the patch "
         f"size {stride} of {config.model.variant}; use a multiple of {stride} "
         f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
-  fewshot.check_fewshot_config(config.fewshot)
+  fewshot_solver.check_config(config.fewshot)
   sharding.check_strategy_rules(config.sharding.params)
-  sharding.check_batch_size(config.batch_size, mesh, "batch_size",
-                            config.accum_steps)
-  sharding.check_batch_size(config.eval_batch_size, mesh, "eval_batch_size")
+  sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
+                            accumulation=config.accum_steps, log=True)
+  sharding.local_batch_size(config.eval_batch_size, mesh,
+                            what="eval_batch_size")
 
 
 def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,

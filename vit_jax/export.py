@@ -1,23 +1,26 @@
 """Writes a model's weights for other code bases, from any readable file.
 
-    python -m vit_jax.export --checkpoint=workdirs/demo/pretrain \
+    vit-jax export --checkpoint=workdirs/demo/pretrain \
         --format=npz --out=/tmp/digits.npz
-    python -m vit_jax.export --checkpoint=/tmp/digits.npz \
+    vit-jax export --checkpoint=/tmp/digits.npz \
         --format=timm --out=/tmp/digits.safetensors
 
-`npz` is the released google-research/vision_transformer layout, which its
-code and this project load; `timm` a safetensors file with the state dict of
-timm's `VisionTransformer` (see `vit_jax/weights/export.py`). Imports no
+(or `python -m vit_jax.export ...`). `npz` is the released
+google-research/vision_transformer layout, which its code and this project
+load; `timm` a safetensors file with the state dict of timm's
+`VisionTransformer` (see `vit_jax/weights/writers.py`). Imports no
 TensorFlow.
 """
 
+from vit_jax import cli  # First: the commands' preamble.
+
 from absl import flags
 
-from vit_jax import cli
-from vit_jax.weights import export
+from vit_jax.weights import writers
 
 flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
-flags.DEFINE_enum("format", "npz", export.EXPORT_FORMATS, "Layout to write.")
+flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS,
+                  "Layout to write.")
 flags.DEFINE_string("out", None, "File to write.")
 flags.DEFINE_integer("num_heads", 0,
                      "Attention heads; needed only to read PyTorch weights.")
@@ -27,8 +30,9 @@ flags.mark_flags_as_required(["checkpoint", "out"])
 def main(argv):
   del argv
   f = flags.FLAGS
-  params = export.released_params(f.checkpoint, f.num_heads)
-  {"npz": export.save_npz, "timm": export.save_timm}[f.format](params, f.out)
+  params = writers.released_params(f.checkpoint, f.num_heads)
+  save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
+  save(params, f.out)
   count = sum(v.size for v in params.values())
   print(f"Wrote {len(params)} arrays ({count:,} parameters) to {f.out}.")
 

@@ -11,11 +11,12 @@ import jax
 import jax.extend as jex
 import jax.numpy as jnp
 
+from vit_jax import models
+
 
 def forward_macs(model, image_size: int) -> int:
   """Multiply-adds of one image's forward pass: its matmuls and convolutions."""
-  params = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, image_size, image_size, 3))))["params"]
+  params = models.param_shapes(model, image_size)
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
   closed = jax.make_jaxpr(lambda p, x: model.apply({"params": p}, x)[0])(
       params, images)

@@ -20,6 +20,7 @@ import ml_collections
 import optax
 
 from vit_jax.errors import UserError
+from vit_jax.models.partitioning import param_path
 
 OPTIMIZERS = ("adam", "sgd")
 DECAY_TYPES = ("cosine", "linear", "constant")
@@ -42,11 +43,6 @@ def make_schedule(config: ml_collections.ConfigDict, total_steps: int,
       [optax.linear_schedule(0.0, config.lr, warmup), decay], [warmup])
 
 
-def path_of(key_path) -> str:
-  return "/".join(str(getattr(k, "key", getattr(k, "name", k)))
-                  for k in key_path)
-
-
 def _first_match(rules, path: str, default):
   for regex, value in rules:
     if re.fullmatch(regex, path):
@@ -56,7 +52,7 @@ def _first_match(rules, path: str, default):
 
 def check_param_rules(config: ml_collections.ConfigDict, params):
   """Every regex of lr_mults, wd_mults and frozen matches some parameter."""
-  paths = [path_of(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+  paths = [param_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(
       params)[0]]
   for field in ("lr_mults", "wd_mults", "frozen"):
     regexes = ([r for r, _ in config[field]] if field != "frozen"
@@ -77,7 +73,7 @@ def _scale_per_param(rules: Sequence, default: float, add_params=False,
   """u -> u * mult(path) or, with `add_params`, u + factor * mult(path) * p."""
   def update(updates, state, params=None):
     def one(key_path, u, p):
-      mult = _first_match(rules, path_of(key_path), default)
+      mult = _first_match(rules, param_path(key_path), default)
       if add_params:
         return u if mult == 0 else u + factor * mult * p.astype(u.dtype)
       return u if mult == 1 else u * mult
@@ -116,7 +112,7 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
   if config.frozen:
     frozen = [(regex, "frozen") for regex in config.frozen]
     labels = lambda params: jax.tree_util.tree_map_with_path(
-        lambda p, _: _first_match(frozen, path_of(p), "trained"), params)
+        lambda p, _: _first_match(frozen, param_path(p), "trained"), params)
     tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()},
                                labels)
   return tx, schedule

@@ -1,299 +1,52 @@
-r"""Plan before you pay: compile the train step for a target, report memory.
+r"""The plan command: memory, fit and time of a config on a target, no devices.
 
-    python -m vit_jax.plan --config=configs/pretrain.py:i1k,variant=ViT-L/16 \
+    vit-jax plan --config=configs/pretrain.py:i1k,variant=ViT-L/16 \
         --config.batch_size=256 --topology=v5e:4x4 --out=plan.json
 
-Builds exactly what `train.train_and_evaluate` builds (model, optimizer,
-sharding rules, mesh, gradient accumulation, remat, scan, dtypes) from
-abstract arrays only (nothing is allocated), compiles the train step for
-the target and prints (and writes as JSON) its per-device memory from
-XLA's `memory_analysis()`, whether it fits, its FLOPs and an estimated step
-time. The target is a TPU topology such as `v5e:4x4`, `v5p:2x2x4` or
-`v6e:8x8` (compiled here by libtpu, from the `tpu` extra; no TPU needed; v4
-is described with two devices per chip and may be refused) or `cpu:N` (N
-host devices). A step the TPU compiler refuses for want of memory is
-reported as not fitting, with the compiler's lower bound of its need.
+(or `python -m vit_jax.plan ...`). See `vit_jax/planning.py` for what is
+compiled and how the report is made.
 """
 
-import math
-import os
-import re
-import sys
-from typing import Optional
+import json
+
+from vit_jax import cli  # First: the commands' preamble.
 
 from absl import flags
-from absl import logging
 import jax
-import jax.numpy as jnp
-import ml_collections
-import numpy as np
 from ml_collections import config_flags
 
-from vit_jax import (cli, config_checks, flops, hardware, models, optim,
-                     sharding, steps)
-from vit_jax.errors import UserError
-
-# Share of device memory the compiled step may use; the rest is left to the
-# runtime (program code, collectives' buffers) and fragmentation.
-FIT_FRACTION = 0.9
-_TOPOLOGY = re.compile(r"^(v4|v5e|v5p|v6e):(\d+(?:x\d+){1,2})$")
-
-
-def target_devices(topology: str) -> tuple[list, int]:
-  """(devices, chips) of a TPU topology like 'v5e:4x4', or of 'cpu:N'."""
-  if topology.startswith("cpu:"):
-    count = int(topology[4:])
-    if jax.device_count() < count:
-      raise UserError(
-          f"--topology={topology} needs {count} CPU devices and JAX has "
-          f"{jax.device_count()}; start a new process for it (the plan "
-          "command sets them up itself).")
-    return jax.devices()[:count], count
-  match = _TOPOLOGY.match(topology)
-  if not match:
-    raise UserError(f"--topology={topology!r} is not a TPU topology such as "
-                    "v5e:4x4, v5p:2x2x4, v6e:8x8, v4:2x2x2, or cpu:N.")
-  os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # No TPU to look for.
-  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-16")
-  # Only compiling: several plans (or tests) may load libtpu at once.
-  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  try:
-    devices = topologies.get_topology_desc(topology_name=topology,
-                                           platform="tpu").devices
-  except Exception as e:  # libtpu missing or a shape it does not know.
-    raise UserError(f"Cannot describe TPU topology {topology}: {e}. It needs "
-                    "libtpu: pip install -e '.[tpu]'.") from e
-  chips = math.prod(int(n) for n in match.group(2).split("x"))
-  return list(devices), chips
-
-
-def _num_classes(config: ml_collections.ConfigDict) -> int:
-  """From the dataset's metadata, without reading or preparing the data."""
-  if config.dataset == "digits":
-    return 10
-  try:
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    features = tfds.builder(config.dataset, data_dir=config.data_dir).info.features
-    label = features["label"] if "label" in features else features["labels"].feature
-    return label.num_classes
-  except Exception as e:  # Folders, unknown or unavailable builders.
-    raise UserError(f"Cannot read the number of classes of "
-                    f"{config.dataset}; pass --num_classes.") from e
-
-
-def plan(config: ml_collections.ConfigDict, topology: str,
-         num_classes: Optional[int] = None, hbm_gib: Optional[float] = None,
-         mfu: float = 0.4) -> dict:
-  """Compiles the config's train step for `topology`; returns the report."""
-  devices, chips = target_devices(topology)
-  mesh = sharding.mesh_from_config(config, devices)
-  config_checks.check_config(config, mesh)
-  num_classes = num_classes or _num_classes(config)
-  model = models.build_model(config.model, num_classes)
-  num_steps = max(config.total_steps, 1)  # The schedule's length only.
-  tx, schedule = optim.make_optimizer(config, num_steps)
-  state, state_sharding = steps.abstract_train_state(
-      model, tx, config.image_size, mesh, config.sharding,
-      ema=config.ema_decay > 0)
-  optim.check_param_rules(config, state.params)
-  train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                           state_sharding)
-  batch_sharding = sharding.batch_sharding(mesh)
-  size, batch = config.image_size, config.batch_size
-  lowered = train_step.lower(state, {
-      "image": jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32,
-                                    sharding=batch_sharding),
-      "labels": jax.ShapeDtypeStruct((batch, num_classes), jnp.float32,
-                                     sharding=batch_sharding)})
-  try:
-    compiled = lowered.compile()
-  except jax.errors.JaxRuntimeError as e:
-    # The TPU compiler refuses a program larger than the chip's memory;
-    # that is an answer ("does not fit"), with its lower bound of the need.
-    needed = compile_time_oom_bytes(str(e))
-    if needed is None:
-      raise
-    memory = {**{k: None for k in MEMORY_KEYS}, "total_bytes": needed}
-    result = report(memory, None, devices, chips, topology, mesh, model,
-                    config, hbm_gib, mfu, state.params)
-    return {**result, "fits": False,
-            "compile_error": str(e).splitlines()[0][:300]}
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return report(memory_bytes(compiled), float(cost.get("flops", 0.0)),
-                devices, chips, topology, mesh, model, config, hbm_gib, mfu,
-                state.params)
-
-
-MEMORY_KEYS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
-               "total_bytes")
-# The two forms of libtpu's refusal, each with a lower bound of the need.
-_OOM_NEED = re.compile(r"Ran out of memory.*?(?:Total hbm usage >= |required "
-                       r"for HLO temporaries \()([\d.]+)([KMGT])", re.DOTALL)
-
-
-def compile_time_oom_bytes(message: str) -> Optional[int]:
-  """The lower bound of the memory a refused TPU program needs, from XLA's
-  "Ran out of memory in memory space hbm ... Total hbm usage >= 16.01G" or
-  "Ran out of memory on HBM, ... HLO temporaries (31.09G) exceeds ..."."""
-  match = _OOM_NEED.search(message)
-  if not match:
-    return None
-  return int(float(match.group(1)) * 2**(10 * (1 + "KMGT".index(
-      match.group(2)))))
-
-
-def memory_bytes(compiled) -> dict[str, int]:
-  """Per-device bytes of a compiled executable (donated buffers counted
-  once: outputs that alias arguments are not counted twice)."""
-  stats = compiled.memory_analysis()
-  out = {"argument_bytes": stats.argument_size_in_bytes,
-         "output_bytes": stats.output_size_in_bytes,
-         "alias_bytes": stats.alias_size_in_bytes,
-         "temp_bytes": stats.temp_size_in_bytes}
-  out["total_bytes"] = (out["argument_bytes"] + out["output_bytes"] -
-                        out["alias_bytes"] + out["temp_bytes"])
-  return out
-
-
-def device_memory_limit(device) -> Optional[int]:
-  """Bytes the backend lets one device use (None where it does not say,
-  e.g. on CPU)."""
-  stats = device.memory_stats()
-  return (stats or {}).get("bytes_limit")
-
-
-def preflight(train_step, state, batch) -> dict[str, int]:
-  """Compiles the train step for the real devices before the first step,
-  logs its per-device memory, and fails now, not minutes later with an
-  out-of-memory error, when it cannot fit."""
-  memory = memory_bytes(train_step.compile(state, batch))
-  limit = device_memory_limit(jax.local_devices()[0])
-  gib = lambda b: f"{b / 2**30:.2f} GiB"
-  logging.info("Train step per device: arguments %s + temporaries %s + "
-               "outputs %s - aliased %s = %s (device limit %s).",
-               gib(memory["argument_bytes"]), gib(memory["temp_bytes"]),
-               gib(memory["output_bytes"]), gib(memory["alias_bytes"]),
-               gib(memory["total_bytes"]),
-               gib(limit) if limit else "not reported")
-  if limit and memory["total_bytes"] > limit:
-    raise UserError(
-        f"The compiled train step needs {gib(memory['total_bytes'])} per "
-        f"device (arguments {gib(memory['argument_bytes'])}, temporaries "
-        f"{gib(memory['temp_bytes'])}) but a device has {gib(limit)}. Lower "
-        "config.batch_size or raise config.accum_steps, set "
-        "config.model.remat='full', or shard the parameters "
-        "(config.sharding.params=(('.*', 'fsdp'),)); `python -m "
-        "vit_jax.plan` tries a setting without devices.")
-  return memory
-
-
-def report(memory, compiled_flops, devices, chips, topology, mesh, model,
-           config, hbm_gib, mfu, params) -> dict:
-  kind = devices[0].device_kind
-  per_chip = max(len(devices) // chips, 1)
-  hbm = (int(hbm_gib * 2**30) if hbm_gib else
-         hardware.hbm_bytes(kind, per_chip))
-  model_flops = 6 * flops.forward_macs(model, config.image_size) * (
-      config.batch_size)
-  peak = hardware.peak_flops(kind, per_chip)
-  return {
-      "topology": topology, "device_kind": kind, "num_devices": len(devices),
-      "mesh": {k: int(v) for k, v in mesh.shape.items()},
-      "variant": config.model.variant, "batch_size": config.batch_size,
-      "image_size": config.image_size, "dtype": config.model.dtype,
-      "remat": config.model.remat, "scan_layers": config.model.scan_layers,
-      "sharding": [list(r) for r in config.sharding.params],
-      "hbm_bytes_per_device": hbm, **memory,
-      "fits": None if hbm is None else memory["total_bytes"] <= (
-          FIT_FRACTION * hbm),
-      "fit_fraction": FIT_FRACTION,
-      "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
-      "flops_per_step": (None if compiled_flops is None else
-                         compiled_flops * len(devices)),
-      "model_flops_per_step": float(model_flops),
-      "mfu_assumed": mfu,
-      "est_step_s": (model_flops / (len(devices) * peak * mfu)
-                     if peak else None),
-  }
-
-
-def format_report(r: dict) -> str:
-  gib = lambda b: f"{b / 2**30:.2f} GiB"
-  fits = {None: "unknown (pass --hbm_gib)", True: "yes", False: "NO"}[r["fits"]]
-  hbm = gib(r["hbm_bytes_per_device"]) if r["hbm_bytes_per_device"] else "?"
-  step = f"{r['est_step_s']:.3f} s" if r["est_step_s"] else "?"
-  if r.get("compile_error"):
-    memory = (f"per device: at least {gib(r['total_bytes'])}; the compiler "
-              f"refused it: {r['compile_error']}")
-    compiled = "not compiled"
-  else:
-    memory = (f"per device: arguments {gib(r['argument_bytes'])} + "
-              f"temporaries {gib(r['temp_bytes'])} + outputs "
-              f"{gib(r['output_bytes'])} - aliased {gib(r['alias_bytes'])} = "
-              f"{gib(r['total_bytes'])}")
-    compiled = f"{r['flops_per_step'] / 1e12:.1f} TFLOP per step compiled"
-  return "\n".join([
-      f"{r['variant']}, batch {r['batch_size']} at {r['image_size']} px, "
-      f"{r['dtype']}, sharding {r['sharding']}, remat {r['remat']}, "
-      f"scan {r['scan_layers']}",
-      f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
-      f"({hbm} each), mesh {r['mesh']}",
-      memory,
-      f"fits in {r['fit_fraction']:.0%} of device memory: {fits}",
-      f"{r['params']:,} parameters; {compiled}, "
-      f"{r['model_flops_per_step'] / 1e12:.1f} TFLOP from 6 x forward MACs; "
-      f"estimated step {step} at {r['mfu_assumed']:.0%} MFU",
-  ])
-
-
-def format_row(r: dict) -> str:
-  """One Markdown table row: model, batch, topology, sharding, GiB, fits."""
-  fits = {None: "?", True: "yes", False: "no"}[r["fits"]]
-  strategies = "/".join(sorted({s for _, s in r["sharding"]}))
-  at_least = ">= " if r.get("compile_error") else ""
-  return (f"| {r['variant']} | {r['batch_size']} | {r['topology']} | "
-          f"{strategies} | {at_least}{r['total_bytes'] / 2**30:.2f} | {fits} |")
-
+from vit_jax import paths, planning
 
 FLAGS = flags.FLAGS
-
-
-def define_flags():
-  config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",
-                                  lock_config=True)
-  flags.DEFINE_string("topology", None, "v5e:4x4, v5p:2x2x4, ..., or cpu:N.")
-  flags.DEFINE_string("out", None, "Also write the report here as JSON.")
-  flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.")
-  flags.DEFINE_float("hbm_gib", None, "Device memory, if not in the table.")
-  flags.DEFINE_float("mfu", 0.4, "Model-FLOPs utilisation for the estimate.")
-  flags.DEFINE_bool("row", False, "Print one Markdown table row instead.")
-  flags.mark_flags_as_required(["config", "topology"])
-
-
-def main(argv):
-  del argv
-  import json  # pylint: disable=g-import-not-at-top
-  from vit_jax import paths  # pylint: disable=g-import-not-at-top
-  result = plan(FLAGS.config, FLAGS.topology, FLAGS.num_classes,
-                FLAGS.hbm_gib, FLAGS.mfu)
-  print(format_row(result) if FLAGS.row else format_report(result))
-  if FLAGS.out:
-    paths.resolve(FLAGS.out).write_text(json.dumps(result, indent=2))
+config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",
+                                lock_config=True)
+flags.DEFINE_string("topology", None, "v5e:4x4, v5p:2x2x4, ..., or cpu:N.")
+flags.DEFINE_string("out", None, "Also write the report here as JSON.")
+flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.")
+flags.DEFINE_float("hbm_gib", None, "Device memory, if not in the table.")
+flags.DEFINE_float("mfu", 0.4, "Model-FLOPs utilisation for the estimate.")
+flags.DEFINE_bool("row", False, "Print one Markdown table row instead.")
+flags.mark_flags_as_required(["config", "topology"])
 
 
 def _set_up_devices():
   """Before JAX starts its backends: the plan runs on this host's CPU (a
   TPU target is only compiled for), with N devices for cpu:N."""
   jax.config.update("jax_platforms", "cpu")
-  for arg in sys.argv:
-    if arg.startswith("--topology=cpu:"):
-      jax.config.update("jax_num_cpu_devices", int(arg.split(":")[1]))
+  if FLAGS.topology.startswith("cpu:"):
+    jax.config.update("jax_num_cpu_devices", int(FLAGS.topology[4:]))
+
+
+def main(argv):
+  del argv
+  _set_up_devices()
+  result = planning.plan(FLAGS.config, FLAGS.topology, FLAGS.num_classes,
+                         FLAGS.hbm_gib, FLAGS.mfu)
+  print(planning.format_row(result) if FLAGS.row
+        else planning.format_report(result))
+  if FLAGS.out:
+    paths.resolve(FLAGS.out).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
-  _set_up_devices()
-  define_flags()
   cli.run(main)

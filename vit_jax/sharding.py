@@ -20,13 +20,14 @@ through `jit_on_mesh`.
 
 import contextlib
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import flax
 import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax.errors import UserError
@@ -72,18 +73,43 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size",
-                     accum_steps: int = 1):
-  shards = mesh.shape[DATA_AXIS]
-  if batch_size % shards:
-    raise UserError(
-        f"config.{what}={batch_size} is not divisible by the {shards} data "
-        f"shards of the mesh; use a multiple of {shards}.")
-  if accum_steps < 1 or batch_size % (accum_steps * shards):
-    raise UserError(
-        f"config.{what}={batch_size} does not split into accum_steps="
-        f"{accum_steps} micro-batches over {shards} data shards; use a "
-        f"multiple of {max(accum_steps, 1) * shards}.")
+def local_batch_size(global_batch: int, mesh: Optional[Mesh] = None, *,
+                     what: str = "batch_size", accumulation: int = 1,
+                     process_count: Optional[int] = None,
+                     log: bool = False) -> int:
+  """This process's share of `global_batch` (`config.{what}`), checked.
+
+  The batch must split over the processes and, given the mesh, over its
+  data shards into `accumulation` micro-batches each. With `log`, says the
+  global, per-process and per-device sizes in one line.
+  """
+  processes = jax.process_count() if process_count is None else process_count
+  if mesh is not None:
+    shards = mesh.shape[DATA_AXIS]
+    if global_batch % shards:
+      raise UserError(
+          f"config.{what}={global_batch} is not divisible by the {shards} "
+          f"data shards of the mesh; use a multiple of {shards}.")
+    if accumulation < 1 or global_batch % (accumulation * shards):
+      raise UserError(
+          f"config.{what}={global_batch} does not split into accum_steps="
+          f"{accumulation} micro-batches over {shards} data shards; use a "
+          f"multiple of {max(accumulation, 1) * shards}.")
+  if global_batch % processes:
+    raise UserError(f"config.{what}={global_batch} is not divisible by the "
+                    f"{processes} processes; use a multiple of {processes}.")
+  local = global_batch // processes
+  if log:
+    sizes = f"{global_batch} global, {local} per process ({processes})"
+    if mesh is not None:
+      per_device = global_batch // mesh.shape[DATA_AXIS]
+      sizes += (f", {per_device} per device ({mesh.shape[DATA_AXIS]} data "
+                "shards)")
+      if accumulation > 1:
+        sizes += (f", {per_device // accumulation} per device and micro-batch"
+                  f" ({accumulation} accumulation steps)")
+    logging.info("config.%s: %s.", what, sizes)
+  return local
 
 
 def to_global_batch(local_batch, mesh: Mesh):
@@ -162,11 +188,6 @@ def _spec_for(path: str, shape, strategy: str, mesh: Mesh,
   return P(*spec)
 
 
-def _path_names(key_path) -> tuple:
-  return tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))
-               for k in key_path)
-
-
 def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):
   """Shardings of the whole train state.
 
@@ -180,7 +201,7 @@ def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):
   depths = sorted({len(k) for k in by_path})
 
   def leaf_sharding(key_path, leaf):
-    names = _path_names(key_path)
+    names = partitioning.key_names(key_path)
     for depth in depths:
       match = by_path.get(names[-depth:])
       if match and match[0] == tuple(getattr(leaf, "shape", ())):

@@ -13,7 +13,7 @@ import ml_collections
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import optim, sharding
+from vit_jax import models, optim, sharding
 from vit_jax.models import layout
 
 
@@ -52,8 +52,7 @@ def replicate_all() -> ml_collections.ConfigDict:
 def _init_fn(model, tx, image_size: int, ema: bool):
   def init(rng):
     params_rng, dropout_rng = jax.random.split(rng)
-    dummy = jnp.zeros((1, image_size, image_size, 3))
-    params = model.init(params_rng, dummy, train=False)["params"]
+    params = models.init_on_zeros(model, params_rng, image_size)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=tx.init(params),
                       rng=jax.random.key_data(dropout_rng),

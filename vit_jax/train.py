@@ -1,245 +1,42 @@
-"""The training loop: `train_and_evaluate(config, workdir)`.
+r"""The train command: flags -> config -> `trainer.train_and_evaluate`.
 
-config -> data (tf.data, per-process share) -> global sharded batch ->
-jit(train_step, donated state) -> clu metric writers + periodic evaluation.
+    vit-jax train --config=configs/digits.py --workdir=workdirs/digits \
+        --config.total_steps=500
+
+(or `python -m vit_jax.train ...`). On several hosts, run the same command
+on every host with `--distributed` (TPU pods, SLURM and Open MPI are
+detected by `jax.distributed.initialize`; elsewhere also pass
+--coordinator_address, --num_processes and --process_id). The workdir may
+be a `gs://` URL. See launch/ for ready-made launchers.
 """
 
-import datetime
-import itertools
-import json
-import math
-import time
+from vit_jax import cli  # First: the commands' preamble.
 
-import jax
-import jax.numpy as jnp
-import ml_collections
-import numpy as np
-from absl import logging
-from clu import metric_writers, periodic_actions
+cli.import_tensorflow_quietly()
 
-from vit_jax import (checkpoint, config_checks, models, optim, paths, plan,
-                     sharding, steps, weights)
-from vit_jax.data import input_pipeline
-from vit_jax.errors import NonFiniteLossError
-from vit_jax.evaluators import classification, fewshot
+from absl import app, flags  # noqa: E402
+import jax  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
+from vit_jax import trainer  # noqa: E402
 
-def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
-  if config.num_epochs is not None:
-    return math.ceil(config.num_epochs * num_train_examples / config.batch_size)
-  return config.total_steps
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+    "config", None, "Config file, optionally with an argument: FILE.py:ARG.",
+    lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory for metrics and checkpoints "
+                    "(local or gs://...).")
+flags.mark_flags_as_required(["config", "workdir"])
 
 
-def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
-  if config.warmup_epochs is not None:
-    return math.ceil(config.warmup_epochs * num_train_examples /
-                     config.batch_size)
-  return config.warmup_steps
-
-
-def _recorded_gelu(workdir, manager):
-  """The GELU form a run being resumed was trained with, if recorded."""
-  path = workdir / "config.json"
-  if manager.latest_step() is None or not path.exists():
-    return None
-  return json.loads(path.read_text()).get("model", {}).get("gelu_approximate")
-
-
-class _Outputs:
-  """The metric writer; for a remote workdir, TensorFlow's event files and
-  profiles go to a local folder mirrored into the workdir on `sync()`."""
-
-  def __init__(self, workdir):
-    self.mirror = None
-    if paths.is_remote(workdir) and jax.process_index() == 0:
-      self.mirror = paths.LocalMirror(workdir)
-    self.logdir = self.mirror.local if self.mirror else str(workdir)
-    self.writer = metric_writers.create_default_writer(
-        self.logdir, just_logging=jax.process_index() > 0)
-
-  def sync(self):
-    self.writer.flush()
-    if self.mirror:
-      self.mirror.sync()
-
-  def close(self):
-    self.writer.close()
-    if self.mirror:
-      self.mirror.close()
-
-
-def train_and_evaluate(config: ml_collections.ConfigDict,
-                       workdir: str) -> dict[str, float]:
-  """Trains, evaluates periodically and at the end; returns final metrics."""
-  mesh = sharding.mesh_from_config(config)
-  config_checks.check_config(config, mesh)
-  workdir = paths.make_workdir(workdir)
-  manager = checkpoint.make_manager(workdir, config)
-  config = weights.resolve_gelu(config, _recorded_gelu(workdir, manager))
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  cli.initialize_distributed()
+  result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)
   if jax.process_index() == 0:
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
-  outputs = _Outputs(workdir)
-
-  source = input_pipeline.make_source(config, index_dir=workdir)
-  info = input_pipeline.get_info(config, source)
-  config_checks.warn_if_loss_mismatches_labels(config, info)
-  num_steps = total_steps(config, info.num_train_examples)
-  model = models.build_model(config.model, info.num_classes)
-  tx, schedule = optim.make_optimizer(
-      config, num_steps, warmup_steps(config, info.num_train_examples))
-  loss_fn = steps.LOSSES[config.loss]
-  rules = config.sharding.logical_axis_rules
-
-  state, state_sharding = steps.create_train_state(
-      model, tx, config.image_size, config.seed, mesh, config.sharding,
-      ema=config.ema_decay > 0)
-  optim.check_param_rules(config, state.params)
-  train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                           state_sharding)
-  evaluator = classification.ClassificationEvaluator(
-      model, lambda: input_pipeline.make_eval_dataset(
-          config, source).as_numpy_iterator(),
-      mesh, loss_fn, state_sharding.params, rules)
-  fewshot_evaluator = (fewshot.FewShotEvaluator(
-      model, config, mesh, state_sharding.params)
-                       if config.fewshot.every_steps else None)
-  if config.init.checkpoint and manager.latest_step() is None:
-    params = weights.init_params(config, state.params, state_sharding.params)
-    state = state.replace(params=params, ema_params=(  # Own buffers: donated.
-        None if state.ema_params is None else jax.tree.map(jnp.copy, params)))
-  state = checkpoint.restore_latest(manager, state, state_sharding)
-  start_step = int(state.step)
-  train_iter = input_pipeline.prefetch_to_device(
-      input_pipeline.make_train_iterator(config, source, start_step), mesh)
-  first_batch = next(train_iter)
-  plan.preflight(train_step, state, first_batch)
-  train_iter = itertools.chain([first_batch], train_iter)
-
-  logging.info("Training %s on %s from step %d to %d (%d classes) on %d "
-               "devices in %d processes, mesh %s.", config.model.variant,
-               config.dataset, start_step, num_steps, info.num_classes,
-               jax.device_count(), jax.process_count(), dict(mesh.shape))
-  preemption = checkpoint.Preemption()
-  try:
-    result = _loop(config, state, train_step, train_iter,
-                   (evaluator, fewshot_evaluator), manager, outputs,
-                   preemption, start_step, num_steps)
-  finally:
-    preemption.restore()
-    manager.wait_until_finished()
-    manager.close()
-    outputs.close()
-  return result
+    print(" ".join(f"{k}={v:.6g}" for k, v in sorted(result.items())))
 
 
-def _loop(config, state, train_step, train_iter, evaluators, manager,
-          outputs, preemption, start_step, num_steps) -> dict[str, float]:
-  """Steps, logs, saves and evaluates. Metrics are fetched from the device
-  only at log steps (one step late, so the host never waits) and before a
-  save, so a diverged state is never written."""
-  evaluator, fewshot_evaluator = evaluators
-  writer = outputs.writer
-  hooks = []
-  if jax.process_index() == 0:
-    hooks.append(periodic_actions.ReportProgress(num_train_steps=num_steps,
-                                                 writer=writer))
-    if config.profile_steps:
-      hooks.append(periodic_actions.Profile(  # Once, for profile_steps steps.
-          num_profile_steps=config.profile_steps, profile_duration_ms=None,
-          first_profile=start_step + 10, every_secs=None,
-          logdir=outputs.logdir))
-  result = {}
-  pending = None  # (step, metrics) to log once the next step is dispatched.
-  timer = _Timer(start_step, num_steps, config.batch_size)
-  for step in range(start_step + 1, num_steps + 1):
-    state, metrics = train_step(state, next(train_iter))
-    if pending is not None:
-      result.update(_log_train(writer, *pending, timer))
-      pending = None
-    if step % config.log_every_steps == 0 or step == num_steps:
-      pending = (step, metrics)
-    for hook in hooks:
-      hook(step)
-    stop = preemption.reached(step)  # The same answer on every process.
-    if stop or step == num_steps or step % config.checkpoint_every_steps == 0:
-      _check_finite(step, metrics)
-      checkpoint.save(manager, step, state, force=stop or step == num_steps)
-      outputs.sync()
-    if stop:
-      if pending is not None:
-        result.update(_log_train(writer, *pending, timer))
-      logging.warning("Stopped at step %d after a preemption notice "
-                      "(SIGTERM); rerun the same command to continue.", step)
-      return {**result, "preempted_at_step": float(step)}
-    if config.eval_every_steps and step % config.eval_every_steps == 0:
-      result.update(_evaluate(evaluator, state, writer, step))
-      outputs.sync()
-    if fewshot_evaluator and (step % config.fewshot.every_steps == 0 or
-                              step == num_steps):
-      result.update(_evaluate_fewshot(fewshot_evaluator, state, writer, step))
-  if pending is not None:
-    result.update(_log_train(writer, *pending, timer))
-  if (not config.eval_every_steps or num_steps % config.eval_every_steps
-      or start_step == num_steps):
-    result.update(_evaluate(evaluator, state, writer, num_steps))
-  outputs.sync()
-  return result
-
-
-def _check_finite(step, metrics) -> float:
-  """The step's loss; raises if it, or the updated parameters, diverged (the
-  loss of step s is computed before update s, the parameter norm after)."""
-  loss, param_norm = float(metrics["loss"]), float(metrics["param_norm"])
-  if not (np.isfinite(loss) and np.isfinite(param_norm)):
-    raise NonFiniteLossError(
-        f"Training diverged at step {step} (loss {loss}, parameter norm "
-        f"{param_norm}); nothing of this state was saved. Lower config.lr, "
-        "check the data, or enable config.grad_clip_norm, then rerun to "
-        "resume from the last checkpoint.")
-  return loss
-
-
-class _Timer:
-  """Step time, throughput and ETA between two writes of the train metrics."""
-
-  def __init__(self, start_step: int, num_steps: int, batch_size: int):
-    self.num_steps, self.batch_size = num_steps, batch_size
-    self.last_step, self.last_time = start_step, time.perf_counter()
-
-  def lap(self, step: int) -> dict[str, float]:
-    now = time.perf_counter()
-    step_s = (now - self.last_time) / max(step - self.last_step, 1)
-    self.last_step, self.last_time = step, now
-    images_per_sec = self.batch_size / max(step_s, 1e-9)
-    return {"step_time_s": step_s, "images_per_sec": images_per_sec,
-            "images_per_sec_per_core": images_per_sec / jax.device_count(),
-            "eta_s": step_s * (self.num_steps - step)}
-
-
-def _log_train(writer, step, metrics, timer) -> dict[str, float]:
-  loss = _check_finite(step, metrics)
-  scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  scalars.update(timer.lap(step))
-  writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
-  if jax.process_index() == 0:
-    logging.info("Step %d/%d: loss %.4f, lr %.3g, %.0f images/s, ETA %s.",
-                 step, timer.num_steps, loss, scalars["learning_rate"],
-                 scalars["images_per_sec"],
-                 datetime.timedelta(seconds=round(scalars["eta_s"])))
-  return {"train_loss": loss}
-
-
-def _evaluate_fewshot(evaluator, state, writer, step) -> dict[str, float]:
-  metrics = evaluator.run(state.eval_params())
-  writer.write_scalars(step, {f"fewshot/{k}": v for k, v in metrics.items()})
-  logging.info("Step %d: few-shot %s.", step, ", ".join(
-      f"{k} {v:.4f}" for k, v in metrics.items() if not k.endswith("_std")))
-  return {f"fewshot/{k}": v for k, v in metrics.items()}
-
-
-def _evaluate(evaluator, state, writer, step) -> dict[str, float]:
-  metrics = evaluator.run(state.eval_params())
-  writer.write_scalars(step, {f"test/{k}": v for k, v in metrics.items()})
-  logging.info("Step %d: test accuracy %.4f on %d examples.", step,
-               metrics["accuracy"], metrics["num_examples"])
-  return {"test_accuracy": metrics["accuracy"], "test_loss": metrics["loss"]}
+if __name__ == "__main__":
+  cli.run(main)

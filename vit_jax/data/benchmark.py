@@ -18,12 +18,13 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from vit_jax import cli  # First: the commands' preamble.
+
+cli.import_tensorflow_quietly()
 
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from vit_jax import cli  # noqa: E402
 from vit_jax.data import image_folder, input_pipeline  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 

@@ -23,10 +23,9 @@ import random
 import jax
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from absl import logging
 from jax.experimental import multihost_utils
 
-from vit_jax import paths
+from vit_jax import console, paths
 from vit_jax.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -58,7 +57,8 @@ def list_folder(root: str) -> Listing:
       listed = pool.map(lambda c, d=split_dir: paths.list_dir(f"{d}/{c}")[1],
                         classes)
       listing[split] = {}
-      for name, files in zip(classes, listed):
+      for name, files in console.progress(zip(classes, listed), len(classes),
+                                          f"Listing {split_dir}"):
         images = sorted(f for f in files
                         if f.lower().endswith(IMAGE_EXTENSIONS))
         if not images:
@@ -66,8 +66,8 @@ def list_folder(root: str) -> Listing:
                           ".jpg/.jpeg/.png images; add some or remove the "
                           "folder.")
         listing[split][name] = images
-      logging.info("Listed %s: %d classes, %d images.", split_dir,
-                   len(classes), sum(map(len, listing[split].values())))
+      console.say("Listed %s: %d classes, %d images.", split_dir,
+                  len(classes), sum(map(len, listing[split].values())))
   return listing
 
 

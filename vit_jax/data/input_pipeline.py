@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from vit_jax import sharding
 from vit_jax.data import preprocess, sources
-from vit_jax.errors import UserError
 
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source
@@ -46,13 +45,6 @@ def get_info(config: ml_collections.ConfigDict, source) -> DatasetInfo:
                      num_train_examples=source.num_examples(config.train_split),
                      num_eval_examples=source.num_examples(config.eval_split),
                      multi_label=source.multi_label)
-
-
-def _per_process_batch(global_batch: int) -> int:
-  if global_batch % jax.process_count():
-    raise UserError(f"Batch size {global_batch} is not divisible by the "
-                     f"{jax.process_count()} processes.")
-  return global_batch // jax.process_count()
 
 
 def _example_fn(config, pp_spec: str, source, base_seed):
@@ -99,8 +91,9 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
+  local_batch = sharding.local_batch_size(config.batch_size,
+                                         process_count=count)
   seed = config.seed + 1000 * index
-  local_batch = config.batch_size // count
   split = source.process_split(config.train_split, index, count,
                                drop_remainder=True)
   records = source.read(split, shuffle_files=False, seed=seed)
@@ -128,7 +121,6 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
 
 def make_train_iterator(config: ml_collections.ConfigDict, source,
                         start_step: int = 0) -> Iterator[Batch]:
-  _per_process_batch(config.batch_size)
   return make_train_dataset(config, source,
                             start_step=start_step).as_numpy_iterator()
 
@@ -138,7 +130,9 @@ def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
   count = jax.process_count()
   largest = max(source.num_examples(source.process_split(
       config.eval_split, i, count, drop_remainder=False)) for i in range(count))
-  return max(1, math.ceil(largest / _per_process_batch(config.eval_batch_size)))
+  local_batch = sharding.local_batch_size(
+      config.eval_batch_size, what="eval_batch_size", process_count=count)
+  return max(1, math.ceil(largest / local_batch))
 
 
 def make_eval_dataset(config: ml_collections.ConfigDict, source,
@@ -147,6 +141,8 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
+  local_batch = sharding.local_batch_size(
+      config.eval_batch_size, what="eval_batch_size", process_count=count)
   split = source.process_split(config.eval_split, index, count,
                                drop_remainder=False)
   ds = source.read(split, shuffle_files=False, seed=config.seed)
@@ -158,7 +154,7 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
       {k: tf.zeros(s.shape, s.dtype) for k, s in ds.element_spec.items()})
-  ds = ds.concatenate(padding.repeat()).batch(config.eval_batch_size // count)
+  ds = ds.concatenate(padding.repeat()).batch(local_batch)
   ds = ds.take(num_eval_batches(config, source))
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 

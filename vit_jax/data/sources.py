@@ -16,7 +16,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from jax.experimental import multihost_utils
 
-from vit_jax import paths
+from vit_jax import console, paths
 from vit_jax.data import digits  # Registers the built-in `digits` builder.
 from vit_jax.data import image_folder
 from vit_jax.errors import UserError
@@ -68,6 +68,9 @@ class TfdsSource:
             f"Dataset {self._builder.name!r} needs a manual download, and "
             f"{manual_dir} is missing or empty. Download its files there (or "
             f"set config.manual_dir), as TFDS says:\n{instructions}")
+    console.say("Preparing TFDS dataset %s in %s (first use; TFDS shows its "
+                "progress on a terminal).", self._builder.name,
+                self._builder.data_dir)
     self._builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
 

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from vit_jax import sharding
+from vit_jax import sharding, steps
+from vit_jax.data import input_pipeline
 
 
 class ClassificationEvaluator:
@@ -44,3 +45,16 @@ class ClassificationEvaluator:
     return {"accuracy": totals["correct"] / totals["count"],
             "loss": totals["loss"] / totals["count"],
             "num_examples": totals["count"]}
+
+  def summary(self, metrics) -> str:
+    return (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
+            f"on {metrics['num_examples']:.0f} examples")
+
+
+def from_config(config, model, mesh, params_sharding, source):
+  """Always on: every config.eval_every_steps steps (0: at the end only)."""
+  def batches():
+    return input_pipeline.make_eval_dataset(config, source).as_numpy_iterator()
+  return config.eval_every_steps, ClassificationEvaluator(
+      model, batches, mesh, steps.LOSSES[config.loss], params_sharding,
+      config.sharding.logical_axis_rules)

@@ -1,21 +1,21 @@
 """The few-shot sweep command (see `vit_jax/fewshot/sweep.py`).
 
-    python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
+    vit-jax fewshot --config=configs/fewshot.py:digits \
         --checkpoints=workdirs/demo/pretrain --workdir=workdirs/fewshot
 
+(or `python -m vit_jax.fewshot ...`).
 With `--distributed` (as for training) every host extracts its share of the
 features; process 0 prints and writes the results.
 """
 
-import os
+from vit_jax import cli  # First: the commands' preamble.
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+cli.import_tensorflow_quietly()
 
-from absl import flags, logging  # noqa: E402
+from absl import flags  # noqa: E402
 import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from vit_jax import cli  # noqa: E402
 from vit_jax.fewshot import sweep  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -31,7 +31,6 @@ flags.mark_flags_as_required(["config", "checkpoints"])
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.INFO)
   cli.initialize_distributed()
   table, notes = sweep.sweep(FLAGS.config, FLAGS.checkpoints, FLAGS.datasets)
   if jax.process_index() == 0:

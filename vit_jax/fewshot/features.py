@@ -10,10 +10,9 @@ from typing import Iterable
 
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from jax.experimental import multihost_utils
 
-from vit_jax import sharding
+from vit_jax import console, sharding
 from vit_jax.errors import UserError
 
 POOLED_LAYERS = ("pre_logits", "head_input", "logits")
@@ -56,8 +55,7 @@ def extract(feature_fn, params, batches: Iterable[dict], mesh,
             num_batches: int, what: str) -> tuple[np.ndarray, np.ndarray]:
   """(features N x D, integer labels N) of every real example in `batches`."""
   features, labels, masks = [], [], []
-  report_every = max(1, num_batches // 10)
-  for i, local in enumerate(batches):
+  for local in console.progress(batches, num_batches, f"Features of {what}"):
     batch = sharding.to_global_batch(local, mesh)
     out = feature_fn(params, batch["image"])
     gather = lambda x: np.asarray(
@@ -65,7 +63,5 @@ def extract(feature_fn, params, batches: Iterable[dict], mesh,
     features.append(gather(out))
     labels.append(gather(batch["labels"]).argmax(-1))
     masks.append(gather(batch["mask"]) > 0)
-    if (i + 1) % report_every == 0 or i + 1 == num_batches:
-      logging.info("Features of %s: batch %d/%d.", what, i + 1, num_batches)
   mask = np.concatenate(masks)
   return np.concatenate(features)[mask], np.concatenate(labels)[mask]

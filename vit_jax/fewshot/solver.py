@@ -38,6 +38,20 @@ DEFAULT_L2_GRID = tuple(2.0**p for p in range(-6, 13, 2))
 L2_SELECTIONS = ("fixed", "loo")
 ON_TOO_FEW = ("fail", "skip")
 _TEST_CHUNK = 1024  # Test rows scored at a time.
+
+
+def check_config(fewshot) -> None:
+  """Config-time checks of `config.fewshot` (before any feature is computed)."""
+  for field, allowed in (("l2_selection", L2_SELECTIONS),
+                         ("on_too_few", ON_TOO_FEW)):
+    if fewshot[field] not in allowed:
+      raise UserError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
+                      f"of {', '.join(allowed)}.")
+  if fewshot.l2_reg <= 0 or not fewshot.l2_grid or min(fewshot.l2_grid) <= 0:
+    raise UserError("config.fewshot.l2_reg and every value of "
+                    "config.fewshot.l2_grid must be positive.")
+  if fewshot.loo_max_heldout < 1:
+    raise UserError("config.fewshot.loo_max_heldout must be at least 1.")
 _REFIT_CHUNK = 8  # Leave-one-out refits computed at a time.
 
 

@@ -22,7 +22,7 @@ import optax
 
 from vit_jax import models, paths, sharding, steps, weights
 from vit_jax.errors import UserError
-from vit_jax.evaluators import fewshot
+from vit_jax.fewshot import evaluator as fewshot_evaluator
 
 
 def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
@@ -40,19 +40,18 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   by_gelu = {}  # GELU form -> (state, its shardings, evaluator).
   table, notes = {}, []
   for path in checkpoints:
-    path_config = config.copy_and_resolve_references()
-    path_config.init.checkpoint = path
-    path_config = weights.resolve_gelu(path_config)
+    path_config = weights.resolve_gelu(config, checkpoint=path)
     gelu = path_config.model.gelu_approximate
     if gelu not in by_gelu:
       model = models.build_model(path_config.model, num_classes=None)
       state, state_sharding = steps.create_train_state(
           model, optax.identity(), config.image_size, config.seed, mesh,
           config.sharding)
-      by_gelu[gelu] = (state, state_sharding, fewshot.FewShotEvaluator(
-          model, path_config, mesh, state_sharding.params))
+      by_gelu[gelu] = (state, state_sharding,
+                       fewshot_evaluator.FewShotEvaluator(
+                           model, path_config, mesh, state_sharding.params))
     state, state_sharding, evaluator = by_gelu[gelu]
-    params = weights.init_params(path_config, state.params,
+    params = weights.init_params(path_config, path, state.params,
                                  state_sharding.params)
     metrics, path_notes = evaluator.run_with_notes(params)
     notes += [f"{path}: {note}" for note in path_notes]

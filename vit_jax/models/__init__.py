@@ -2,6 +2,7 @@
 
 from typing import Optional
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 
@@ -51,5 +52,17 @@ def build_model(model_config: ml_collections.ConfigDict,
   )
 
 
+def init_on_zeros(model, rng, image_size: int):
+  """The model's parameters, initialised by tracing one all-zeros image."""
+  images = jnp.zeros((1, image_size, image_size, 3))
+  return model.init(rng, images, train=False)["params"]
+
+
+def param_shapes(model, image_size: int):
+  """The parameter tree as ShapeDtypeStructs: nothing is allocated."""
+  return jax.eval_shape(
+      lambda: init_on_zeros(model, jax.random.key(0), image_size))
+
+
 __all__ = ["VARIANTS", "VisionTransformer", "build_model", "get_variant",
-           "check_model_config", "DTYPES"]
+           "check_model_config", "DTYPES", "init_on_zeros", "param_shapes"]

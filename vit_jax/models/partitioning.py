@@ -32,6 +32,18 @@ _PARAM_AXES: tuple[tuple[str, LogicalAxes], ...] = (
 )
 
 
+def key_names(key_path) -> tuple:
+  """A jax tree key path (`tree_map_with_path`) as plain names: the keys of
+  `flax.traverse_util.flatten_dict`."""
+  return tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))
+               for k in key_path)
+
+
+def param_path(key_path) -> str:
+  """A jax tree key path as the '/'-joined path the rules here match."""
+  return "/".join(str(name) for name in key_names(key_path))
+
+
 def is_scanned_block(path: str) -> bool:
   """Whether `path` is a scanned-layers block parameter (leading layer axis)."""
   return re.search(r"(^|/)encoderblock/", path) is not None

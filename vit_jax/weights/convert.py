@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from vit_jax.models import layout as param_layout
 from vit_jax.weights.formats import WeightsError
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -130,23 +131,9 @@ def from_released(tensors, fmt="npz") -> Converted:
     if re.search(r"(^|/)gn[^/]*/(scale|bias)$", name) and value.ndim == 4:
       value = value.reshape(-1)  # Older files: GroupNorm params as (1,1,1,C).
     params[name] = value
-  params = _unstack_scanned(params)
+  params = param_layout.unstack_flat(params)
   prefix = 1 if "cls" in params else 0
   return Converted(params, prefix, "orbax" if fmt == "orbax" else "released")
-
-
-def _unstack_scanned(params):
-  """'Transformer/encoderblock/...' with a layer axis -> encoderblock_{i}."""
-  stacked = {k: v for k, v in params.items()
-             if k.startswith("Transformer/encoderblock/")}
-  if not stacked:
-    return params
-  out = {k: v for k, v in params.items() if k not in stacked}
-  for name, value in stacked.items():
-    rest = name[len("Transformer/encoderblock/"):]
-    for i in range(value.shape[0]):
-      out[f"{_BLOCK.format(i)}/{rest}"] = value[i]
-  return out
 
 
 def _rename_block(name: str) -> str:
@@ -157,12 +144,11 @@ def _rename_block(name: str) -> str:
   return name
 
 
-
 def from_big_vision(tensors, path) -> Converted:
   """big_vision: top-level `pos_embedding` without the class token's entry,
   blocks named `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`."""
   params = {}
-  for name, value in _unstack_scanned(tensors).items():
+  for name, value in param_layout.unstack_flat(tensors).items():
     if name == "pos_embedding":
       name = POSEMB
     elif name.startswith("Transformer/encoderblock"):

@@ -1,6 +1,7 @@
 """Loading any supported weights file into a model's parameter tree.
 
     loaded, report = load(path, target, num_prefix_tokens=1, grid=(24, 24))
+    params = init_params(config, path, params, params_sharding)  # Training.
 
 `target` is the model's (abstract) parameter tree. Every target parameter is
 either loaded (same shape), resized (position embeddings, by 2D
@@ -18,11 +19,15 @@ import re
 from typing import Optional, Sequence
 
 import flax
+import jax
 import ml_collections
 import numpy as np
 from absl import logging
 
-from vit_jax import paths
+from vit_jax import console, paths
+from vit_jax.errors import UserError
+from vit_jax.models import layout as param_layout
+from vit_jax.models import variants
 from vit_jax.weights import convert, formats, posemb
 from vit_jax.weights.formats import WeightsError
 
@@ -48,6 +53,18 @@ class Report:
   @property
   def ok(self) -> bool:
     return not (self.missing or self.unexpected or self.mismatched)
+
+  def summary(self) -> str:
+    """One line: what loaded, and what did not."""
+    parts = [f"{len(self.matched)} parameters loaded"]
+    for what, items in (("resized", self.resized),
+                        ("re-initialised", self.reinitialised),
+                        ("dropped", self.dropped)):
+      if items:
+        parts.append(f"{len(items)} {what} "
+                     f"({', '.join(str(i[0]) for i in items[:3])}"
+                     f"{', ...' if len(items) > 3 else ''})")
+    return f"{self.path}: {'; '.join(parts)}"
 
   def table(self, limit: int = 12) -> str:
     rows = [f"{self.path} ({self.layout} layout): "
@@ -118,20 +135,23 @@ def file_origin(path: str) -> tuple[str, Optional[bool]]:
 
 
 def resolve_gelu(config: ml_collections.ConfigDict,
-                 recorded: Optional[bool] = None) -> ml_collections.ConfigDict:
+                 recorded: Optional[bool] = None,
+                 checkpoint: Optional[str] = None) -> ml_collections.ConfigDict:
   """`config` with `model.gelu_approximate` decided (a copy if it changes).
 
   Kept when set; else `recorded` (what a resumed run was trained with);
-  else the form of `config.init.checkpoint`'s origin; else the released
-  models' tanh approximation.
+  else the form of the origin of `checkpoint` (None: the config's
+  `init.checkpoint`); else the released models' tanh approximation.
   """
   if config.model.gelu_approximate is not None:
     return config
+  if checkpoint is None:
+    checkpoint = config.init.checkpoint
   value, why = True, "the released models' form (random init)"
   if recorded is not None:
     value, why = recorded, "as recorded in the workdir's config.json"
-  elif config.init.checkpoint:
-    layout, origin = file_origin(config.init.checkpoint)
+  elif checkpoint:
+    layout, origin = file_origin(checkpoint)
     if origin is not None:
       value, why = origin, f"as the origin ({layout}) of the weights computes"
   config = config.copy_and_resolve_references()
@@ -139,6 +159,54 @@ def resolve_gelu(config: ml_collections.ConfigDict,
   logging.info("GELU: %s, %s (config.model.gelu_approximate was unset).",
                GELU_NAMES[value], why)
   return config
+
+
+def target_grid(config: ml_collections.ConfigDict) -> tuple[int, int]:
+  stride = variants.get_variant(config.model.variant).stride
+  return (config.image_size // stride,) * 2
+
+
+def load_for_config(config: ml_collections.ConfigDict, path: str, params):
+  """`load` with the config's policy; `params` may be in the scanned layout.
+
+  Returns (loaded {looped name: array}, Report).
+  """
+  if param_layout.is_scanned(params):
+    params = jax.eval_shape(param_layout.unstack_layers, params)
+  return load(path, params,
+              num_prefix_tokens=1 if config.model.classifier == "token" else 0,
+              grid=target_grid(config), dont_load=config.init.dont_load,
+              resize_method=config.init.posemb_resize,
+              source_grid=config.init.source_grid,
+              gelu_approximate=(True if config.model.gelu_approximate is None
+                                else config.model.gelu_approximate))
+
+
+def init_params(config: ml_collections.ConfigDict, path: str, params,
+                params_sharding):
+  """`params` with every entry the file at `path` provides replaced, sharded.
+
+  Works on any mesh and number of processes: each process reads the file and
+  places only its own shards. A scanned-layers model is loaded through the
+  looped names and stacked back.
+  """
+  loaded, report = load_for_config(config, path, params)
+  console.say("Initialised from %s (--log_level=info shows the table).",
+              report.summary())
+  if jax.process_index() == 0:
+    logging.info("Initialised from %s", report.table())
+  if param_layout.is_scanned(params):
+    try:
+      loaded = param_layout.stack_flat(
+          loaded, param_layout.num_scanned_layers(params))
+    except UserError as e:  # models/ cannot import weights' error type.
+      raise WeightsError(str(e)) from None
+  flat = flax.traverse_util.flatten_dict(params, sep="/")
+  shardings = flax.traverse_util.flatten_dict(params_sharding, sep="/")
+  for name, value in loaded.items():
+    flat[name] = jax.make_array_from_callback(
+        value.shape, shardings[name], lambda index, v=value: v[index])
+  return flax.traverse_util.unflatten_dict(flat, sep="/")
 
 
 def load(path: str, target, *, num_prefix_tokens: int, grid,

@@ -2,7 +2,9 @@
 
 For each dataset of `config.fewshot.datasets`, features of its train and
 test splits are extracted once per call of `run`, then every shot count,
-seed and L2 strength reuses them (`vit_jax/fewshot/solver.py`).
+seed and L2 strength reuses them (`vit_jax/fewshot/solver.py`). Training
+runs it as the `fewshot` evaluator (see `vit_jax/evaluators/__init__.py`);
+the sweep command runs it on checkpoints.
 """
 
 from absl import logging
@@ -22,7 +24,7 @@ class FewShotEvaluator:
     if not fewshot.datasets:
       raise UserError("config.fewshot.datasets is empty; name at least one "
                        "dataset (a TFDS name, folder:/path or digits).")
-    check_fewshot_config(fewshot)
+    solver.check_config(fewshot)
     features.check_layer(fewshot.layer, model.num_layers)
     self._config = config
     self._mesh = mesh
@@ -73,16 +75,17 @@ class FewShotEvaluator:
       logging.info("Few-shot: %s.", note)
     return metrics
 
+  def summary(self, metrics) -> str:
+    """The console line: the largest shot count and the full probe."""
+    shown = [k for k in metrics if k.endswith(
+        (f"/{max(self._config.fewshot.shots)}shot", "/full"))]
+    return ", ".join(f"{k} {100 * metrics[k]:.2f}%" for k in shown)
 
-def check_fewshot_config(fewshot: ml_collections.ConfigDict):
-  """Config-time checks of `config.fewshot` (before any feature is computed)."""
-  for field, allowed in (("l2_selection", solver.L2_SELECTIONS),
-                         ("on_too_few", solver.ON_TOO_FEW)):
-    if fewshot[field] not in allowed:
-      raise UserError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
-                       f"of {', '.join(allowed)}.")
-  if fewshot.l2_reg <= 0 or not fewshot.l2_grid or min(fewshot.l2_grid) <= 0:
-    raise UserError("config.fewshot.l2_reg and every value of "
-                     "config.fewshot.l2_grid must be positive.")
-  if fewshot.loo_max_heldout < 1:
-    raise UserError("config.fewshot.loo_max_heldout must be at least 1.")
+
+def from_config(config, model, mesh, params_sharding, source):
+  """(every_steps, evaluator) when config.fewshot.every_steps is set."""
+  del source  # Few-shot reads its own datasets.
+  if not config.fewshot.every_steps:
+    return None
+  return config.fewshot.every_steps, FewShotEvaluator(
+      model, config, mesh, params_sharding)

@@ -1,23 +1,23 @@
 """Prints a weights file's parameters, and how they fit a config's model.
 
-    python -m vit_jax.inspect_checkpoint /tmp/digits.npz
-    python -m vit_jax.inspect_checkpoint /tmp/digits.npz \
-        --config=configs/finetune.py:digits
+    vit-jax inspect /tmp/digits.npz
+    vit-jax inspect /tmp/digits.npz --config=configs/finetune.py:digits
 
-Without --config: every array in the file (name, shape, dtype) and the total
-count. With a config: the table of matching, resized, re-initialised,
-dropped, missing and unexpected parameters that loading it for that config
-would give (the number of classes is the file's head's unless
---num_classes says otherwise). Reads any format the loader reads.
+(or `python -m vit_jax.inspect ...`). Without --config: every array in the
+file (name, shape, dtype) and the total count. With a config: the table of
+matching, resized, re-initialised, dropped, missing and unexpected
+parameters that loading it for that config would give (the number of
+classes is the file's head's unless --num_classes says otherwise). Reads any
+format the loader reads.
 """
 
+from vit_jax import cli  # First: the commands' preamble.
+
 from absl import app, flags
-import jax
-import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
-from vit_jax import cli, models, weights
+from vit_jax import models, weights
 from vit_jax.weights import formats
 
 FLAGS = flags.FLAGS
@@ -48,8 +48,7 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
     num_classes = head.shape[-1] if head is not None else 1000
   model = models.build_model(config.model, num_classes)
   size = config.image_size
-  target = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), jnp.zeros((1, size, size, 3)))["params"])
+  target = models.param_shapes(model, size)
   try:
     _, report = weights.load_for_config(config, path, target)
     return (f"Loads into {config.model.variant} at {size} px with "
@@ -60,7 +59,7 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
 
 def main(argv):
   if len(argv) != 2:
-    raise app.UsageError("Usage: inspect_checkpoint PATH [--config=...]")
+    raise app.UsageError("Usage: vit-jax inspect PATH [--config=...]")
   np.set_printoptions(linewidth=120)
   print(describe_file(argv[1]))
   if FLAGS.config is not None:

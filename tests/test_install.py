@@ -1,0 +1,113 @@
+"""The package as a user installs it: `pip install .` (not editable) into a
+fresh virtual environment, commands run from another directory with configs
+given by path, and a console a person can read.
+
+The new environment gets its dependencies from this one without a download:
+a .pth file appends this environment's site-packages to its path (the .pth
+files in there, such as the editable install's, are not processed, so the
+repository itself is not on the path).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_RUNLOCAL_LINES = 30
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+  """(the new environment's bin folder, an empty folder outside the repo)."""
+  root = tmp_path_factory.mktemp("install")
+  source = root / "source"  # A copy: the build writes into its source tree.
+  shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+      ".git", ".venv", "workdirs", "build", "*.egg-info", "__pycache__"))
+  venv = root / "venv"
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
+                 check=True)
+  python = venv / "bin" / "python"
+  site = subprocess.run(
+      [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+       "['purelib'])"], check=True, capture_output=True, text=True).stdout
+  with open(os.path.join(site.strip(), "dependencies.pth"), "w") as f:
+    f.write(sysconfig.get_paths()["purelib"] + "\n")
+  done = subprocess.run(
+      [sys.executable, "-m", "pip", "--python", str(python), "install",
+       "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+       str(source)], capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  elsewhere = root / "elsewhere"
+  elsewhere.mkdir()
+  return venv / "bin", elsewhere
+
+
+def _run(command, cwd, timeout=600):
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("PYTHONPATH", "XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL")}
+  return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def test_the_installed_package_is_not_the_repository(installed):
+  bin_dir, elsewhere = installed
+  done = _run([str(bin_dir / "python"), "-c",
+               "import vit_jax; print(vit_jax.__file__)"], elsewhere)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.startswith(str(bin_dir.parent)), done.stdout
+  listing = _run([str(bin_dir / "vit-jax")], elsewhere)
+  assert listing.returncode == 2
+  for name in ("train", "fewshot", "inspect", "export", "plan", "benchmark"):
+    assert f"\n  {name} " in listing.stderr, listing.stderr
+
+
+def test_runlocal_from_another_directory_prints_a_short_console(
+    installed, tfds_data_dir, tmp_path):
+  """The repository's config by path, from outside the repository: one
+  line per log step, evaluation and checkpoint; no third-party INFO."""
+  bin_dir, elsewhere = installed
+  done = _run([str(bin_dir / "vit-jax"), "train",
+               f"--config={REPO}/configs/digits.py:runlocal",
+               f"--workdir={tmp_path / 'run'}",
+               f"--config.data_dir={tfds_data_dir}"], elsewhere)
+  assert done.returncode == 0, done.stderr[-3000:]
+  lines = (done.stdout + done.stderr).splitlines()
+  assert len(lines) <= MAX_RUNLOCAL_LINES, "\n".join(lines)
+  console = "\n".join(lines)
+  assert "Step 5/10: loss" in console and "Step 10/10: loss" in console
+  assert "Step 10: saving a checkpoint" in console
+  assert "Step 10: test accuracy" in console
+  assert "test/accuracy=" in done.stdout
+  assert "orbax" not in console.lower() and "I0000" not in console
+
+  again = _run([str(bin_dir / "vit-jax"), "train",
+                f"--config={REPO}/configs/digits.py:runlocal",
+                f"--workdir={tmp_path / 'run'}",
+                f"--config.data_dir={tfds_data_dir}"], elsewhere)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f"Resuming at step 10 from {tmp_path / 'run'}" in again.stderr
+
+
+def test_a_users_own_config_file_and_python_m(installed, tfds_data_dir,
+                                              tmp_path):
+  """A config anywhere on disk starts from the installed defaults; the
+  `python -m vit_jax.NAME` form works as well as `vit-jax NAME`."""
+  bin_dir, elsewhere = installed
+  config_file = tmp_path / "my_config.py"
+  config_file.write_text(
+      "from vit_jax import config_defaults\n\n\n"
+      "def get_config(arg=None):\n"
+      "  config = config_defaults.get_config()\n"
+      "  config_defaults.runlocal(config)\n"
+      "  config.total_steps = 2\n"
+      "  return config.lock()\n")
+  done = _run([str(bin_dir / "python"), "-m", "vit_jax.train",
+               f"--config={config_file}", f"--workdir={tmp_path / 'run'}",
+               f"--config.data_dir={tfds_data_dir}"], elsewhere)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "Step 2/2: loss" in done.stderr
+  assert (tmp_path / "run" / "checkpoints" / "2").is_dir()
