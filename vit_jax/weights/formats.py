@@ -179,9 +179,11 @@ def _read_orbax(path: epath.Path):
   import jax  # pylint: disable=g-import-not-at-top
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   step_dir = _orbax_step_dir(path)
-  checkpointer = ocp.PyTreeCheckpointer()
+  # The step as saved: a composite of one PyTree item, "default".
+  checkpointer = ocp.Checkpointer(
+      ocp.CompositeCheckpointHandler(default=ocp.PyTreeCheckpointHandler()))
   try:
-    tree = checkpointer.metadata(step_dir).item_metadata.tree
+    tree = checkpointer.metadata(step_dir).item_metadata["default"].tree
     key = "ema_params" if tree.get("ema_params") else "params"
     if not tree.get(key):
       raise WeightsError(f"The Orbax checkpoint {step_dir} holds no 'params' "
@@ -190,8 +192,9 @@ def _read_orbax(path: epath.Path):
                               tree[key])}
     restore_args = jax.tree.map(
         lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-    state = checkpointer.restore(step_dir, args=ocp.args.PyTreeRestore(
-        item=item, restore_args=restore_args, partial_restore=True))
+    state = checkpointer.restore(step_dir, args=ocp.args.Composite(
+        default=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
+                                       partial_restore=True)))["default"]
   except WeightsError:
     raise
   except Exception as e:  # Orbax raises many types for a bad directory.
@@ -203,16 +206,17 @@ def _read_orbax(path: epath.Path):
 
 
 def _orbax_step_dir(path: epath.Path) -> epath.Path:
-  """WORKDIR, WORKDIR/checkpoints or WORKDIR/checkpoints/STEP -> the item."""
+  """WORKDIR, WORKDIR/checkpoints, WORKDIR/checkpoints/STEP or its item
+  folder (STEP/default) -> the step."""
   if (path / "checkpoints").is_dir():
     path = path / "checkpoints"
   steps = [int(d.name) for d in path.iterdir() if d.name.isdigit() and
            (d / "_CHECKPOINT_METADATA").exists()]
   if steps:
     path = path / str(max(steps))
-  if (path / "default").is_dir():
-    path = path / "default"
-  if not (path / "_METADATA").exists():
+  if path.name == "default" and (path / "_METADATA").exists():
+    path = path.parent
+  if not (path / "default" / "_METADATA").exists():
     raise WeightsError(
         f"{path} is a directory but not an Orbax checkpoint of this project "
         "(no finished step with a _METADATA file); pass a workdir, its "
