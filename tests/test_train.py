@@ -4,8 +4,6 @@ import glob
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -87,24 +85,6 @@ def test_unknown_variant_lists_the_known_ones(digits_config):
 def test_mesh_must_fit_the_devices():
   with pytest.raises(ValueError, match="does not fit 8 devices"):
     sharding.make_mesh(data=-1, model=3)
-
-
-def test_main_runs_the_readme_command(tfds_data_dir, tmp_path):
-  """`python -m vit_jax.train --config=configs/digits.py:runlocal ...`."""
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  cmd = [sys.executable, "-m", "vit_jax.train",
-         "--config=configs/digits.py:runlocal", f"--workdir={tmp_path}",
-         f"--config.data_dir={tfds_data_dir}"]
-  env = {**os.environ, "XLA_FLAGS": ""}
-  done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True,
-                        text=True, timeout=300)
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert "test/accuracy=" in done.stdout
-
-  typo = subprocess.run(cmd + ["--config.totl_steps=5"], cwd=repo, env=env,
-                        capture_output=True, text=True, timeout=300)
-  assert typo.returncode != 0
-  assert "totl_steps" in typo.stderr
 
 
 @pytest.mark.parametrize("rules, mesh_shape, message", [

@@ -108,7 +108,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.init.posemb_resize = "bilinear"  # Grid interpolation: or bicubic.
   config.init.source_grid = config_dict.placeholder(tuple)  # File's (H, W) if not square.
 
-  # Few-shot linear evaluation (vit_jax/evaluators/fewshot.py).
+  # Few-shot linear evaluation (vit_jax/fewshot/evaluator.py).
   config.fewshot = ml_collections.ConfigDict()  # See above.
   config.fewshot.datasets = ()  # TFDS names, folder:/path or digits.
   config.fewshot.train_split = "train"  # Where the k shots per class come from.

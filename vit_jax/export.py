@@ -16,6 +16,7 @@ from vit_jax import cli  # First: the commands' preamble.
 
 from absl import flags
 
+from vit_jax import console
 from vit_jax.weights import writers
 
 flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
@@ -30,10 +31,13 @@ flags.mark_flags_as_required(["checkpoint", "out"])
 def main(argv):
   del argv
   f = flags.FLAGS
+  console.say("Reading %s.", f.checkpoint)  # Big files take a while.
   params = writers.released_params(f.checkpoint, f.num_heads)
+  count = sum(v.size for v in params.values())
+  console.say("Writing %s parameters to %s as %s.", f"{count:,}", f.out,
+              f.format)
   save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
   save(params, f.out)
-  count = sum(v.size for v in params.values())
   print(f"Wrote {len(params)} arrays ({count:,} parameters) to {f.out}.")
 
 

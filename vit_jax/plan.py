@@ -11,11 +11,13 @@ import json
 
 from vit_jax import cli  # First: the commands' preamble.
 
-from absl import flags
-import jax
-from ml_collections import config_flags
+cli.import_tensorflow_quietly()  # The config checks read dataset metadata.
 
-from vit_jax import paths, planning
+from absl import flags  # noqa: E402
+import jax  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from vit_jax import paths, planning  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",
