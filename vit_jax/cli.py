@@ -23,13 +23,16 @@ import re
 import sys
 
 
+def _verbose_by_environment() -> bool:
+  return os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0")
+
+
 def _detail_requested() -> bool:
   """--verbose or --log_level=info/debug, read before flags are parsed (the
   libraries log while they are imported)."""
-  if os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0"):
-    return True
-  return any(a == "--verbose" or re.fullmatch(r"--log_level=(info|debug)", a)
-             for a in sys.argv[1:])
+  return _verbose_by_environment() or any(
+      a == "--verbose" or re.fullmatch(r"--log_level=(info|debug)", a)
+      for a in sys.argv[1:])
 
 
 # TensorFlow's C++ INFO and WARNING lines (it is imported by TFDS and clu).
@@ -93,7 +96,8 @@ def initialize_distributed():
 def import_tensorflow_quietly():
   """TensorFlow 2.21 prints a oneDNN notice from C++ while it loads, before
   any log level applies; unless details were asked for, load it with stderr
-  closed. A failed import still raises (its message is Python's)."""
+  closed. Without TensorFlow (accelerator hosts) this does nothing; a broken
+  install fails again, with its messages, where it is next imported."""
   if _detail_requested() or "tensorflow" in sys.modules:
     return
   saved = os.dup(2)
@@ -108,9 +112,8 @@ def import_tensorflow_quietly():
 
 
 def _verbose() -> bool:
-  if os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0"):
-    return True
-  return FLAGS.is_parsed() and FLAGS.verbose or "--verbose" in sys.argv
+  return (_verbose_by_environment() or FLAGS.is_parsed() and FLAGS.verbose
+          or "--verbose" in sys.argv)
 
 
 def _set_log_level():

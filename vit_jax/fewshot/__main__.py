@@ -3,9 +3,9 @@
     vit-jax fewshot --config=configs/fewshot.py:digits \
         --checkpoints=workdirs/demo/pretrain --workdir=workdirs/fewshot
 
-(or `python -m vit_jax.fewshot ...`).
-With `--distributed` (as for training) every host extracts its share of the
-features; process 0 prints and writes the results.
+(or `python -m vit_jax.fewshot ...`). With `--distributed` (as for
+training) every host extracts its share of the features; process 0 prints
+and writes the results.
 """
 
 from vit_jax import cli  # First: the commands' preamble.

@@ -38,6 +38,7 @@ DEFAULT_L2_GRID = tuple(2.0**p for p in range(-6, 13, 2))
 L2_SELECTIONS = ("fixed", "loo")
 ON_TOO_FEW = ("fail", "skip")
 _TEST_CHUNK = 1024  # Test rows scored at a time.
+_REFIT_CHUNK = 8  # Leave-one-out refits computed at a time.
 
 
 def check_config(fewshot) -> None:
@@ -52,7 +53,6 @@ def check_config(fewshot) -> None:
                     "config.fewshot.l2_grid must be positive.")
   if fewshot.loo_max_heldout < 1:
     raise UserError("config.fewshot.loo_max_heldout must be at least 1.")
-_REFIT_CHUNK = 8  # Leave-one-out refits computed at a time.
 
 
 def _with_bias(z_NxD):
