@@ -51,3 +51,13 @@ def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
   result = trainer.train_and_evaluate(config, workdir)
   assert result["test/accuracy"] > 0.6, result
   return workdir
+
+
+@pytest.fixture
+def selfsup_config(tfds_data_dir):
+  """Masked patch prediction (configs/selfsup.py:digits,runlocal) on the
+  test's data_dir."""
+  from configs import selfsup
+  config = selfsup.get_config("digits,runlocal")
+  config.data_dir = tfds_data_dir
+  return config

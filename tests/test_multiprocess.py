@@ -94,7 +94,7 @@ def _one_process_reference(config, num_steps=STEPS, stop_after=None):
   state, shardings = steps.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
   step = steps.jit_train_step(steps.make_train_step(
-      model, tx, steps.softmax_xent, schedule, mesh), shardings, mesh,
+      model, tx, steps.supervised(steps.softmax_xent), schedule, mesh), shardings, mesh,
                               config.sharding.logical_axis_rules)
   for _ in range(num_steps if stop_after is None else stop_after):
     parts = [next(share) for share in shares]

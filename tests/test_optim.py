@@ -97,8 +97,8 @@ def _step_and_state(digits_config, ema_decay=0.0, label_smoothing=0.0):
   state, shardings = steps.create_train_state(model, tx, 16, 0, mesh,
                                               ema=ema_decay > 0)
   step = steps.jit_train_step(steps.make_train_step(
-      model, tx, steps.softmax_xent, schedule, mesh,
-      label_smoothing=label_smoothing, ema_decay=ema_decay), shardings, mesh)
+      model, tx, steps.supervised(steps.softmax_xent, label_smoothing),
+      schedule, mesh, ema_decay=ema_decay), shardings, mesh)
   rng = np.random.default_rng(0)
   local = {"image": rng.uniform(-1, 1, (32, 16, 16, 3)).astype(np.float32),
            "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]}

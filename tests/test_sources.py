@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax.data import input_pipeline
+from vit_jax.errors import UserError
 
 CLASSES = ("bird", "cat", "dog")
 
@@ -276,3 +277,86 @@ def test_folder_listing_is_kept_in_the_index_dir(digits_config, image_folder,
   assert again.num_examples("train") == first.num_examples("train") == 12
   assert fresh.num_examples("train") == 13
   assert again._files == first._files  # pylint: disable=protected-access
+
+
+def test_self_supervised_batches_carry_no_labels(selfsup_config):
+  source = input_pipeline.make_source(selfsup_config)
+  batch = next(input_pipeline.make_train_iterator(
+      selfsup_config, source,
+      labels=input_pipeline.reads_labels(selfsup_config)))
+  assert set(batch) == {"image", "mask"}
+
+
+def _png(path, seed=0):
+  pixels = np.random.default_rng(seed).integers(0, 256, (12, 12, 3))
+  tf.io.write_file(str(path), tf.io.encode_png(pixels.astype(np.uint8)))
+
+
+def _unlabelled_folder(root):
+  """ROOT/{train,test}/*.png: images without class folders."""
+  for split, count in (("train", 16), ("test", 5)):
+    os.makedirs(root / split)
+    for i in range(count):
+      _png(root / split / f"{i}.png", i)
+  return f"folder:{root}"
+
+
+def test_unlabelled_image_folder_trains_self_supervised(selfsup_config,
+                                                        tmp_path):
+  from vit_jax import trainer
+  config = selfsup_config
+  config.dataset = _unlabelled_folder(tmp_path / "images")
+  config.batch_size = config.eval_batch_size = 8
+  config.total_steps = 3
+  source = input_pipeline.make_source(config)
+  assert input_pipeline.get_info(config, source).num_classes == 0
+  result = trainer.train_and_evaluate(config, str(tmp_path / "wd"))
+  assert result["masked_patch/num_examples"] == 5
+  config.objective = "supervised"
+  with pytest.raises(UserError, match="has no labels.*masked_patch"):
+    trainer.train_and_evaluate(config, str(tmp_path / "wd2"))
+
+
+def test_folder_that_mixes_labelled_and_unlabelled_images_is_refused(
+    digits_config, tmp_path):
+  for folder, images, message in (
+      ("a", ("train/0.png", "train/cat/1.png"), "both class folders and im"),
+      ("b", ("train/0.png", "test/cat/1.png"), "mixes unlabelled splits")):
+    for image in images:
+      os.makedirs(os.path.dirname(tmp_path / folder / image), exist_ok=True)
+      _png(tmp_path / folder / image)
+    digits_config.dataset = f"folder:{tmp_path / folder}"
+    with pytest.raises(UserError, match=message):
+      input_pipeline.make_source(digits_config)
+
+
+class UnlabelledToy(tfds.core.GeneratorBasedBuilder):
+  """Six images and nothing else."""
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict(
+        {"image": tfds.features.Image(shape=(8, 8, 3))}))
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples(),
+            "test": self._generate_examples()}
+
+  def _generate_examples(self):
+    for i in range(6):
+      yield i, {"image": np.full((8, 8, 3), 40 * i, np.uint8)}
+
+
+def test_unlabelled_tfds_dataset(selfsup_config, tmp_path):
+  config = selfsup_config
+  config.dataset, config.data_dir = "unlabelled_toy", str(tmp_path)
+  config.batch_size = 8
+  source = input_pipeline.make_source(config)
+  assert source.num_classes == 0
+  batch = next(input_pipeline.make_train_iterator(config, source,
+                                                  labels=False))
+  assert batch["image"].shape == (8, 16, 16, 3) and "labels" not in batch
+  with pytest.raises(UserError, match="unlabelled_toy has no labels"):
+    input_pipeline.make_train_iterator(config, source, labels=True)
+
+

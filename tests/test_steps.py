@@ -39,8 +39,8 @@ def _train(setup, mesh, accum_steps=1, sharding_config=None, keep_state=None):
   state, state_sharding = steps.create_train_state(
       model, tx, config.image_size, config.seed, mesh, sharding_config)
   step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.softmax_xent, schedule, mesh,
-                            accum_steps,
+      steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+                            schedule, mesh, accum_steps,
                             params_sharding=state_sharding.params),
       state_sharding, mesh,
       sharding_config.logical_axis_rules)

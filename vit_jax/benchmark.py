@@ -57,7 +57,8 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   state, state_sharding = steps.create_train_state(model, tx, image_size, 0,
                                                    mesh)
   train_step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.softmax_xent, schedule, mesh),
+      steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+                            schedule, mesh),
       state_sharding, mesh)
   rng = np.random.default_rng(0)
   batch_data = sharding.to_global_batch({

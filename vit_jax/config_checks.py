@@ -12,6 +12,7 @@ from vit_jax import models, optim, sharding, steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.errors import UserError
 from vit_jax.fewshot import solver as fewshot_solver
+from vit_jax.models import masked_patch
 from vit_jax.weights import posemb
 
 # Fields that must be > 0, and fields that must be >= 0.
@@ -24,7 +25,9 @@ _NON_NEGATIVE = ("total_steps", "warmup_steps", "eval_every_steps",
 _FRACTIONS = ("label_smoothing", "ema_decay", "b1", "b2", "momentum")  # [0, 1)
 _CHOICES = (("optimizer", optim.OPTIMIZERS), ("decay_type", optim.DECAY_TYPES),
             ("loss", steps.LOSSES), ("mu_dtype", optim.MOMENTUM_DTYPES),
-            ("init.posemb_resize", posemb.METHODS))
+            ("init.posemb_resize", posemb.METHODS),
+            ("objective", steps.OBJECTIVES),
+            ("masked_patch.target", masked_patch.TARGETS))
 
 
 def _get(config, dotted: str):
@@ -76,12 +79,62 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
         f"config.image_size={config.image_size} is not divisible by the patch "
         f"size {stride} of {config.model.variant}; use a multiple of {stride} "
         f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
+  if config.objective == "masked_patch":
+    check_masked_patch(config, stride)
   fewshot_solver.check_config(config.fewshot)
   sharding.check_strategy_rules(config.sharding.params)
   sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
                             accumulation=config.accum_steps, log=True)
   sharding.local_batch_size(config.eval_batch_size, mesh,
                             what="eval_batch_size")
+
+
+def check_masked_patch(config: ml_collections.ConfigDict, stride: int):
+  """The rates, the colour bits, the patch grid and the pixel range that
+  masked patch prediction needs."""
+  mp = config.masked_patch
+  if not 0.0 < mp.corrupt_rate <= 1.0:
+    raise UserError(f"config.masked_patch.corrupt_rate={mp.corrupt_rate} "
+                    "must be in (0, 1] (the paper: 0.5).")
+  for field in ("mask_rate", "replace_rate"):
+    if not 0.0 <= mp[field] <= 1.0:
+      raise UserError(f"config.masked_patch.{field}={mp[field]} must be in "
+                      "[0, 1].")
+  if mp.mask_rate + mp.replace_rate > 1.0:
+    raise UserError(
+        f"config.masked_patch.mask_rate + replace_rate = "
+        f"{mp.mask_rate + mp.replace_rate:g} exceeds 1; they are shares of the "
+        "corrupted patches (the rest are kept), e.g. 0.8 and 0.1.")
+  if not 1 <= mp.color_bits <= 5:
+    raise UserError(f"config.masked_patch.color_bits={mp.color_bits} must be "
+                    "in 1..5 (3 bits per channel: 512 colour classes).")
+  if mp.target == "downsized" and (
+      mp.downsized_size < 1 or stride % mp.downsized_size):
+    raise UserError(
+        f"config.masked_patch.downsized_size={mp.downsized_size} does not "
+        f"divide the {stride}-pixel patches of {config.model.variant}; use a "
+        f"divisor of {stride} (the paper: 4).")
+  if (config.image_size // stride) ** 2 < 2:
+    raise UserError(
+        f"config.image_size={config.image_size} gives one patch; masked "
+        "patch prediction needs at least two (a patch is replaced by "
+        "another).")
+  for field in ("pp_train", "pp_eval"):
+    if preprocess.parse(config[field])[-1:] != [("value_range", ())]:
+      raise UserError(
+          f"config.{field}={config[field]!r} must end with value_range: the "
+          "colour targets of config.objective=masked_patch are read from "
+          "pixels in [-1, 1].")
+
+
+def check_labels(config: ml_collections.ConfigDict,
+                 info: input_pipeline.DatasetInfo):
+  """Supervised training needs labels; unlabelled data is for masked_patch."""
+  if config.objective == "supervised" and not info.num_classes:
+    raise UserError(
+        f"{config.dataset} has no labels, and config.objective=supervised "
+        "learns from labels. Use --config.objective=masked_patch "
+        "(self-supervised; configs/selfsup.py), or a labelled dataset.")
 
 
 def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,

@@ -98,6 +98,19 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Model.
   config.model = get_model_config()
 
+  # What training learns: supervised (from labels, with config.loss) or
+  # masked_patch, the paper's self-supervision (App. B.1.2; labels are not
+  # read, so unlabelled data works): corrupt some patch embeddings and
+  # predict each corrupted patch's colours (vit_jax/models/masked_patch.py).
+  config.objective = "supervised"  # supervised | masked_patch.
+  config.masked_patch = ml_collections.ConfigDict()  # Used by masked_patch.
+  config.masked_patch.target = "mean_color"  # mean_color | downsized | pixels_l2.
+  config.masked_patch.corrupt_rate = 0.5  # Share of each image's patches corrupted.
+  config.masked_patch.mask_rate = 0.8  # Of those: replaced by the [mask] token,
+  config.masked_patch.replace_rate = 0.1  # by another patch of the image; rest kept.
+  config.masked_patch.color_bits = 3  # Bits per channel of colour targets (512 classes).
+  config.masked_patch.downsized_size = 4  # downsized: cells per side of a patch.
+
   # Starting weights (fine-tuning); ignored when the workdir has a checkpoint
   # to resume from.
   config.init = ml_collections.ConfigDict()  # See above.

@@ -17,7 +17,7 @@ from absl import app, flags
 import numpy as np
 from ml_collections import config_flags
 
-from vit_jax import models, weights
+from vit_jax import models, steps, weights
 from vit_jax.weights import formats
 
 FLAGS = flags.FLAGS
@@ -46,13 +46,15 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
         path, models.get_variant(config.model.variant).num_heads).params.get(
             "head/kernel")
     num_classes = head.shape[-1] if head is not None else 1000
-  model = models.build_model(config.model, num_classes)
+  model = steps.model_for_config(config, num_classes)
   size = config.image_size
   target = models.param_shapes(model, size)
+  what = (f"{num_classes} classes" if model.num_classes else
+          f"config.objective={config.objective}")
   try:
     _, report = weights.load_for_config(config, path, target)
     return (f"Loads into {config.model.variant} at {size} px with "
-            f"{num_classes} classes:\n{report.table(limit=1000)}")
+            f"{what}:\n{report.table(limit=1000)}")
   except weights.WeightsError as e:
     return f"Does NOT load into {config.model.variant} at {size} px:\n{e}"
 

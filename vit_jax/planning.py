@@ -24,8 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import (config_checks, flops, hardware, models, optim, sharding,
-                     steps)
+from vit_jax import config_checks, flops, hardware, optim, sharding, steps
 from vit_jax.errors import UserError
 
 # Share of device memory the compiled step may use; the rest is left to the
@@ -85,8 +84,10 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   devices, chips = target_devices(topology)
   mesh = sharding.mesh_from_config(config, devices)
   config_checks.check_config(config, mesh)
-  num_classes = num_classes or _num_classes(config)
-  model = models.build_model(config.model, num_classes)
+  supervised = config.objective == "supervised"  # Else no labels, no head.
+  if supervised:
+    num_classes = num_classes or _num_classes(config)
+  model = steps.model_for_config(config, num_classes)
   num_steps = max(config.total_steps, 1)  # The schedule's length only.
   tx, schedule = optim.make_optimizer(config, num_steps)
   state, state_sharding = steps.abstract_train_state(
@@ -97,11 +98,12 @@ def plan(config: ml_collections.ConfigDict, topology: str,
                                            state_sharding)
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
-  lowered = train_step.lower(state, {
-      "image": jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32,
-                                    sharding=batch_sharding),
-      "labels": jax.ShapeDtypeStruct((batch, num_classes), jnp.float32,
-                                     sharding=batch_sharding)})
+  batch_spec = {"image": jax.ShapeDtypeStruct(
+      (batch, size, size, 3), jnp.float32, sharding=batch_sharding)}
+  if supervised:
+    batch_spec["labels"] = jax.ShapeDtypeStruct(
+        (batch, num_classes), jnp.float32, sharding=batch_sharding)
+  lowered = train_step.lower(state, batch_spec)
   try:
     compiled = lowered.compile()
   except jax.errors.JaxRuntimeError as e:

@@ -14,7 +14,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import models, optim, sharding
-from vit_jax.models import layout
+from vit_jax.models import layout, masked_patch
 
 
 def softmax_xent(logits, labels):
@@ -28,6 +28,82 @@ def sigmoid_xent(logits, labels):
 
 
 LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
+
+# `objective(apply, batch, rng) -> (loss, metrics)`, where `apply(images,
+# **kwargs)` is the model in training mode with its parameters bound.
+Objective = Callable[[Callable, dict, jax.Array], tuple[jax.Array, dict]]
+
+
+def supervised(loss_fn: Callable, label_smoothing: float = 0.0) -> Objective:
+  """Classification of `batch["labels"]`; label smoothing mixes the targets
+  with the uniform distribution."""
+  def objective(apply, batch, rng):
+    labels = batch["labels"]
+    if label_smoothing:
+      labels = optax.smooth_labels(labels, label_smoothing)
+    logits, _ = apply(batch["image"], rngs={"dropout": rng})
+    return jnp.mean(loss_fn(logits, labels)), {}
+  return objective
+
+
+def masked_patch_sums(apply, images, rng, mp_config, stride: int,
+                      weights_B=None) -> dict[str, jax.Array]:
+  """Masked patch prediction on `images` with a corruption drawn from
+  `rng`: sums of the loss and of the correct predictions over the corrupted
+  patches, and their count (each image weighted by `weights_B`, e.g. the
+  evaluation's padding mask)."""
+  corruption_rng, dropout_rng = jax.random.split(rng)
+  batch, height, width = images.shape[:3]
+  corruption = masked_patch.sample_corruption(
+      corruption_rng, batch, (height // stride) * (width // stride),
+      mp_config.corrupt_rate, mp_config.mask_rate, mp_config.replace_rate)
+  _, out = apply(images, corruption=corruption, rngs={"dropout": dropout_rng})
+  targets = masked_patch.patch_targets(images, out["grid"], mp_config.target,
+                                       mp_config.color_bits,
+                                       mp_config.downsized_size)
+  loss_BxN, correct_BxN = masked_patch.per_patch_loss_and_correct(
+      out["patch_predictions"], targets, mp_config.target,
+      mp_config.color_bits)
+  weights_BxN = corruption.corrupted_BxN.astype(jnp.float32)
+  if weights_B is not None:
+    weights_BxN = weights_BxN * weights_B[:, None]
+  return {"loss": jnp.sum(loss_BxN * weights_BxN),
+          "correct": jnp.sum(correct_BxN * weights_BxN),
+          "count": jnp.sum(weights_BxN)}
+
+
+def masked_patch_prediction(mp_config, stride: int) -> Objective:
+  """The paper's self-supervision (`models/masked_patch.py`): labels are not
+  read. Metrics: the per-patch accuracy on the corrupted patches."""
+  def objective(apply, batch, rng):
+    sums = masked_patch_sums(apply, batch["image"], rng, mp_config, stride)
+    return sums["loss"] / sums["count"], {
+        "accuracy": sums["correct"] / sums["count"]}
+  return objective
+
+
+# config.objective -> the config's objective.
+OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
+    "supervised": lambda config: supervised(LOSSES[config.loss],
+                                            config.label_smoothing),
+    "masked_patch": lambda config: masked_patch_prediction(
+        config.masked_patch, models.get_variant(config.model.variant).stride),
+}
+
+
+def objective_for_config(config: ml_collections.ConfigDict) -> Objective:
+  return OBJECTIVES[config.objective](config)
+
+
+def model_for_config(config: ml_collections.ConfigDict, num_classes):
+  """The config's model: with a head of `num_classes` (None: none); for
+  masked patch prediction, no head but the [mask] token and patch head."""
+  if config.objective != "masked_patch":
+    return models.build_model(config.model, num_classes)
+  mp = config.masked_patch
+  stride = models.get_variant(config.model.variant).stride
+  return models.build_model(config.model, None, masked_patch.output_width(
+      mp.target, stride, mp.color_bits, mp.downsized_size))
 
 
 @flax.struct.dataclass
@@ -94,16 +170,16 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
   return state, state_sharding
 
 
-def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
-                    accum_steps: int = 1, label_smoothing: float = 0.0,
-                    ema_decay: float = 0.0, params_sharding=None):
-  """`train_step(state, batch) -> (state, metrics)`.
+def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
+                    accum_steps: int = 1, ema_decay: float = 0.0,
+                    params_sharding=None):
+  """`train_step(state, batch) -> (state, metrics)` for `objective` (see
+  `supervised` and `masked_patch_prediction`).
 
   With `accum_steps > 1` the batch is split into that many micro-batches whose
   gradients are averaged before one update: the same update as the whole
   batch at once (without dropout), in a fraction of the activation memory.
-  Label smoothing mixes the targets with the uniform distribution; with
-  `ema_decay` the state's `ema_params` follow the parameters. Given the
+  With `ema_decay` the state's `ema_params` follow the parameters. Given the
   parameters' shardings, FSDP-sharded parameters are gathered where they are
   used (the encoder blocks' inside each block, see `_gather_in_blocks`) and
   their gradients return sharded (`sharding.gather_over_data`).
@@ -111,49 +187,49 @@ def make_train_step(model, tx, loss_fn: Callable, schedule, mesh: Mesh,
   if params_sharding is not None:
     model, params_sharding = _gather_in_blocks(model, params_sharding)
 
-  def loss(params, images, labels, rng):
-    if label_smoothing:
-      labels = optax.smooth_labels(labels, label_smoothing)
+  def loss(params, batch, rng):
     if params_sharding is not None:
       params = sharding.gather_over_data(params, params_sharding)
-    logits, _ = model.apply({"params": params}, images, train=True,
-                            rngs={"dropout": rng})
-    return jnp.mean(loss_fn(logits, labels))
+    apply = lambda images, **kw: model.apply({"params": params}, images,
+                                             train=True, **kw)
+    return objective(apply, batch, rng)
 
-  grad_fn = jax.value_and_grad(loss)
+  grad_fn = jax.value_and_grad(loss, has_aux=True)
 
   def accumulated_grads(params, batch, rng):
+    """((loss, objective's metrics), gradients), averaged over micro-batches."""
     if accum_steps == 1:
-      return grad_fn(params, batch["image"], batch["labels"], rng)
+      return grad_fn(params, batch, rng)
     # Micro-batch i takes every accum_steps-th example, so each device keeps
     # working on its own rows: (B, ...) -> (accum, B / accum, ...).
     def split(x):
       x = x.reshape((x.shape[0] // accum_steps, accum_steps) + x.shape[1:])
       return jax.lax.with_sharding_constraint(
           jnp.swapaxes(x, 0, 1), NamedSharding(mesh, P(None, sharding.DATA_AXIS)))
-    micro = jax.tree.map(split, {"image": batch["image"],
-                                 "labels": batch["labels"]})
+    micro = jax.tree.map(split, batch)
 
     def add_micro_batch(carry, xs):
       index, mb = xs
-      value, grads = grad_fn(params, mb["image"], mb["labels"],
-                             jax.random.fold_in(rng, index))
-      return jax.tree.map(jnp.add, carry, (value, grads)), None
+      out = grad_fn(params, mb, jax.random.fold_in(rng, index))
+      return jax.tree.map(jnp.add, carry, out), None
 
-    zeros = (jnp.zeros((), jnp.float32),
-             jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+    zeros = jax.tree.map(
+        lambda x: jnp.zeros(x.shape, jnp.float32),
+        jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], micro),
+                       rng))
     total, _ = jax.lax.scan(add_micro_batch, zeros,
                             (jnp.arange(accum_steps), micro))
     return jax.tree.map(lambda x: x / accum_steps, total)
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-    loss_value, grads = accumulated_grads(state.params, batch, rng)
+    (loss_value, objective_metrics), grads = accumulated_grads(
+        state.params, batch, rng)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {"loss": loss_value, "learning_rate": schedule(state.step),
                "grad_norm": optax.global_norm(grads),
-               "param_norm": optax.global_norm(params)}
+               "param_norm": optax.global_norm(params), **objective_metrics}
     ema_params = state.ema_params
     if ema_params is not None:
       ema_params = optim.ema_update(ema_params, params, state.step, ema_decay)
@@ -204,7 +280,7 @@ def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
   """The config's jitted train step: what training runs and the plan
   compiles (one definition, so the plan measures the real step)."""
   return jit_train_step(
-      make_train_step(model, tx, LOSSES[config.loss], schedule, mesh,
-                      config.accum_steps, config.label_smoothing,
-                      config.ema_decay, state_sharding.params),
+      make_train_step(model, tx, objective_for_config(config), schedule,
+                      mesh, config.accum_steps, config.ema_decay,
+                      state_sharding.params),
       state_sharding, mesh, config.sharding.logical_axis_rules)

@@ -19,8 +19,8 @@ from absl import logging
 from clu import metric_writers, periodic_actions
 from jax.experimental import multihost_utils
 
-from vit_jax import (checkpoint, config_checks, console, evaluators, models,
-                     optim, paths, planning, sharding, steps, weights)
+from vit_jax import (checkpoint, config_checks, console, evaluators, optim,
+                     paths, planning, sharding, steps, weights)
 from vit_jax.data import input_pipeline
 from vit_jax.errors import NonFiniteLossError
 
@@ -86,9 +86,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
   source = input_pipeline.make_source(config, index_dir=workdir)
   info = input_pipeline.get_info(config, source)
+  config_checks.check_labels(config, info)
   config_checks.warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
-  model = models.build_model(config.model, info.num_classes)
+  model = steps.model_for_config(config, info.num_classes)
   tx, schedule = optim.make_optimizer(
       config, num_steps, warmup_steps(config, info.num_train_examples))
 
@@ -108,15 +109,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
   train_iter = input_pipeline.prefetch_to_device(
-      input_pipeline.make_train_iterator(config, source, start_step), mesh)
+      input_pipeline.make_train_iterator(
+          config, source, start_step,
+          labels=input_pipeline.reads_labels(config)), mesh)
   first_batch = next(train_iter)
   planning.preflight(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
 
-  console.say("Training %s on %s from step %d to %d (%d classes) on %d "
-              "devices in %d processes, mesh %s.", config.model.variant,
-              config.dataset, start_step, num_steps, info.num_classes,
-              jax.device_count(), jax.process_count(), dict(mesh.shape))
+  learns = (f"{info.num_classes} classes" if config.objective == "supervised"
+            else f"{config.objective}: {config.masked_patch.target}")
+  console.say("Training %s on %s from step %d to %d (%s) on %d devices in %d "
+              "processes, mesh %s.", config.model.variant, config.dataset,
+              start_step, num_steps, learns, jax.device_count(),
+              jax.process_count(), dict(mesh.shape))
   preemption = checkpoint.Preemption()
   try:
     result = _loop(config, state, train_step, train_iter, evals, manager,
@@ -217,11 +222,15 @@ def _log_train(writer, step, metrics, timer) -> dict[str, float]:
   scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
   scalars.update(timer.lap(step))
   writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
-  console.say("Step %d/%d: loss %.4f, lr %.3g, %.0f images/s, ETA %s.",
-              step, timer.num_steps, loss, scalars["learning_rate"],
-              scalars["images_per_sec"],
+  result, accuracy = {"train/loss": loss}, ""
+  if "accuracy" in scalars:  # Masked patch prediction's, on corrupted patches.
+    result["train/accuracy"] = scalars["accuracy"]
+    accuracy = f", accuracy {scalars['accuracy']:.4f}"
+  console.say("Step %d/%d: loss %.4f%s, lr %.3g, %.0f images/s, ETA %s.",
+              step, timer.num_steps, loss, accuracy,
+              scalars["learning_rate"], scalars["images_per_sec"],
               datetime.timedelta(seconds=round(scalars["eta_s"])))
-  return {"train/loss": loss}
+  return result
 
 
 def _evaluate(evals, state, writer, step) -> dict[str, float]:

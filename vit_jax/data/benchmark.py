@@ -39,7 +39,8 @@ flags.DEFINE_string("listing_root", None, "Where to build that folder.")
 
 def measure(config, num_batches: int) -> dict:
   source = input_pipeline.make_source(config)
-  batches = input_pipeline.make_train_iterator(config, source)
+  batches = input_pipeline.make_train_iterator(
+      config, source, labels=input_pipeline.reads_labels(config))
   for _ in range(2):  # Warm-up: opening files, filling the shuffle buffer.
     next(batches)
   start = time.perf_counter()

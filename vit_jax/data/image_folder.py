@@ -1,7 +1,9 @@
 """Images in folders, no builder to write: ROOT/SPLIT/CLASS_NAME/*.jpg.
 
 Classes are the sorted union of the class-folder names of all splits;
-`.jpg`, `.jpeg` and `.png` files count. Each split's file list is shuffled
+`.jpg`, `.jpeg` and `.png` files count. Unlabelled images (for
+self-supervised training) lie directly in the split folders,
+ROOT/SPLIT/*.jpg, with no class folders. Each split's file list is shuffled
 once with a fixed seed, so slices like `train[:90%]` are random subsets.
 ROOT may be local or on object storage (`vit_jax.paths`).
 
@@ -33,6 +35,7 @@ LISTING_THREADS = 32
 _MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG": "PNG"}
 
 Listing = dict[str, dict[str, list[str]]]  # split -> class -> file names.
+UNLABELLED = ""  # The class of images directly in a split folder.
 
 
 def list_folder(root: str) -> Listing:
@@ -48,11 +51,23 @@ def list_folder(root: str) -> Listing:
   with concurrent.futures.ThreadPoolExecutor(LISTING_THREADS) as pool:
     for split in sorted(splits):
       split_dir = f"{root.rstrip('/')}/{split}"
-      classes, _ = paths.list_dir(split_dir)
+      classes, files = paths.list_dir(split_dir)
+      loose = sorted(f for f in files if f.lower().endswith(IMAGE_EXTENSIONS))
+      if loose and classes:
+        raise UserError(
+            f"{split_dir} holds both class folders and images; put every "
+            "image in its class's folder (CLASS_NAME/*.jpg), or, for "
+            "unlabelled data, all images directly in the split folder.")
+      if loose:
+        listing[split] = {UNLABELLED: loose}
+        console.say("Listed %s: %d images, unlabelled (no class folders).",
+                    split_dir, len(loose))
+        continue
       if not classes:
-        raise UserError(f"{split_dir} has no class folders; put each "
-                        "class's images in its own sub-folder "
-                        "(CLASS_NAME/*.jpg).")
+        raise UserError(f"{split_dir} has no class folders and no images; "
+                        "put each class's images in its own sub-folder "
+                        "(CLASS_NAME/*.jpg), or unlabelled images directly "
+                        "in it.")
       classes = sorted(classes)
       listed = pool.map(lambda c, d=split_dir: paths.list_dir(f"{d}/{c}")[1],
                         classes)
@@ -116,12 +131,22 @@ class ImageFolderSource:
   def __init__(self, root: str, index_dir=None):
     self.name = root
     listing = load_listing(root, index_dir)
-    self.class_names = sorted({c for by_class in listing.values()
-                               for c in by_class})
+    unlabelled = sorted(s for s, by_class in listing.items()
+                        if UNLABELLED in by_class)
+    if unlabelled and len(unlabelled) < len(listing):
+      raise UserError(
+          f"Image folder {root} mixes unlabelled splits "
+          f"({', '.join(unlabelled)}: images without class folders) with "
+          "labelled ones; give every split class folders, or none.")
+    self.class_names = [] if unlabelled else sorted(
+        {c for by_class in listing.values() for c in by_class})
     label_of = {c: i for i, c in enumerate(self.class_names)}
+    label_of[UNLABELLED] = -1
     self._files = {}  # split -> [(path, label)], shuffled once.
     for split, by_class in listing.items():
-      files = [(f"{root.rstrip('/')}/{split}/{c}/{f}", label_of[c])
+      folder = lambda c, s=split: (f"{root.rstrip('/')}/{s}" +
+                                   (f"/{c}" if c else ""))
+      files = [(f"{folder(c)}/{f}", label_of[c])
                for c in sorted(by_class) for f in by_class[c]]
       random.Random(0).shuffle(files)  # Fixed: slices are random subsets.
       self._files[split] = files
@@ -176,8 +201,10 @@ class ImageFolderSource:
   def decode(self, record):
     data = (tf.io.read_file(record["path"]) if self._tensorflow_reads
             else _read_with_path_layer(record["path"]))
-    return {"image": _decode(data, record["path"]),
-            "label": tf.cast(record["label"], tf.int64)}
+    image = _decode(data, record["path"])
+    if not self.num_classes:
+      return {"image": image}
+    return {"image": image, "label": tf.cast(record["label"], tf.int64)}
 
 
 def _read_with_path_layer(path):

@@ -2,9 +2,11 @@
 
 Each process reads a disjoint 1/N of every split and yields numpy batches of
 its share of the global batch: `{"image": f32[b,H,W,3], "labels": f32[b,K],
-"mask": f32[b]}`. `mask` is 1 for real examples and 0 for the padding that
-fills the last evaluation batches, so every example is counted exactly once
-with the same number of batches on every process (no recompilation).
+"mask": f32[b]}` (no "labels" where they are not read: self-supervised
+training, unlabelled data). `mask` is 1 for real examples and 0 for the
+padding that fills the last evaluation batches, so every example is counted
+exactly once with the same number of batches on every process (no
+recompilation).
 TensorFlow runs on the host CPU only.
 """
 
@@ -20,6 +22,7 @@ import tensorflow as tf
 
 from vit_jax import sharding
 from vit_jax.data import preprocess, sources
+from vit_jax.errors import UserError
 
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source
@@ -28,7 +31,7 @@ make_source = sources.make_source
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
   """What the trainer needs to know about a dataset, read from its metadata."""
-  num_classes: int
+  num_classes: int  # 0: unlabelled.
   num_train_examples: int
   num_eval_examples: int
   multi_label: bool = False
@@ -47,26 +50,39 @@ def get_info(config: ml_collections.ConfigDict, source) -> DatasetInfo:
                      multi_label=source.multi_label)
 
 
-def _example_fn(config, pp_spec: str, source, base_seed):
-  """Preprocesses one example; a label outside [0, K) fails loudly."""
+def reads_labels(config: ml_collections.ConfigDict) -> bool:
+  """Whether training reads labels (masked patch prediction does not)."""
+  return config.objective == "supervised"
+
+
+def _example_fn(config, pp_spec: str, source, base_seed, labels: bool):
+  """Preprocesses one example; a label outside [0, K) fails loudly. Without
+  `labels` the example's label (if any) is not read."""
   image_fn = preprocess.make_image_fn(pp_spec, config.image_size)
   num_classes = source.num_classes
+  if labels and not num_classes:
+    raise UserError(f"{source.name} has no labels (it is unlabelled); only "
+                    "self-supervised training (config.objective="
+                    "masked_patch) reads it.")
+
+  def target(label):
+    if source.multi_label:
+      return tf.cast(label, tf.float32)
+    checks = [tf.debugging.assert_less(
+        label, tf.cast(num_classes, label.dtype),
+        message=f"Label out of range for {source.name} with "
+        f"{num_classes} classes"),
+              tf.debugging.assert_non_negative(label)]
+    with tf.control_dependencies(checks):
+      return tf.one_hot(label, num_classes)
 
   def fn(index, example):
     seed = tf.random.experimental.stateless_fold_in(base_seed, index)
-    label = example["label"]
-    if source.multi_label:
-      labels = tf.cast(label, tf.float32)
-    else:
-      checks = [tf.debugging.assert_less(
-          label, tf.cast(num_classes, label.dtype),
-          message=f"Label out of range for {source.name} with "
-          f"{num_classes} classes"),
-                tf.debugging.assert_non_negative(label)]
-      with tf.control_dependencies(checks):
-        labels = tf.one_hot(label, num_classes)
-    return {"image": image_fn(example["image"], seed), "labels": labels,
-            "mask": tf.constant(1.0, tf.float32)}
+    out = {"image": image_fn(example["image"], seed),
+           "mask": tf.constant(1.0, tf.float32)}
+    if labels:
+      out["labels"] = target(example["label"])
+    return out
 
   return fn
 
@@ -80,8 +96,10 @@ def _options() -> tf.data.Options:
 
 def make_train_dataset(config: ml_collections.ConfigDict, source,
                        process_index=None, process_count=None,
-                       start_step: int = 0) -> tf.data.Dataset:
-  """Endless, shuffled, augmented batches of this process's share.
+                       start_step: int = 0,
+                       labels: bool = True) -> tf.data.Dataset:
+  """Endless, shuffled, augmented batches of this process's share (with
+  `labels`, their one-hot or multi-hot labels).
 
   The stream is a pure function of the seed: epoch e shuffles the undecoded
   records with seed (seed, e), and the augmentation of the n-th example
@@ -111,7 +129,7 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
   example_fn = _example_fn(config, config.pp_train, source,
-                           tf.constant([seed, 0], tf.int64))
+                           tf.constant([seed, 0], tf.int64), labels)
   ds = ds.enumerate(start=first_example).map(
       lambda i, record: example_fn(i, source.decode(record)),
       num_parallel_calls=tf.data.AUTOTUNE)
@@ -120,9 +138,10 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
 
 
 def make_train_iterator(config: ml_collections.ConfigDict, source,
-                        start_step: int = 0) -> Iterator[Batch]:
-  return make_train_dataset(config, source,
-                            start_step=start_step).as_numpy_iterator()
+                        start_step: int = 0,
+                        labels: bool = True) -> Iterator[Batch]:
+  return make_train_dataset(config, source, start_step=start_step,
+                            labels=labels).as_numpy_iterator()
 
 
 def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
@@ -136,8 +155,10 @@ def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
 
 
 def make_eval_dataset(config: ml_collections.ConfigDict, source,
-                      process_index=None, process_count=None) -> tf.data.Dataset:
-  """One pass over this process's share, padded to a fixed number of batches."""
+                      process_index=None, process_count=None,
+                      labels: bool = True) -> tf.data.Dataset:
+  """One pass over this process's share, padded to a fixed number of batches
+  (with `labels`, as in `make_train_dataset`)."""
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
@@ -147,7 +168,7 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
                                drop_remainder=False)
   ds = source.read(split, shuffle_files=False, seed=config.seed)
   example_fn = _example_fn(config, config.pp_eval, source,
-                           tf.constant([config.seed, 1], tf.int64))
+                           tf.constant([config.seed, 1], tf.int64), labels)
   ds = ds.enumerate().map(lambda i, record: example_fn(i, source.decode(record)),
                           num_parallel_calls=tf.data.AUTOTUNE)
   if config.cache:

@@ -2,8 +2,9 @@
 
 Both sources read undecoded records of one process's disjoint share of a
 split (cheap to skip when resuming) and `decode` them into
-`{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}`, and give the
-metadata the trainer needs (classes, split sizes). `config.dataset` picks the source: a
+`{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}` (no "label"
+for unlabelled data: `num_classes` is then 0), and give the metadata the
+trainer needs (classes, split sizes). `config.dataset` picks the source: a
 TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`) or
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
 (see `image_folder.py`). In a multi-process run only process 0 prepares a
@@ -52,9 +53,12 @@ class TfdsSource:
     elif "labels" in features:  # A sequence of class labels per image.
       self.num_classes = features["labels"].feature.num_classes
       self.multi_label = True
-    else:
-      raise UserError(f"Dataset {name!r} has neither a 'label' nor a "
-                       f"'labels' feature (it has {list(features)}).")
+    else:  # Unlabelled: for self-supervised training only.
+      self.num_classes = 0
+      self.multi_label = False
+    if "image" not in features:
+      raise UserError(f"Dataset {name!r} has no 'image' feature (it has "
+                      f"{list(features)}).")
     self.name = name
 
   def _prepare(self, manual_dir):
@@ -95,6 +99,8 @@ class TfdsSource:
 
   def decode(self, record):
     image = self._builder.info.features["image"].decode_example(record["image"])
+    if not self.num_classes:
+      return {"image": image}
     if self.multi_label:
       label = tf.reduce_max(tf.one_hot(record["labels"], self.num_classes), 0)
     else:

@@ -8,11 +8,13 @@ or None where the config leaves it off. The loop runs each one every
 metrics as `NAME/metric` scalars.
 """
 
-from vit_jax.evaluators import classification
+from vit_jax.evaluators import classification, masked_patch
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 
 EVALUATORS = {
     "test": classification.from_config,  # Accuracy and loss on eval_split.
+    # Self-supervised: per-patch accuracy and loss on eval_split.
+    "masked_patch": masked_patch.from_config,
     "fewshot": fewshot_evaluator.from_config,  # config.fewshot's protocol.
 }
 

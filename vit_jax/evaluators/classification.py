@@ -52,7 +52,11 @@ class ClassificationEvaluator:
 
 
 def from_config(config, model, mesh, params_sharding, source):
-  """Always on: every config.eval_every_steps steps (0: at the end only)."""
+  """On for supervised training: every config.eval_every_steps steps (0: at
+  the end only)."""
+  if config.objective != "supervised":
+    return None
+
   def batches():
     return input_pipeline.make_eval_dataset(config, source).as_numpy_iterator()
   return config.eval_every_steps, ClassificationEvaluator(

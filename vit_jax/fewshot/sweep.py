@@ -4,12 +4,13 @@ r"""Few-shot sweep: checkpoints x datasets x shots, as a table, JSON and CSV.
         --checkpoints=workdirs/demo/pretrain,/tmp/digits16.npz \
         --datasets=digits --workdir=workdirs/fewshot
 
-Each checkpoint (any format `config.init.checkpoint` reads) is loaded into
-`config.model` without a head; the features of each dataset's train and test
-splits are extracted once and reused for every shot count, seed and L2
-strength. Writes WORKDIR/fewshot.json and fewshot.csv; prints the table
-(mean accuracy over seeds; `full` is the linear probe on the whole train
-split).
+Each checkpoint (any format `config.init.checkpoint` reads, or `random`:
+`config.model` at random init with `config.seed`, the baseline a learnt
+representation should beat) is loaded into `config.model` without a head;
+the features of each dataset's train and test splits are extracted once and
+reused for every shot count, seed and L2 strength. Writes
+WORKDIR/fewshot.json and fewshot.csv; prints the table (mean accuracy over
+seeds; `full` is the linear probe on the whole train split).
 """
 
 import csv
@@ -24,12 +25,17 @@ from vit_jax import models, paths, sharding, steps, weights
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 
+# The checkpoint name of the config's model at random init (a path of that
+# name is given as ./random).
+RANDOM_INIT = "random"
+
 
 def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   """({checkpoint: {dataset: {'1shot': acc, ..., 'full': acc}}}, notes).
 
   Each checkpoint is read with the GELU of its origin unless
-  `config.model.gelu_approximate` says otherwise (see weights.resolve_gelu).
+  `config.model.gelu_approximate` says otherwise (see weights.resolve_gelu);
+  `RANDOM_INIT` is the model initialised with `config.seed`.
   """
   if not checkpoints:
     raise UserError("No checkpoints to evaluate; pass --checkpoints.")
@@ -40,7 +46,9 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   by_gelu = {}  # GELU form -> (state, its shardings, evaluator).
   table, notes = {}, []
   for path in checkpoints:
-    path_config = weights.resolve_gelu(config, checkpoint=path)
+    random_init = path == RANDOM_INIT
+    path_config = weights.resolve_gelu(
+        config, checkpoint=None if random_init else path)
     gelu = path_config.model.gelu_approximate
     if gelu not in by_gelu:
       model = models.build_model(path_config.model, num_classes=None)
@@ -51,8 +59,8 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
                        fewshot_evaluator.FewShotEvaluator(
                            model, path_config, mesh, state_sharding.params))
     state, state_sharding, evaluator = by_gelu[gelu]
-    params = weights.init_params(path_config, path, state.params,
-                                 state_sharding.params)
+    params = state.params if random_init else weights.init_params(
+        path_config, path, state.params, state_sharding.params)
     metrics, path_notes = evaluator.run_with_notes(params)
     notes += [f"{path}: {note}" for note in path_notes]
     table[path] = {}

@@ -25,7 +25,10 @@ def check_model_config(model_config: ml_collections.ConfigDict):
 
 
 def build_model(model_config: ml_collections.ConfigDict,
-                num_classes: Optional[int]) -> VisionTransformer:
+                num_classes: Optional[int],
+                masked_patch_outputs: Optional[int] = None) -> VisionTransformer:
+  """`num_classes` None: no classification head. `masked_patch_outputs`:
+  the [mask] token and per-patch head of masked patch prediction."""
   check_model_config(model_config)
   variant: Variant = get_variant(model_config.variant)
   return VisionTransformer(
@@ -47,6 +50,7 @@ def build_model(model_config: ml_collections.ConfigDict,
       # it from a checkpoint's origin before the model is built).
       gelu_approximate=(True if model_config.gelu_approximate is None
                         else model_config.gelu_approximate),
+      masked_patch_outputs=masked_patch_outputs,
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
   )

@@ -10,6 +10,8 @@ Parameter names follow the released checkpoints (`embedding`, `cls`,
 `Transformer/encoder_norm`, `pre_logits`, `head`), so released `.npz` files map
 1:1. With `scan_layers` the blocks live in one `Transformer/encoderblock` whose
 parameters carry a leading layer axis (see `layout.py` for conversion).
+Masked patch prediction (self-supervision, `masked_patch.py`) adds a
+`mask_token` and a per-patch `masked_patch_head`, which nothing else reads.
 
 Precision: `dtype` is the compute dtype of every matmul/conv, `param_dtype` the
 storage dtype; softmax, LayerNorm statistics and the logits are fp32.
@@ -26,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.errors import UserError
+from vit_jax.models import masked_patch
 from vit_jax.models import partitioning as lx
 from vit_jax.models import resnet
 from vit_jax.models.variants import ResNetSpec
@@ -235,6 +238,30 @@ class MAPHead(nn.Module):
     return x_Bx1xD[:, 0]
 
 
+class MaskedPatchHead(nn.Module):
+  """Masked patch prediction's outputs per token (fp32), with BERT's
+  masked-LM head: Dense -> GELU -> LayerNorm -> Dense. The transform keeps
+  the encoder's last layer from specialising to the targets (digits, 2,500
+  steps, 10-shot linear accuracy of the class token: 57-58% at lr 1e-3 and
+  3e-3 with it, 44-58% at lr 1e-3 to 5e-3 without)."""
+  outputs: int
+  gelu_approximate: bool = True
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD):
+    dense = lambda features, name, **kw: nn.Dense(
+        features, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+        **kw)
+    h_BxNxD = nn.gelu(dense(x_BxNxD.shape[-1], "Dense_0")(x_BxNxD),
+                      approximate=self.gelu_approximate)
+    h_BxNxD = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
+                           name="LayerNorm_0")(h_BxNxD)
+    return dense(self.outputs, "Dense_1", kernel_init=nn.initializers.zeros)(
+        h_BxNxD).astype(jnp.float32)
+
+
 class VisionTransformer(nn.Module):
   """ViT or hybrid; `__call__` returns (logits, dict of named intermediates)."""
   num_classes: Optional[int]  # None: no head, logits are the pre-logits.
@@ -254,12 +281,18 @@ class VisionTransformer(nn.Module):
   scan_layers: bool = False
   gelu_approximate: bool = True  # tanh (released weights); False: erf.
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
+  # Masked patch prediction (self-supervision, see masked_patch.py): the
+  # width of the per-patch prediction head; None: no [mask] token, no head.
+  masked_patch_outputs: Optional[int] = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,
-               return_intermediates: bool = False):
+               return_intermediates: bool = False,
+               corruption: Optional[masked_patch.Corruption] = None):
+    """`corruption` (masked patch prediction) corrupts the patch embeddings;
+    `out["patch_predictions"]` then holds the head's outputs per patch."""
     out = {}
     x = images_BxHxWxC.astype(self.dtype)
     if self.resnet is not None:
@@ -273,6 +306,13 @@ class VisionTransformer(nn.Module):
     batch, grid_h, grid_w, width = x.shape
     x_BxNxD = jnp.reshape(x, (batch, grid_h * grid_w, width))
     out["grid"] = (grid_h, grid_w)
+    if self.masked_patch_outputs is not None:
+      mask_token = self.param("mask_token", nn.initializers.normal(0.02),
+                              (1, 1, width), self.param_dtype)
+      if corruption is not None:
+        x_BxNxD = masked_patch.corrupt(x_BxNxD, mask_token[0, 0], corruption)
+    elif corruption is not None:
+      raise ValueError("corruption needs a model with masked_patch_outputs.")
 
     if self.classifier == "token":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, width),
@@ -290,6 +330,12 @@ class VisionTransformer(nn.Module):
         param_dtype=self.param_dtype, name="Transformer")(
             x_BxNxD, not train, return_intermediates)
     out["encoded"] = encoded
+    if self.masked_patch_outputs is not None:
+      patches_BxNxD = encoded[:, 1:] if self.classifier == "token" else encoded
+      out["patch_predictions"] = MaskedPatchHead(
+          self.masked_patch_outputs, self.gelu_approximate, dtype=self.dtype,
+          param_dtype=self.param_dtype, name="masked_patch_head")(
+              patches_BxNxD)
     if captured is not None:
       out["blocks"] = captured["block"]  # L x B x N x D
       out["attention_weights"] = captured["attention"]  # L x B x H x N x N

@@ -18,6 +18,12 @@ POSEMB = "Transformer/posembed_input/pos_embedding"
 _BLOCK = "Transformer/encoderblock_{}"
 
 
+def is_masked_patch_part(name: str) -> bool:
+  """The [mask] token and prediction head of masked patch prediction: used
+  in self-supervised pre-training only (models/masked_patch.py)."""
+  return name == "mask_token" or name.startswith("masked_patch_head/")
+
+
 @dataclasses.dataclass
 class Converted:
   params: dict[str, np.ndarray]
@@ -369,7 +375,8 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
           p(f"{block}/MlpBlock_3/{ours}/kernel").T)
       out[f"blocks.{i}.mlp.{theirs}.bias"] = p(f"{block}/MlpBlock_3/{ours}/bias")
     i += 1
-  left = sorted(set(params) - used)
+  # timm's model computes the same features without them.
+  left = sorted(k for k in set(params) - used if not is_masked_patch_part(k))
   if left:
     raise WeightsError(f"timm's VisionTransformer has no place for {left}; "
                        "nothing was written. Use --format=npz, which keeps "

@@ -6,9 +6,11 @@
 `target` is the model's (abstract) parameter tree. Every target parameter is
 either loaded (same shape), resized (position embeddings, by 2D
 interpolation), or re-initialised by policy: a head whose number of classes
-differs (or that the file lacks), and whatever `dont_load` names. File
+differs (or that the file lacks), the parts of masked patch prediction the
+file lacks or has for another target, and whatever `dont_load` names. File
 entries the target has no place for are dropped only by policy (a pre-logits
-layer when the config has none, or `dont_load`). Anything else (missing,
+layer when the config has none, the parts of masked patch prediction when
+the model is not pre-trained that way, or `dont_load`). Anything else (missing,
 unexpected or differently shaped parameters) refuses the whole load with the
 report's table: nothing is half-loaded.
 """
@@ -233,7 +235,7 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
     if _matches(dont_load, name):
       report.reinitialised.append((name, "config.init.dont_load"))
     elif value is None:
-      if name.startswith("head/"):
+      if name.startswith("head/") or convert.is_masked_patch_part(name):
         report.reinitialised.append((name, "not in the file"))
       else:
         report.missing.append(name)
@@ -249,6 +251,10 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       report.reinitialised.append(
           (name, f"{value.shape[-1]} classes in the file, {shape[-1]} in the "
            "config"))
+    elif name.startswith("masked_patch_head/Dense_1/"):  # Target-dependent.
+      report.reinitialised.append(
+          (name, f"{value.shape[-1]} outputs in the file, {shape[-1]} for "
+           "the config's config.masked_patch"))
     else:
       report.mismatched.append((name, tuple(value.shape), shape))
   has_head = any(k.startswith("head/") for k in target_flat)
@@ -261,6 +267,8 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       report.dropped.append((name, "the model has no head"))
     elif name.startswith("pre_logits/"):
       report.dropped.append((name, "config.model.representation_size=None"))
+    elif convert.is_masked_patch_part(name):
+      report.dropped.append((name, "masked patch prediction only"))
     else:
       report.unexpected.append(name)
   _warn_zero_head(loaded, report)

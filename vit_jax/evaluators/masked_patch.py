@@ -1,0 +1,77 @@
+"""Masked patch prediction on the eval split: loss and per-patch accuracy.
+
+The evaluator of `config.objective=masked_patch`. Each evaluation corrupts
+the same patches of the same images (the corruption of batch i is drawn from
+the config's seed and i), so evaluations at different steps compare. Like
+the classification evaluator it counts every image once (padding is masked);
+loss and accuracy are over the corrupted patches.
+"""
+
+from typing import Callable, Iterable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh
+
+from vit_jax import models, sharding, steps
+from vit_jax.data import input_pipeline
+
+
+class MaskedPatchEvaluator:
+  """`run(params) -> {'loss', 'accuracy', 'num_examples', 'num_patches'}`."""
+
+  def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
+               mesh: Mesh, mp_config: ml_collections.ConfigDict, stride: int,
+               seed: int, params_sharding, logical_axis_rules=()):
+    """`batches()` returns a fresh iterable of process-local numpy batches."""
+    self._batches = batches
+    self._mesh = mesh
+
+    def eval_step(params, batch, index):
+      rng = jax.random.fold_in(jax.random.key(seed), index)
+      apply = lambda images, **kw: model.apply({"params": params}, images,
+                                               train=False, **kw)
+      sums = steps.masked_patch_sums(apply, batch["image"], rng, mp_config,
+                                     stride, batch["mask"])
+      return {**sums, "images": jnp.sum(batch["mask"])}
+
+    self._step = sharding.jit_on_mesh(
+        eval_step, mesh, logical_axis_rules,
+        in_shardings=(params_sharding, sharding.batch_sharding(mesh),
+                      sharding.replicated(mesh)),
+        out_shardings=sharding.replicated(mesh))
+
+  def run(self, params) -> dict[str, float]:
+    totals = None
+    for index, local_batch in enumerate(self._batches()):
+      sums = self._step(params, sharding.to_global_batch(local_batch,
+                                                         self._mesh),
+                        np.int32(index))
+      totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
+    return {"loss": totals["loss"] / totals["count"],
+            "accuracy": totals["correct"] / totals["count"],
+            "num_examples": totals["images"], "num_patches": totals["count"]}
+
+  def summary(self, metrics) -> str:
+    return (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
+            f"on {metrics['num_patches']:.0f} corrupted patches of "
+            f"{metrics['num_examples']:.0f} images")
+
+
+def from_config(config, model, mesh, params_sharding, source):
+  """On for config.objective=masked_patch: every config.eval_every_steps
+  steps (0: at the end only)."""
+  if config.objective != "masked_patch":
+    return None
+
+  def batches():
+    return input_pipeline.make_eval_dataset(
+        config, source, labels=False).as_numpy_iterator()
+  return config.eval_every_steps, MaskedPatchEvaluator(
+      model, batches, mesh, config.masked_patch,
+      models.get_variant(config.model.variant).stride, config.seed,
+      params_sharding, config.sharding.logical_axis_rules)
