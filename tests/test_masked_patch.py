@@ -1,10 +1,10 @@
 """Masked patch prediction: corruption, targets, the loss, the model parts."""
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from vit_jax import (config_checks, config_defaults, models, optim, planning,
                      sharding, steps, weights)
@@ -12,7 +12,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch as mp
 from vit_jax.models.vit import VisionTransformer
-from vit_jax.weights import convert, writers
+from vit_jax.weights import writers
 
 MASKED_PARTS = {"mask_token"} | {
     f"masked_patch_head/{p}" for p in ("Dense_0/kernel", "Dense_0/bias",
@@ -249,9 +249,11 @@ def test_released_weights_start_self_supervised_pre_training(selfsup_config,
   _, report = weights.load_for_config(config, path, params)
   assert {name for name, _ in report.reinitialised} == MASKED_PARTS
   assert {name for name, _ in report.dropped} == {"head/kernel", "head/bias"}
-  flat = flax.traverse_util.flatten_dict(
-      models.init_on_zeros(model, jax.random.key(0), 16), sep="/")
-  timm = convert.to_timm({k: np.asarray(v) for k, v in flat.items()})
+  timm_path = str(tmp_path / "timm.safetensors")
+  left_out = writers.save_timm(
+      models.init_on_zeros(model, jax.random.key(0), 16), timm_path)
+  assert set(left_out) == MASKED_PARTS
+  timm = safetensors.numpy.load_file(timm_path)
   assert "blocks.1.mlp.fc2.bias" in timm and not any(
       "mask" in k for k in timm)
 

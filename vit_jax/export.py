@@ -33,12 +33,16 @@ def main(argv):
   f = flags.FLAGS
   console.say("Reading %s.", f.checkpoint)  # Big files take a while.
   params = writers.released_params(f.checkpoint, f.num_heads)
-  count = sum(v.size for v in params.values())
-  console.say("Writing %s parameters to %s as %s.", f"{count:,}", f.out,
-              f.format)
+  console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
   save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
-  save(params, f.out)
-  print(f"Wrote {len(params)} arrays ({count:,} parameters) to {f.out}.")
+  left_out = save(params, f.out) or []
+  if left_out:
+    console.say("Left out masked patch prediction's [mask] token and "
+                "prediction head (%d arrays): timm's model has no place for "
+                "them.", len(left_out))
+  written = {k: v for k, v in params.items() if k not in left_out}
+  count = sum(v.size for v in written.values())
+  print(f"Wrote {len(written)} arrays ({count:,} parameters) to {f.out}.")
 
 
 if __name__ == "__main__":

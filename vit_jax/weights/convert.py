@@ -375,8 +375,7 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
           p(f"{block}/MlpBlock_3/{ours}/kernel").T)
       out[f"blocks.{i}.mlp.{theirs}.bias"] = p(f"{block}/MlpBlock_3/{ours}/bias")
     i += 1
-  # timm's model computes the same features without them.
-  left = sorted(k for k in set(params) - used if not is_masked_patch_part(k))
+  left = sorted(set(params) - used)
   if left:
     raise WeightsError(f"timm's VisionTransformer has no place for {left}; "
                        "nothing was written. Use --format=npz, which keeps "

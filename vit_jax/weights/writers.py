@@ -39,10 +39,15 @@ def save_npz(params, path: str):
   paths.resolve(path).write_bytes(buffer.getvalue())
 
 
-def save_timm(params, path: str):
-  """Params (flat or nested) -> timm VisionTransformer state dict."""
+def save_timm(params, path: str) -> list[str]:
+  """Params (flat or nested) -> timm VisionTransformer state dict. Returns
+  what was left out: the parts of masked patch prediction, which timm's
+  model has no place for (its features are the same without them)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
-  flat = {k: np.asarray(v, np.float32) for k, v in params.items()}
+  left_out = sorted(k for k in params if convert.is_masked_patch_part(k))
+  flat = {k: np.asarray(v, np.float32) for k, v in params.items()
+          if k not in left_out}
   paths.resolve(path).write_bytes(st_numpy.save(convert.to_timm(flat)))
+  return left_out
