@@ -211,6 +211,9 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
     ("masked_patch.downsized_size", 3, "does not divide the 4-pixel patches"),
     ("pp_eval", "resize", "pp_eval='resize' must end with value_range"),
     ("image_size", 4, "gives one patch"),
+    ("model.variant", "testing-hybrid", "does not take the hybrid"),
+    ("model.classifier", "map", "never trains"),
+    ("model.representation_size", 16, "never trains"),
 ])
 def test_bad_masked_patch_config_fails_before_compiling(selfsup_config, field,
                                                         value, message):
@@ -266,3 +269,28 @@ def test_presets_pass_the_config_checks(arg):
   config = selfsup.get_config(arg)
   assert config.objective == "masked_patch"
   config_checks.check_config(config, sharding.make_mesh())
+
+
+def test_masked_patch_step_without_class_token_and_with_accumulation(
+    selfsup_config):
+  """classifier=gap (every token is a patch) and two micro-batches, each
+  with its own corruption: the step averages the objective's metrics too
+  (with the zero-initialised head the loss is ln(512) in each)."""
+  selfsup_config.model.classifier = "gap"
+  selfsup_config.accum_steps = 2
+  config_checks.check_config(selfsup_config, sharding.make_mesh())
+  model = steps.model_for_config(selfsup_config, None)
+  tx, schedule = optim.make_optimizer(selfsup_config, 10)
+  mesh = sharding.make_mesh()
+  state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
+  step = steps.train_step_for_config(selfsup_config, model, tx, schedule,
+                                     mesh, state_sharding)
+  images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3))
+  _, metrics = step(state, sharding.to_global_batch(
+      {"image": images.astype(np.float32)}, mesh))
+  assert abs(float(metrics["loss"]) - np.log(512)) < 1e-4  # Zero head.
+  assert 0.0 <= float(metrics["accuracy"]) <= 1.0
+  _, out = model.apply(
+      {"params": models.init_on_zeros(model, jax.random.key(0), 16)},
+      jnp.zeros((2, 16, 16, 3)))
+  assert out["patch_predictions"].shape == (2, 16, 512)

@@ -93,9 +93,10 @@ def _one_process_reference(config, num_steps=STEPS, stop_after=None):
   tx, schedule = optim.make_optimizer(config, num_steps)
   state, shardings = steps.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
-  step = steps.jit_train_step(steps.make_train_step(
-      model, tx, steps.supervised(steps.softmax_xent), schedule, mesh), shardings, mesh,
-                              config.sharding.logical_axis_rules)
+  step = steps.jit_train_step(
+      steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+                            schedule, mesh),
+      shardings, mesh, config.sharding.logical_axis_rules)
   for _ in range(num_steps if stop_after is None else stop_after):
     parts = [next(share) for share in shares]
     batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -358,5 +358,3 @@ def test_unlabelled_tfds_dataset(selfsup_config, tmp_path):
   assert batch["image"].shape == (8, 16, 16, 3) and "labels" not in batch
   with pytest.raises(UserError, match="unlabelled_toy has no labels"):
     input_pipeline.make_train_iterator(config, source, labels=True)
-
-

@@ -90,9 +90,22 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
 
 
 def check_masked_patch(config: ml_collections.ConfigDict, stride: int):
-  """The rates, the colour bits, the patch grid and the pixel range that
-  masked patch prediction needs."""
+  """The model (a plain ViT with nothing it cannot train), the rates, the
+  colour bits, the patch grid and the pixel range that masked patch
+  prediction needs."""
   mp = config.masked_patch
+  if models.get_variant(config.model.variant).resnet is not None:
+    raise UserError(
+        f"config.objective=masked_patch does not take the hybrid "
+        f"{config.model.variant}: its ResNet stem sees across patch borders, "
+        "so a corrupted patch's pixels reach its neighbours' tokens (the "
+        "paper pre-trains plain ViTs this way). Pick a plain ViT variant.")
+  if config.model.classifier == "map" or config.model.representation_size:
+    raise UserError(
+        "config.model.classifier=map and config.model.representation_size "
+        "add layers masked patch prediction never trains (weight decay would "
+        "shrink them to zero); use classifier token or gap and no "
+        "representation_size with config.objective=masked_patch.")
   if not 0.0 < mp.corrupt_rate <= 1.0:
     raise UserError(f"config.masked_patch.corrupt_rate={mp.corrupt_rate} "
                     "must be in (0, 1] (the paper: 0.5).")

@@ -58,6 +58,8 @@ def masked_patch_sums(apply, images, rng, mp_config, stride: int,
       corruption_rng, batch, (height // stride) * (width // stride),
       mp_config.corrupt_rate, mp_config.mask_rate, mp_config.replace_rate)
   _, out = apply(images, corruption=corruption, rngs={"dropout": dropout_rng})
+  assert out["grid"][0] * out["grid"][1] == corruption.kind_BxN.shape[1], (
+      f"{stride}-pixel patches do not match the model's grid {out['grid']}.")
   targets = masked_patch.patch_targets(images, out["grid"], mp_config.target,
                                        mp_config.color_bits,
                                        mp_config.downsized_size)
@@ -178,7 +180,9 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
 
   With `accum_steps > 1` the batch is split into that many micro-batches whose
   gradients are averaged before one update: the same update as the whole
-  batch at once (without dropout), in a fraction of the activation memory.
+  batch at once (without dropout or masked patch prediction's random
+  corruption, which each micro-batch draws anew), in a fraction of the
+  activation memory.
   With `ema_decay` the state's `ema_params` follow the parameters. Given the
   parameters' shardings, FSDP-sharded parameters are gathered where they are
   used (the encoder blocks' inside each block, see `_gather_in_blocks`) and

@@ -44,7 +44,8 @@ class Corruption:
 
 
 def num_corrupted(num_patches: int, corrupt_rate: float) -> int:
-  """Patches corrupted per image: the rate's share, rounded, at least one."""
+  """Patches corrupted per image: the rate's share, at least one (Python's
+  round: halves to even, e.g. 24 of 49 at 0.5)."""
   return max(1, round(corrupt_rate * num_patches))
 
 
@@ -116,7 +117,7 @@ def output_width(target: str, stride: int, color_bits: int,
 
 
 def patch_targets(images_BxHxWxC, grid, target: str, color_bits: int,
-            downsized_size: int):
+                  downsized_size: int):
   """Per token: mean_color int32 B x N; downsized int32 B x N x size^2;
   pixels_l2 float32 B x N x (s*s*3)."""
   pixels = patch_pixels(images_BxHxWxC.astype(jnp.float32), grid)
