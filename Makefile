@@ -27,19 +27,22 @@ setup: $(STAMP)
 # (position embeddings resized, new head); each prints its test accuracy.
 # Then pre-trains the same model self-supervised (masked patch prediction,
 # no labels read), and prints the few-shot linear accuracies of its features
-# next to random-init and supervised features.
+# next to random-init and supervised features. Last, it writes the paper's
+# figures of what the pre-trained model learnt into its workdir.
 demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	rm -rf $(WORKDIR)
-	@echo "== 1/4 Pre-training on digits at 16 px"
+	@echo "== 1/5 Pre-training on digits at 16 px"
 	$(VIT_JAX) train --config=configs/digits.py --workdir=$(WORKDIR)/pretrain
-	@echo "== 2/4 Fine-tuning that checkpoint at 32 px"
+	@echo "== 2/5 Fine-tuning that checkpoint at 32 px"
 	$(VIT_JAX) train --config=configs/finetune.py:digits \
 	    --workdir=$(WORKDIR)/finetune --config.init.checkpoint=$(WORKDIR)/pretrain
-	@echo "== 3/4 Self-supervised pre-training (masked patch prediction) at 16 px"
+	@echo "== 3/5 Self-supervised pre-training (masked patch prediction) at 16 px"
 	$(VIT_JAX) train --config=configs/selfsup.py:digits --workdir=$(WORKDIR)/selfsup
-	@echo "== 4/4 Few-shot linear accuracy: self-supervised, random init, supervised"
+	@echo "== 4/5 Few-shot linear accuracy: self-supervised, random init, supervised"
 	$(VIT_JAX) fewshot --config=configs/fewshot.py:digits --workdir=$(WORKDIR)/fewshot \
 	    --checkpoints=$(WORKDIR)/selfsup,random,$(WORKDIR)/pretrain
+	@echo "== 5/5 What the pre-trained model learnt: the paper's figures"
+	$(VIT_JAX) analyze --checkpoint=$(WORKDIR)/pretrain
 
 test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests

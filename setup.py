@@ -16,6 +16,7 @@ setuptools.setup(
         "gcsfs>=2024.2",  # gs:// through etils.epath, also without TensorFlow.
         "importlib_resources>=6",  # TFDS builders need it but do not declare it.
         "jax>=0.6",
+        "matplotlib>=3.8",  # The analysis figures (Agg, no display).
         "ml-collections>=1.0",
         "numpy>=1.26",
         "optax>=0.2.4",

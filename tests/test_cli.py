@@ -36,6 +36,12 @@ MISTAKES = {
     "inspect: missing checkpoint": (
         ["vit_jax.inspect", "/no/such.npz"],
         "error: No weights at /no/such.npz"),
+    "predict: missing checkpoint": (
+        ["vit_jax.predict", "--checkpoint=/no/such.npz", "docs/digits"],
+        "error: No weights at /no/such.npz"),
+    "analyze: images as arguments": (
+        ["vit_jax.analyze", "--checkpoint=/no/such.npz", "docs/digits"],
+        "error: Unexpected arguments ['docs/digits']"),
     "benchmark: unknown variant": (
         ["vit_jax.benchmark", "--variant=ViT-X/1"],
         "error: Unknown model variant 'ViT-X/1'"),

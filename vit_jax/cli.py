@@ -53,6 +53,8 @@ COMMANDS = {
     "export": ("vit_jax.export", "weights to the released .npz or timm"),
     "plan": ("vit_jax.plan", "memory and fit of a config on a topology"),
     "benchmark": ("vit_jax.benchmark", "train-step images/s and MFU"),
+    "predict": ("vit_jax.predict", "top classes of image files"),
+    "analyze": ("vit_jax.analyze", "the paper's figures of what a model learnt"),
 }
 
 FLAGS = flags.FLAGS
@@ -72,6 +74,25 @@ flags.DEFINE_integer("process_id", None, "This process's index.")
 # OSError: a missing file, a config file that failed to load, storage that
 # cannot be reached.
 USER_ERRORS = (UserError, OSError, app.UsageError)
+
+
+def define_checkpoint_flags(use: str):
+  """--checkpoint (required), --config, --image_size and --num_heads: the
+  flags of commands that apply one checkpoint (`inference.load` reads
+  them)."""
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_string("checkpoint", None, f"Weights {use} (any format "
+                      "config.init.checkpoint reads).")
+  config_flags.DEFINE_config_file(
+      "config", None, "Config of the model and its preprocessing "
+      "(FILE.py:ARG); default: the workdir's config.json, or read from the "
+      "file.", lock_config=True)
+  flags.DEFINE_integer("image_size", None, "Resolution (default: the "
+                       "checkpoint's); position embeddings are resized.")
+  flags.DEFINE_integer("num_heads", None,
+                       "Attention heads; only for PyTorch files of a width "
+                       "no variant has.")
+  flags.mark_flags_as_required(["checkpoint"])
 
 
 def initialize_distributed():

@@ -32,7 +32,7 @@ from vit_jax.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 LISTING_THREADS = 32
-_MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG": "PNG"}
+MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG": "PNG"}  # First bytes.
 
 Listing = dict[str, dict[str, list[str]]]  # split -> class -> file names.
 UNLABELLED = ""  # The class of images directly in a split folder.
@@ -125,6 +125,20 @@ def load_listing(root: str, index_dir=None) -> Listing:
   return listing if listing is not None else _read_index(index, root)
 
 
+def class_names(root: str, index_dir=None) -> list[str]:
+  """The folder's class names, from the index in `index_dir` if one was
+  kept there, else from the class folders (their files are not listed)."""
+  index = None if index_dir is None else _index_path(index_dir, root)
+  if index is not None and index.exists():
+    listing = _read_index(index, root)
+  else:
+    splits, _ = paths.list_dir(root)
+    listing = {s: dict.fromkeys(paths.list_dir(f"{root.rstrip('/')}/{s}")[0])
+               for s in splits}
+  return sorted({c for by_class in listing.values() for c in by_class} -
+                {UNLABELLED})
+
+
 class ImageFolderSource:
   """`ROOT/SPLIT/CLASS_NAME/*.{jpg,jpeg,png}`; classes are the sorted names."""
 
@@ -199,12 +213,19 @@ class ImageFolderSource:
     return ds.shuffle(len(files), seed=seed) if shuffle_files else ds
 
   def decode(self, record):
-    data = (tf.io.read_file(record["path"]) if self._tensorflow_reads
-            else _read_with_path_layer(record["path"]))
-    image = _decode(data, record["path"])
+    image = read_image(record["path"], self._tensorflow_reads)
     if not self.num_classes:
       return {"image": image}
     return {"image": image, "label": tf.cast(record["label"], tf.int64)}
+
+
+def read_image(path, tensorflow_reads: bool):
+  """The image file at `path` (a string tensor) as uint8 RGB, read by
+  TensorFlow or, where it cannot (`paths.tensorflow_can_read`), through
+  the path layer; a file that is no JPEG or PNG fails naming its path."""
+  data = (tf.io.read_file(path) if tensorflow_reads
+          else _read_with_path_layer(path))
+  return _decode(data, path)
 
 
 def _read_with_path_layer(path):
@@ -218,7 +239,7 @@ def _read_with_path_layer(path):
 def _decode(data, path):
   """Decodes JPEG/PNG bytes to uint8 RGB; a bad file fails naming its path."""
   known = tf.reduce_any([tf.strings.substr(data, 0, len(m)) == m
-                         for m in _MAGIC])
+                         for m in MAGIC])
   with tf.control_dependencies([tf.debugging.Assert(
       known, ["Unreadable image (not a JPEG or PNG file):", path])]):
     image = tf.io.decode_image(data, channels=3, expand_animations=False)

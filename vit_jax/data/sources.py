@@ -115,3 +115,30 @@ def make_source(config: ml_collections.ConfigDict, index_dir=None):
     return image_folder.ImageFolderSource(config.dataset[len(FOLDER_PREFIX):],
                                           index_dir)
   return TfdsSource(config.dataset, config.data_dir, config.manual_dir)
+
+
+def label_names(config: ml_collections.ConfigDict, index_dir=None):
+  """The class names of the config's dataset from its metadata alone
+  (nothing is downloaded or prepared); None where they cannot be read."""
+  try:
+    if config.dataset.startswith(FOLDER_PREFIX):
+      return image_folder.class_names(config.dataset[len(FOLDER_PREFIX):],
+                                      index_dir) or None
+    features = tfds.builder(config.dataset,
+                            data_dir=config.data_dir).info.features
+    label = (features["label"] if "label" in features
+             else features["labels"].feature)
+    return list(label.names)
+  except Exception:  # pylint: disable=broad-except  # Names are optional.
+    return None
+
+
+def imagenet_names() -> list[str]:
+  """The 1,000 ImageNet-1k class names that ship inside tensorflow-datasets
+  (in class-index order): the first of each entry's synonyms, or the whole
+  entry where two classes share that first synonym (the two 'maillot's)."""
+  from tensorflow_datasets.datasets.siscore import labels  # pylint: disable=g-import-not-at-top
+  entries = labels.IMAGENET_LABELS_LIST
+  first = [entry.split(",")[0].strip() for entry in entries]
+  return [name if first.count(name) == 1 else entry
+          for name, entry in zip(first, entries)]

@@ -107,6 +107,25 @@ def read_converted(path: str, num_heads: int) -> convert.Converted:
   return convert.convert(fmt, tensors, num_heads, path)
 
 
+def training_workdir(path: str):
+  """The workdir an Orbax checkpoint lies in: PATH itself, or what holds
+  PATH's `checkpoints/` folder."""
+  workdir = paths.resolve(path)
+  for parent in [workdir, *workdir.parents]:
+    if parent.name == "checkpoints":
+      return parent.parent
+  return workdir
+
+
+def recorded_config(path: str) -> Optional[dict]:
+  """The config.json of the workdir an Orbax checkpoint lies in, None if
+  absent."""
+  config_path = training_workdir(path) / "config.json"
+  if not config_path.exists():
+    return None
+  return json.loads(config_path.read_text())
+
+
 def origin_gelu(path: str, layout: str) -> Optional[bool]:
   """The GELU form the file's origin computes (True: tanh), None if unknown.
 
@@ -115,16 +134,10 @@ def origin_gelu(path: str, layout: str) -> Optional[bool]:
   """
   if layout != "orbax":
     return convert.ORIGIN_GELU_APPROXIMATE.get(layout)
-  # The workdir: PATH itself, or what holds PATH's `checkpoints/` folder.
-  workdir = paths.resolve(path)
-  for parent in [workdir, *workdir.parents]:
-    if parent.name == "checkpoints":
-      workdir = parent.parent
-      break
-  config_path = workdir / "config.json"
-  if not config_path.exists():
+  recorded = recorded_config(path)
+  if recorded is None:
     return None
-  model = json.loads(config_path.read_text()).get("model", {})
+  model = recorded.get("model", {})
   value = model.get("gelu_approximate", False)
   return None if value is None else bool(value)
 

@@ -1,0 +1,173 @@
+r"""The analyze command: the paper's figures of what a ViT learnt.
+
+    vit-jax analyze --checkpoint=workdirs/demo/pretrain
+    vit-jax analyze --checkpoint=ViT-B_16.npz --images=photos/ --out=fig/
+
+(or `python -m vit_jax.analyze ...`). Writes four PNGs into `--out` and
+`analysis.json` with the numbers behind them (`vit_jax/analysis.py` says
+how each is computed):
+
+  embedding_filters.png              principal components of the patch
+                                     embedding's filters (Fig. 7 left);
+  position_embedding_similarity.png  cosine similarity of the position
+                                     embeddings (Fig. 7 centre);
+  mean_attention_distance.png        per head against depth (Fig. 7 right);
+  attention_rollout.png              the output token's attention to the
+                                     input, over a few images (Fig. 6).
+
+Attention is averaged over `--num_images` images: the files under
+`--images`, or, for a training workdir, the first images of its dataset's
+evaluation split. `--out` defaults to `analysis/` in the training workdir
+(else in the working directory).
+"""
+
+import json
+import os
+
+from vit_jax import cli  # First: the commands' preamble.
+
+cli.import_tensorflow_quietly()
+
+from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+from vit_jax import analysis, console, figures, inference, paths  # noqa: E402
+from vit_jax.data import image_files, input_pipeline, sources  # noqa: E402
+from vit_jax.errors import UserError  # noqa: E402
+from vit_jax.weights import loader  # noqa: E402
+
+FLAGS = flags.FLAGS
+cli.define_checkpoint_flags("to analyse")
+flags.DEFINE_list("images", None, "Image files or folders to average the "
+                  "attention over (default, for a training workdir: its "
+                  "evaluation split).")
+flags.DEFINE_integer("num_images", 128, "Images the attention is averaged "
+                     "over (at most).")
+flags.DEFINE_integer("num_shown", 6, "Images in the attention rollout "
+                     "figure.")
+flags.DEFINE_integer("batch_size", 16, "Images per batch (over all devices).")
+flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
+
+FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
+           "mean_attention_distance.png", "attention_rollout.png")
+
+DISTANCE_DEFINITION = (
+    "Per layer and head, in input pixels: for each query patch, the sum over "
+    "key patches of attention x distance between the two patches' centres; "
+    "the class token is left out as query and as key, and each query's "
+    "attention is renormalised to sum to 1 over the patches. Averaged over "
+    "query patches and images.")
+
+
+def _eval_split_batches(loaded, batch_size: int):
+  """(batches of the training dataset's evaluation split, with the index of
+  each image; a name for image i)."""
+  if not loaded.trained_here:
+    raise UserError(
+        f"{loaded.checkpoint} is not a training workdir, so there is no "
+        "dataset to take images from: give --images=FILES_OR_FOLDERS.")
+  config = loaded.config.copy_and_resolve_references()
+  config.eval_batch_size = batch_size
+  source = sources.make_source(
+      config, index_dir=loader.training_workdir(loaded.checkpoint))
+
+  def batches():
+    dataset = input_pipeline.make_eval_dataset(config, source, labels=False)
+    for number, batch in enumerate(dataset.as_numpy_iterator()):
+      yield dict(batch, index=number * batch_size + np.arange(batch_size))
+
+  split = f"{config.dataset}:{config.eval_split}"
+  return batches(), split, lambda i: f"{split} #{i}"
+
+
+def _output_folder(loaded) -> str:
+  if FLAGS.out:
+    return FLAGS.out
+  if loaded.trained_here:
+    return str(loader.training_workdir(loaded.checkpoint) / "analysis")
+  return "analysis"
+
+
+def to_json(result: dict, images: str, names) -> dict:
+  filters = result["embedding_filters"]
+  distance = result["mean_attention_distance"]
+  return {
+      "checkpoint": result["checkpoint"], "images": images,
+      **{k: result[k] for k in ("variant", "image_size", "grid",
+                                "patch_pixels", "num_images")},
+      "embedding_filters": {
+          "layer": filters["layer"],
+          "explained_variance_ratio": analysis.rounded(
+              filters["explained_variance_ratio"]),
+          "components": analysis.rounded(filters["components"])},
+      "position_embedding_similarity": analysis.rounded(
+          result["position_embedding_similarity"]),
+      "mean_attention_distance": analysis.rounded(distance, 3),
+      "mean_attention_distance_definition": DISTANCE_DEFINITION,
+      "mean_attention_distance_by_layer": [
+          dict(zip(("min", "mean", "max"), analysis.rounded(np.array(r), 3)))
+          for r in analysis.summary_by_layer(distance)],
+      "attention_rollout": [
+          {"image": names(index), "map": analysis.rounded(rollout_map)}
+          for index, _, rollout_map in result["attention_rollout"]],
+  }
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments {argv[1:]}: name images "
+                         "with --images=FILES_OR_FOLDERS.")
+  if min(FLAGS.num_images, FLAGS.batch_size, FLAGS.num_shown) < 1:
+    raise app.UsageError(
+        "--num_images, --num_shown and --batch_size must be positive.")
+  loaded = inference.load(FLAGS.checkpoint, FLAGS.config, FLAGS.image_size,
+                          FLAGS.num_heads)
+  batch_size = loaded.batch_size(FLAGS.batch_size)
+  failed = []
+  if FLAGS.images:
+    files = image_files.find_images(FLAGS.images)[:FLAGS.num_images]
+    reader = image_files.ImageFiles(files, loaded.config.pp_eval,
+                                    loaded.config.image_size, batch_size)
+    batches, images = reader, ",".join(FLAGS.images)
+    names = lambda i: os.path.basename(files[i])
+  else:
+    batches, images, names = _eval_split_batches(loaded, batch_size)
+  console.say("Analysing %s (%s) over at most %d images of %s.",
+              loaded.checkpoint, inference.describe(loaded), FLAGS.num_images,
+              images)
+  result = analysis.run(loaded, batches, FLAGS.num_images, FLAGS.num_shown)
+  result["checkpoint"] = loaded.checkpoint
+  if FLAGS.images:
+    failed = reader.failed
+
+  out = _output_folder(loaded)
+  paths.resolve(out).mkdir(parents=True, exist_ok=True)
+  where = lambda name: f"{out.rstrip('/')}/{name}"
+  filters = result["embedding_filters"]
+  figures.embedding_filters(filters["components"],
+                            filters["explained_variance_ratio"],
+                            filters["layer"], where(FIGURES[0]))
+  figures.position_similarity(result["position_embedding_similarity"],
+                              result["grid"], where(FIGURES[1]))
+  figures.mean_attention_distance(result["mean_attention_distance"],
+                                  result["image_size"], where(FIGURES[2]))
+  figures.attention_rollout(
+      [(image, m) for _, image, m in result["attention_rollout"]],
+      [names(i) for i, _, _ in result["attention_rollout"]],
+      where(FIGURES[3]))
+  paths.resolve(where("analysis.json")).write_text(
+      json.dumps(to_json(result, images, names), indent=1))
+
+  console.say("Mean attention distance (pixels; min / mean / max over "
+              "heads), over %d images:", result["num_images"])
+  for layer, (low, mean, high) in enumerate(
+      analysis.summary_by_layer(result["mean_attention_distance"]), 1):
+    console.say("  layer %2d  %6.2f / %6.2f / %6.2f", layer, low, mean, high)
+  console.say("Wrote %s and analysis.json to %s.", ", ".join(FIGURES), out)
+  for path, why in failed:
+    console.say("Skipped %s: %s", path, why)
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  cli.run(main)

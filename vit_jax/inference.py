@@ -1,0 +1,184 @@
+"""A checkpoint ready to apply to images, for `predict` and `analyze`.
+
+    loaded = inference.load("workdirs/demo/pretrain")        # Orbax workdir
+    loaded = inference.load("ViT-B_16.npz", image_size=384)  # any file
+
+The config (model, resolution, evaluation preprocessing) is the one given,
+else the workdir's config.json, else one read from the file's shapes
+(`weights.architecture`) with the paper's evaluation preprocessing at the
+resolution the position embeddings were trained at; `image_size` overrides
+the resolution (position embeddings are resized). The parameters are
+replicated on every local device; batches are split over them.
+"""
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from jax.sharding import Mesh
+
+from vit_jax import (config_defaults, console, models, paths, sharding, steps,
+                     weights)
+from vit_jax.errors import UserError
+from vit_jax.weights import architecture, loader
+
+
+@dataclasses.dataclass
+class Loaded:
+  checkpoint: str
+  config: ml_collections.ConfigDict  # Model, image_size, pp_eval, dataset.
+  model: Any  # models.VisionTransformer, with the file's head (if any).
+  params: Any
+  mesh: Mesh
+  params_sharding: Any
+  trained_here: bool  # The config is the training workdir's config.json.
+
+  @property
+  def num_classes(self) -> Optional[int]:
+    return self.model.num_classes
+
+  def batch_size(self, requested: int) -> int:
+    """`requested` rounded up to split evenly over the local devices."""
+    devices = self.mesh.devices.size
+    return -(-requested // devices) * devices
+
+  @property
+  def stride(self) -> int:
+    """Pixels per token along each side."""
+    return models.get_variant(self.config.model.variant).stride
+
+
+def _merge(config: ml_collections.ConfigDict, recorded: dict):
+  """`config` with the recorded values of the fields it has (JSON lists
+  become the tuples the fields hold)."""
+  as_tuple = lambda v: tuple(as_tuple(x) for x in v) if isinstance(
+      v, list) else v
+  for key, value in recorded.items():
+    if key not in config:
+      continue
+    if isinstance(config[key], ml_collections.ConfigDict):
+      _merge(config[key], value)
+    else:
+      config[key] = as_tuple(value)
+
+
+def config_for(checkpoint: str, config=None, image_size=None,
+               num_heads=None) -> tuple[ml_collections.ConfigDict, bool,
+                                        architecture.Architecture]:
+  """(config, whether it is the training workdir's, the file's
+  architecture); see the module doc."""
+  arch = architecture.read(checkpoint, num_heads)
+  recorded = (loader.recorded_config(checkpoint)
+              if config is None and paths.resolve(checkpoint).is_dir()
+              else None)
+  if config is not None:
+    config = config.copy_and_resolve_references()
+  else:
+    config = config_defaults.get_config()
+    if recorded is not None:
+      _merge(config, recorded)
+    else:
+      config.model.update(dict(variant=arch.variant,
+                               classifier=arch.classifier,
+                               representation_size=arch.representation_size))
+      config.image_size = arch.image_size
+  config.init.checkpoint = checkpoint
+  config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
+  if image_size:
+    config.image_size = image_size
+  stride = models.get_variant(config.model.variant).stride
+  if config.image_size % stride:
+    raise UserError(f"Image size {config.image_size} is not a multiple of "
+                    f"the {stride}-pixel patches of {config.model.variant}.")
+  return weights.resolve_gelu(config), recorded is not None, arch
+
+
+def load(checkpoint: str, config=None, image_size=None,
+         num_heads=None) -> Loaded:
+  config, trained_here, arch = config_for(checkpoint, config, image_size,
+                                          num_heads)
+  model = models.build_model(config.model, arch.num_classes)
+  mesh = sharding.make_mesh(devices=jax.local_devices())
+  state, state_sharding = steps.create_train_state(
+      model, optax.identity(), config.image_size, config.seed, mesh,
+      steps.replicate_all())
+  params = weights.init_params(config, checkpoint, state.params,
+                               state_sharding.params)
+  return Loaded(checkpoint, config, model, params, mesh,
+                state_sharding.params, trained_here)
+
+
+def class_names(loaded: Loaded, labels_file: Optional[str] = None):
+  """Names of the head's classes: `labels_file` (one per line), else the
+  training dataset's, else ImageNet-1k's for a 1000-class head, else the
+  indices. Returns (names, where they came from)."""
+  from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
+  count = loaded.num_classes
+  if labels_file:
+    names = [line.strip() for line in
+             paths.resolve(labels_file).read_text().splitlines()
+             if line.strip()]
+    if len(names) != count:
+      raise UserError(f"{labels_file} names {len(names)} classes; the head "
+                      f"has {count}. Give one name per line, in class order.")
+    return names, labels_file
+  if loaded.trained_here and loaded.config.dataset != "imagenet2012":
+    workdir = loader.training_workdir(loaded.checkpoint)
+    names = sources.label_names(loaded.config, index_dir=workdir)
+    if names and len(names) == count:
+      return names, f"the training dataset ({loaded.config.dataset})"
+  if count == 1000:  # imagenet2012's own names are WordNet IDs.
+    return sources.imagenet_names(), "ImageNet-1k"
+  return [str(i) for i in range(count)], "class indices"
+
+
+def make_apply_fn(loaded: Loaded, fn, intermediates: bool = False):
+  """`fn((logits, intermediates), images) -> tree` of per-image results,
+  jitted on the mesh for batches of images (split over the devices).
+  `intermediates` asks the model for per-block outputs and attention."""
+  def apply(params, images):
+    return fn(loaded.model.apply({"params": params}, images,
+                                 return_intermediates=intermediates), images)
+  return sharding.jit_on_mesh(
+      apply, loaded.mesh, (),
+      in_shardings=(loaded.params_sharding, sharding.batch_sharding(
+          loaded.mesh)),
+      out_shardings=sharding.batch_sharding(loaded.mesh))
+
+
+def probabilities(config: ml_collections.ConfigDict, logits):
+  """Per-class probabilities as the head was trained: softmax, or one
+  sigmoid per class for `sigmoid_xent` (several labels per image)."""
+  if config.loss == "sigmoid_xent":
+    return jax.nn.sigmoid(logits)
+  return jax.nn.softmax(logits.astype(jnp.float32))
+
+
+def describe(loaded: Loaded) -> str:
+  return (f"{loaded.config.model.variant} at {loaded.config.image_size} px"
+          + (f", {loaded.num_classes} classes" if loaded.num_classes else
+             ", no head"))
+
+
+def predict(loaded: Loaded, batches, files, top_k: int):
+  """[(file, class indices, probabilities)] of the `top_k` classes of every
+  image in `batches` (`data.image_files.ImageFiles`: padded, with the index
+  of each image's file in `files`), best first."""
+  if not loaded.num_classes:
+    raise UserError(
+        f"{loaded.checkpoint} has no classification head (a self-supervised "
+        "or head-less checkpoint); fine-tune it first, then predict.")
+  k = min(top_k, loaded.num_classes)
+  apply = make_apply_fn(loaded, lambda outputs, images: jax.lax.top_k(
+      probabilities(loaded.config, outputs[0]), k))
+  rows = []
+  for batch in console.progress(batches, batches.num_batches(), "Predicting"):
+    images = sharding.to_global_batch(batch["image"], loaded.mesh)
+    top_probs, top_classes = jax.device_get(apply(loaded.params, images))
+    for i in range(len(batch["mask"])):
+      if batch["mask"][i]:
+        rows.append((files[batch["index"][i]], top_classes[i], top_probs[i]))
+  return rows

@@ -1,0 +1,112 @@
+"""The model a weights file holds, read from its parameters' shapes.
+
+    arch = read(path)  # Architecture(variant='ViT-B/16', classifier='token',
+                       #   representation_size=None, num_classes=1000,
+                       #   image_size=224)
+
+So a released `.npz`, a big_vision checkpoint or a timm / Hugging Face file
+can be used (predicted with, analysed) without naming a config: the widths,
+depth, heads, patch size and hybrid stem pick the entry of the variant table;
+the class token, MAP head and pre-logits layer say the classifier; the head
+says the classes and the position embeddings the resolution they were
+trained at. PyTorch files do not store the number of heads; it follows from
+the width (every variant of one width has the same heads) unless given.
+"""
+
+import dataclasses
+import re
+from typing import Optional
+
+import numpy as np
+
+from vit_jax.errors import UserError
+from vit_jax.models.variants import VARIANTS, ResNetSpec, Variant
+from vit_jax.weights import convert, formats, posemb
+from vit_jax.weights.formats import WeightsError
+
+_BLOCK = "Transformer/encoderblock_{}/"
+_TORCH_PATCH_PROJECTION = ("patch_embed.proj.weight",
+                           "patch_embeddings.projection.weight")
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  variant: str  # A name of models/variants.py.
+  classifier: str  # token | gap | map.
+  representation_size: Optional[int]  # The pre-logits width; None: none.
+  num_classes: Optional[int]  # None: no head.
+  image_size: int  # The resolution its position embeddings were trained at.
+
+
+def heads_for_width(width: int) -> int:
+  """The attention heads of the variants `width` wide."""
+  heads = {v.num_heads for v in VARIANTS.values() if v.hidden_size == width}
+  if len(heads) != 1:
+    raise UserError(f"No variant is {width} wide, so its number of attention "
+                    "heads is unknown; pass --num_heads.")
+  return heads.pop()
+
+
+def read(path: str, num_heads: Optional[int] = None) -> Architecture:
+  fmt, tensors = formats.read(path)
+  if fmt in ("safetensors", "torch") and not num_heads:
+    widths = [v.shape[0] for k, v in tensors.items()
+              if k.endswith(_TORCH_PATCH_PROJECTION)]
+    if not widths:
+      raise WeightsError(f"{path} has no patch projection "
+                         f"({' or '.join(_TORCH_PATCH_PROJECTION)}).")
+    num_heads = heads_for_width(widths[0])
+  converted = convert.convert(fmt, tensors, num_heads or 0, path)
+  return from_params(converted.params, converted.posemb_prefix_tokens, path)
+
+
+def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
+                path: str) -> Architecture:
+  """The architecture of flat released-layout `params` (see `read`)."""
+  variant = _variant(params, path)
+  name = next((n for n, v in VARIANTS.items() if v == variant), None)
+  if name is None:
+    raise WeightsError(
+        f"{path} is a ViT no entry of models/variants.py describes "
+        f"({variant}); pass --config with a config of that model.")
+  if "cls" in params:
+    classifier = "token"
+  elif any(k.startswith("MAPHead_0/") for k in params):
+    classifier = "map"
+  else:
+    classifier = "gap"
+  pre_logits = params.get("pre_logits/kernel")
+  head = params.get("head/kernel")
+  table = params.get(convert.POSEMB)
+  if table is None:
+    raise WeightsError(f"{path} has no position embeddings.")
+  grid = posemb.square_grid(table.shape[-2] - posemb_prefix_tokens, path)
+  return Architecture(
+      variant=name, classifier=classifier,
+      representation_size=None if pre_logits is None else pre_logits.shape[-1],
+      num_classes=None if head is None else head.shape[-1],
+      image_size=grid[0] * variant.stride)
+
+
+def _variant(params, path) -> Variant:
+  """The widths, depth, heads, patch size and stem of `params`."""
+  try:
+    embedding = params["embedding/kernel"]  # P x P x C x D
+    layers = len({m.group(1) for k in params
+                  if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    block = _BLOCK.format(0)
+    query = params[block + "MultiHeadDotProductAttention_1/query/kernel"]
+    mlp = params[block + "MlpBlock_3/Dense_0/kernel"]
+  except KeyError as e:
+    raise WeightsError(f"{path} lacks {e} of a ViT.") from None
+  resnet = None
+  if "conv_root/kernel" in params:
+    units = []
+    while any(k.startswith(f"block{len(units) + 1}/") for k in params):
+      units.append(len({m.group(1) for k in params if (m := re.match(
+          rf"block{len(units) + 1}/unit(\d+)/", k))}))
+    resnet = ResNetSpec(num_layers=tuple(units),
+                        width_factor=params["conv_root/kernel"].shape[-1] / 64)
+  return Variant(hidden_size=embedding.shape[-1], mlp_dim=mlp.shape[-1],
+                 num_heads=query.shape[1], num_layers=layers,
+                 patch_size=embedding.shape[0], resnet=resnet)
