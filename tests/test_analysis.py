@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax import analysis, config_defaults, inference, models
+from vit_jax import analysis, config_defaults, figures, inference, models
 from vit_jax.weights import architecture, writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +60,9 @@ def test_rollout_of_identity_attention_stays_on_the_class_token():
                                                        rollout.shape))
   class_row = rollout[:, 0]
   np.testing.assert_allclose(class_row, np.eye(tokens)[[0, 0]])
-  np.testing.assert_allclose(analysis.attention_rollout(attention, 1), 0.0)
+  reads = analysis.head_reads("token", tokens, batch=2)
+  np.testing.assert_allclose(analysis.attention_rollout(attention, reads, 1),
+                             0.0)
 
 
 def test_rollout_matches_the_recipe_computed_by_hand():
@@ -71,11 +73,19 @@ def test_rollout_matches_the_recipe_computed_by_hand():
   for layer in range(layers):  # Abnar & Zuidema: (A + I) / 2, then chain.
     mixed = 0.5 * attention[layer, 0].mean(axis=0) + 0.5 * np.eye(tokens)
     product = mixed @ product
-  got = analysis.attention_rollout(jnp.asarray(attention, jnp.float32), 1)
-  np.testing.assert_allclose(got[0], product[0, 1:], rtol=1e-5)
-  np.testing.assert_allclose(
-      analysis.attention_rollout(jnp.asarray(attention, jnp.float32), 0)[0],
-      product.mean(axis=0), rtol=1e-5)
+  attention = jnp.asarray(attention, jnp.float32)
+  token = analysis.attention_rollout(
+      attention, analysis.head_reads("token", tokens, 1), 1)
+  np.testing.assert_allclose(token[0], product[0, 1:], rtol=1e-5)
+  gap = analysis.attention_rollout(
+      attention, analysis.head_reads("gap", tokens, 1), 0)
+  np.testing.assert_allclose(gap[0], product.mean(axis=0), rtol=1e-5)
+  probe = rng.dirichlet(np.ones(tokens), (1, heads, 1))  # B x H x 1 x T
+  map_head = analysis.attention_rollout(
+      attention, analysis.head_reads("map", tokens, 1, jnp.asarray(probe)), 0)
+  np.testing.assert_allclose(map_head[0], probe[0, :, 0].mean(0) @ product,
+                             rtol=1e-5)
+  np.testing.assert_allclose(map_head.sum(), 1.0, rtol=1e-5)
 
 
 def test_principal_components_are_orthonormal_and_ordered():
@@ -136,10 +146,44 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   assert result["num_images"] == 7  # 5 real images, then 2 of the next.
   assert result["position_embedding_similarity"].shape == (16, 16)
   assert result["mean_attention_distance"].shape == (1, 2)
-  assert [m.shape for _, _, m in result["attention_rollout"]] == [(4, 4)] * 2
+  assert [s.rollout_map.shape for s in result["attention_rollout"]] == [
+      (4, 4)] * 2
   # A hybrid's pixels meet the stem's root convolution, not the embedding.
   assert result["embedding_filters"]["layer"].startswith("conv_root")
   assert result["embedding_filters"]["components"].shape[1:] == (7, 7, 3)
+
+
+@pytest.mark.parametrize("classifier", ["gap", "map"])
+def test_models_without_a_class_token(tmp_path, classifier):
+  """No prefix token: every position embedding is a patch's, and the
+  rollout of what the head reads spreads a total of 1 over the patches."""
+  config = config_defaults.get_model_config()
+  config.variant, config.classifier = "testing", classifier
+  model = models.build_model(config, num_classes=3)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))["params"]
+  path = str(tmp_path / f"{classifier}.npz")
+  writers.save_npz(params, path)
+  loaded = inference.load(path)
+  assert loaded.config.model.classifier == classifier
+  result = analysis.run(loaded, _random_batches(16, 1), max_images=5)
+  assert result["grid"] == [4, 4]
+  assert result["position_embedding_similarity"].shape == (16, 16)
+  for shown in result["attention_rollout"]:
+    np.testing.assert_allclose(shown.rollout_map.sum(), 1.0, rtol=1e-5)
+
+
+def test_the_upsampled_map_keeps_each_cell_over_its_pixels():
+  for row, column in [(0, 0), (1, 2), (3, 3)]:
+    cells = np.zeros((4, 4))
+    cells[row, column] = 1.0
+    pixels = figures.upsample(cells, (64, 64))
+    peak = np.unravel_index(np.argmax(pixels), pixels.shape)
+    assert (peak[0] // 16, peak[1] // 16) == (row, column)
+    block = pixels[row * 16:(row + 1) * 16, column * 16:(column + 1) * 16]
+    if (row, column) == (1, 2):  # Inside the grid: centred on its pixels.
+      np.testing.assert_allclose(block, block[::-1, ::-1], atol=1e-12)
+      assert pixels[row * 16 + 7:row * 16 + 9,
+                    column * 16 + 7:column * 16 + 9].min() > 0.9
 
 
 @pytest.mark.xdist_group("trained_digits")

@@ -56,15 +56,24 @@ def test_predictions_on_image_files_agree_with_the_evaluator(
     assert np.all(np.diff(probs) <= 0) and probs.sum() <= 1 + 1e-6
 
   # The training loop's evaluator on the TFDS split, with the same weights.
+  batches = lambda: input_pipeline.make_eval_dataset(
+      loaded.config, sources.make_source(loaded.config)).as_numpy_iterator()
   evaluator = classification.ClassificationEvaluator(
-      loaded.model, lambda: input_pipeline.make_eval_dataset(
-          loaded.config, sources.make_source(loaded.config)
-      ).as_numpy_iterator(), loaded.mesh, steps.LOSSES["softmax_xent"],
+      loaded.model, batches, loaded.mesh, steps.LOSSES["softmax_xent"],
       loaded.params_sharding)
   metrics = evaluator.run(loaded.params)
   assert metrics["num_examples"] == count
   assert correct == round(metrics["accuracy"] * count), (correct, metrics)
   assert metrics["accuracy"] > 0.6
+  # Image by image: file N.png is the split's N-th example.
+  params = jax.device_get(loaded.params)
+  expected = np.concatenate([
+      np.argmax(loaded.model.apply({"params": params}, b["image"])[0], -1)[
+          b["mask"] > 0] for b in batches()])
+  predicted = {int(os.path.basename(path)[:-4]): classes[0]
+               for path, classes, _ in rows}
+  np.testing.assert_array_equal([predicted[n] for n in range(1, count + 1)],
+                                expected)
 
 
 @pytest.mark.xdist_group("trained_digits")
@@ -133,8 +142,10 @@ def test_a_gap_model_without_a_head_is_read_and_refused_by_predict(tmp_path):
   assert architecture.read(path).classifier == "gap"
   loaded = inference.load(path)
   assert not loaded.num_classes
-  with pytest.raises(UserError, match="no classification head"):
-    inference.predict(loaded, [], [], 5)
+  for refused in (lambda: inference.class_names(loaded),
+                  lambda: inference.predict(loaded, [], [], 5)):
+    with pytest.raises(UserError, match="no classification head"):
+      refused()
 
 
 def test_class_names_from_a_file_and_for_imagenet(tmp_path):

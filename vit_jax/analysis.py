@@ -5,26 +5,20 @@
                           filter), ordered by the variance they explain;
   position_similarity     the cosine similarity of each position
                           embedding with every other one;
-  mean_attention_distance per layer, image and head: for each query patch,
-                          the attention-weighted mean distance in pixels
-                          between its centre and the centres of the
-                          patches it attends to, averaged over the query
-                          patches. Prefix tokens (the class token) are
-                          left out as queries and as keys, and each
-                          query's attention is renormalised over the
-                          patches (so it sums to 1 without the class
-                          token). A patch attending to itself adds 0;
+  mean_attention_distance see DISTANCE_DEFINITION;
   attention_rollout       Abnar & Zuidema (2020): average the attention
                           over heads, add the identity (the residual),
                           renormalise the rows, multiply through the
-                          layers; the output token's row over the patches
-                          (the class token's; without one, the mean row).
+                          layers; then the row of what the head reads, over
+                          the patches: the class token's row, the mean row
+                          for `gap`, the probe's attention (mean over
+                          heads) times the rollout for a MAP head.
 
 `run` applies them to a loaded checkpoint and a stream of image batches.
 Plain jax.numpy and numpy: no TensorFlow, no plotting (`figures.py` draws).
 """
 
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import flax
 import jax
@@ -36,6 +30,21 @@ from vit_jax.models import resnet
 from vit_jax.weights import convert
 
 NUM_FILTER_COMPONENTS = 28  # As the paper's Figure 7 (left).
+
+DISTANCE_DEFINITION = (
+    "Mean attention distance, per layer and head, in input pixels: for each "
+    "query patch, the sum over key patches of its attention times the "
+    "distance between the two patches' centres, averaged over query patches "
+    "and images. Prefix tokens (the class token) are left out as queries "
+    "and as keys, and each query's attention is renormalised to sum to 1 "
+    "over the patches; a patch attending only to itself gives 0.")
+
+
+class Shown(NamedTuple):
+  """An image of the rollout figure."""
+  index: Optional[int]  # Its position in the input (None: unknown).
+  image: np.ndarray  # As the model saw it, H x W x 3.
+  rollout_map: np.ndarray  # Grid rows x columns.
 
 
 def embedding_filters_pca(kernel_PxPxCxD: np.ndarray,
@@ -70,7 +79,7 @@ def patch_distances(grid: tuple[int, int], stride: int) -> np.ndarray:
 
 def mean_attention_distance(attention_LxBxHxTxT, distances_NxN,
                             num_prefix: int):
-  """L x B x H mean attention distances (see the module doc)."""
+  """L x B x H mean attention distances (DISTANCE_DEFINITION)."""
   a = attention_LxBxHxTxT[..., num_prefix:, num_prefix:]
   a = a / jnp.maximum(jnp.sum(a, axis=-1, keepdims=True), 1e-30)
   per_query = jnp.sum(a * distances_NxN, axis=-1)  # L x B x H x N
@@ -89,12 +98,20 @@ def rollout_matrix(attention_LxBxHxTxT):
   return rollout
 
 
-def attention_rollout(attention_LxBxHxTxT, num_prefix: int):
-  """B x N: how much each patch reaches the output token (module doc)."""
+def head_reads(classifier: str, tokens: int, batch: int,
+               map_attention_BxHx1xT=None):
+  """B x T: how the head weighs the encoder's output tokens."""
+  if classifier == "token":
+    return jnp.zeros((batch, tokens)).at[:, 0].set(1.0)
+  if classifier == "map":
+    return jnp.mean(map_attention_BxHx1xT[:, :, 0], axis=1)
+  return jnp.full((batch, tokens), 1.0 / tokens)  # gap: the mean token.
+
+
+def attention_rollout(attention_LxBxHxTxT, reads_BxT, num_prefix: int):
+  """B x N: how much each patch reaches what the head reads (`head_reads`)."""
   rollout = rollout_matrix(attention_LxBxHxTxT)
-  if num_prefix:
-    return rollout[:, 0, num_prefix:]
-  return jnp.mean(rollout, axis=1)
+  return jnp.einsum("bt,bts->bs", reads_BxT, rollout)[:, num_prefix:]
 
 
 def pixel_filters(params, hybrid: bool) -> tuple[np.ndarray, str]:
@@ -112,22 +129,25 @@ def run(loaded, batches: Iterable[dict], max_images: int,
         num_shown: int = 6) -> dict:
   """Every analysis of `loaded` (`inference.Loaded`), attention averaged
   over at most `max_images` images of `batches` (padded batches with a
-  mask); the rollout of the first `num_shown` images is kept, with them."""
+  mask, and optionally the index of each image); the rollout of the first
+  `num_shown` images is kept, with them (`Shown`)."""
   config, model = loaded.config, loaded.model
   params = jax.device_get(loaded.params)
   prefix = 1 if config.model.classifier == "token" else 0
   grid = (config.image_size // loaded.stride,) * 2
   distances = jnp.asarray(patch_distances(grid, loaded.stride), jnp.float32)
 
-  def per_image(outputs, images):
+  def per_batch(outputs, images):
     _, out = outputs
     assert tuple(out["grid"]) == grid, (out["grid"], grid)
     attention = out["attention_weights"]  # L x B x H x T x T
     distance_LxBxH = mean_attention_distance(attention, distances, prefix)
+    reads = head_reads(config.model.classifier, attention.shape[-1],
+                       attention.shape[1], out.get("map_attention"))
     return (jnp.transpose(distance_LxBxH, (1, 0, 2)),
-            attention_rollout(attention, prefix), images)
+            attention_rollout(attention, reads, prefix), images)
 
-  apply = inference.make_apply_fn(loaded, per_image, intermediates=True)
+  apply = inference.make_apply_fn(loaded, per_batch, intermediates=True)
   distance_sum, count, shown = 0.0, 0, []
   for batch in console.progress(batches, None, "Attention"):
     images = sharding.to_global_batch(batch["image"], loaded.mesh)
@@ -137,8 +157,8 @@ def run(loaded, batches: Iterable[dict], max_images: int,
     distance_sum = distance_sum + distance_BxLxH[real].sum(axis=0)
     count += len(real)
     for i in real[:num_shown - len(shown)]:
-      shown.append((int(batch["index"][i]) if "index" in batch else None,
-                    images[i], rollout_BxN[i].reshape(grid)))
+      shown.append(Shown(int(batch["index"][i]) if "index" in batch else None,
+                         images[i], rollout_BxN[i].reshape(grid)))
     if count >= max_images:
       break
   if not count:
@@ -166,7 +186,7 @@ def summary_by_layer(distance_LxH) -> list[tuple[float, float, float]]:
   return [(float(r.min()), float(r.mean()), float(r.max())) for r in d]
 
 
-def rounded(value, digits: int = 5) -> Optional[object]:
+def rounded(value, digits: int = 5):
   """Arrays and floats as JSON lists and numbers."""
   if isinstance(value, (np.ndarray, jnp.ndarray)):
     return np.round(np.asarray(value, np.float64), digits).tolist()

@@ -38,26 +38,21 @@ from vit_jax.weights import loader  # noqa: E402
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to analyse")
-flags.DEFINE_list("images", None, "Image files or folders to average the "
-                  "attention over (default, for a training workdir: its "
-                  "evaluation split).")
+flags.DEFINE_multi_string("images", None, "Image files or folders to "
+                          "average the attention over (repeat the flag for "
+                          "more; default, for a training workdir: its "
+                          "evaluation split).")
 flags.DEFINE_integer("num_images", 128, "Images the attention is averaged "
                      "over (at most).")
 flags.DEFINE_integer("num_shown", 6, "Images in the attention rollout "
                      "figure.")
-flags.DEFINE_integer("batch_size", 16, "Images per batch (over all devices).")
+flags.DEFINE_integer("batch_size", 8, "Images per batch (over all devices); "
+                     "the attention of every layer is kept, so memory grows "
+                     "with batch x layers x heads x tokens^2.")
 flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
            "mean_attention_distance.png", "attention_rollout.png")
-
-DISTANCE_DEFINITION = (
-    "Per layer and head, in input pixels: for each query patch, the sum over "
-    "key patches of attention x distance between the two patches' centres; "
-    "the class token is left out as query and as key, and each query's "
-    "attention is renormalised to sum to 1 over the patches. Averaged over "
-    "query patches and images.")
-
 
 def _eval_split_batches(loaded, batch_size: int):
   """(batches of the training dataset's evaluation split, with the index of
@@ -72,7 +67,8 @@ def _eval_split_batches(loaded, batch_size: int):
       config, index_dir=loader.training_workdir(loaded.checkpoint))
 
   def batches():
-    dataset = input_pipeline.make_eval_dataset(config, source, labels=False)
+    dataset = input_pipeline.make_eval_dataset(  # One process reads it all.
+        config, source, process_index=0, process_count=1, labels=False)
     for number, batch in enumerate(dataset.as_numpy_iterator()):
       yield dict(batch, index=number * batch_size + np.arange(batch_size))
 
@@ -103,13 +99,14 @@ def to_json(result: dict, images: str, names) -> dict:
       "position_embedding_similarity": analysis.rounded(
           result["position_embedding_similarity"]),
       "mean_attention_distance": analysis.rounded(distance, 3),
-      "mean_attention_distance_definition": DISTANCE_DEFINITION,
+      "mean_attention_distance_definition": analysis.DISTANCE_DEFINITION,
       "mean_attention_distance_by_layer": [
           dict(zip(("min", "mean", "max"), analysis.rounded(np.array(r), 3)))
           for r in analysis.summary_by_layer(distance)],
       "attention_rollout": [
-          {"image": names(index), "map": analysis.rounded(rollout_map)}
-          for index, _, rollout_map in result["attention_rollout"]],
+          {"image": names(shown.index),
+           "map": analysis.rounded(shown.rollout_map)}
+          for shown in result["attention_rollout"]],
   }
 
 
@@ -151,10 +148,9 @@ def main(argv):
                               result["grid"], where(FIGURES[1]))
   figures.mean_attention_distance(result["mean_attention_distance"],
                                   result["image_size"], where(FIGURES[2]))
-  figures.attention_rollout(
-      [(image, m) for _, image, m in result["attention_rollout"]],
-      [names(i) for i, _, _ in result["attention_rollout"]],
-      where(FIGURES[3]))
+  shown = result["attention_rollout"]
+  figures.attention_rollout([(s.image, s.rollout_map) for s in shown],
+                            [names(s.index) for s in shown], where(FIGURES[3]))
   paths.resolve(where("analysis.json")).write_text(
       json.dumps(to_json(result, images, names), indent=1))
 

@@ -7,6 +7,8 @@ the mean attention distance per head against depth (Fig. 7 right) and the
 attention rollout over input images (Fig. 6).
 """
 
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")  # Before pyplot: no display is needed or used.
@@ -22,7 +24,6 @@ _DPI = 100
 
 def _save(fig, path: str):
   """Through the path layer, so `path` may be on object storage."""
-  import io  # pylint: disable=g-import-not-at-top
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=_DPI, bbox_inches="tight")
   plt.close(fig)
@@ -69,10 +70,9 @@ def position_similarity(similarity_NxN, grid, path: str):
   fig, ax = plt.subplots(figsize=(size + 1, size))
   image = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1,
                     interpolation="nearest")
-  step = gh + 1
   ax.set_xticks(np.arange(gw) * (gw + 1) + (gw - 1) / 2,
                 [str(c + 1) for c in range(gw)], fontsize=7)
-  ax.set_yticks(np.arange(gh) * step + (gh - 1) / 2,
+  ax.set_yticks(np.arange(gh) * (gh + 1) + (gh - 1) / 2,
                 [str(r + 1) for r in range(gh)], fontsize=7)
   ax.set_xlabel("Input patch column")
   ax.set_ylabel("Input patch row")
@@ -105,6 +105,14 @@ def mean_attention_distance(distance_LxH, image_size: int, path: str):
   _save(fig, path)
 
 
+def upsample(map_RxC: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+  """Bilinear, each grid cell's value at the centre of the pixels it
+  covers (grid_mode: cells as areas, not points on the corners)."""
+  zoom = (shape[0] / map_RxC.shape[0], shape[1] / map_RxC.shape[1])
+  return scipy.ndimage.zoom(np.asarray(map_RxC, np.float64), zoom, order=1,
+                            grid_mode=True, mode="nearest")
+
+
 def attention_rollout(shown, names, path: str):
   """One column per input image: the image, the image weighted by its
   upsampled rollout map (the attention from the output token to the input,
@@ -114,10 +122,7 @@ def attention_rollout(shown, names, path: str):
                            squeeze=False)
   for (image, rollout_map), name, column in zip(shown, names, axes.T):
     image = _unit(np.asarray(image, np.float64))
-    zoom = (image.shape[0] / rollout_map.shape[0],
-            image.shape[1] / rollout_map.shape[1])
-    mask = _unit(scipy.ndimage.zoom(np.asarray(rollout_map, np.float64),
-                                    zoom, order=1))
+    mask = _unit(upsample(rollout_map, image.shape[:2]))
     column[0].imshow(image, interpolation="nearest")
     column[1].imshow(image * mask[..., None], interpolation="nearest")
     column[2].imshow(image, interpolation="nearest")

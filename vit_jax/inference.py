@@ -5,13 +5,16 @@
 
 The config (model, resolution, evaluation preprocessing) is the one given,
 else the workdir's config.json, else one read from the file's shapes
-(`weights.architecture`) with the paper's evaluation preprocessing at the
-resolution the position embeddings were trained at; `image_size` overrides
-the resolution (position embeddings are resized). The parameters are
-replicated on every local device; batches are split over them.
+(`weights.architecture`) with the released models' evaluation
+preprocessing (`resize|value_range`: no crop) at the resolution the
+position embeddings were trained at, and sigmoid probabilities for an
+ImageNet-21k head (trained with sigmoid cross-entropy); `image_size`
+overrides the resolution (position embeddings are resized). One process:
+the parameters are replicated on its devices; batches are split over them.
 """
 
 import dataclasses
+import re
 from typing import Any, Optional
 
 import jax
@@ -24,6 +27,10 @@ from vit_jax import (config_defaults, console, models, paths, sharding, steps,
                      weights)
 from vit_jax.errors import UserError
 from vit_jax.weights import architecture, loader
+
+
+IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
+_WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's own "names".
 
 
 @dataclasses.dataclass
@@ -85,6 +92,10 @@ def config_for(checkpoint: str, config=None, image_size=None,
                                classifier=arch.classifier,
                                representation_size=arch.representation_size))
       config.image_size = arch.image_size
+      # The released models' evaluation: resize to the resolution, no crop.
+      config.pp_eval = "resize|value_range"
+      if arch.num_classes == IMAGENET21K_CLASSES:  # Trained with sigmoids.
+        config.loss = "sigmoid_xent"
   config.init.checkpoint = checkpoint
   config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
   if image_size:
@@ -111,11 +122,19 @@ def load(checkpoint: str, config=None, image_size=None,
                 state_sharding.params, trained_here)
 
 
+def require_head(loaded: Loaded):
+  if not loaded.num_classes:
+    raise UserError(
+        f"{loaded.checkpoint} has no classification head (a self-supervised "
+        "or head-less checkpoint); fine-tune it first, then predict.")
+
+
 def class_names(loaded: Loaded, labels_file: Optional[str] = None):
   """Names of the head's classes: `labels_file` (one per line), else the
   training dataset's, else ImageNet-1k's for a 1000-class head, else the
   indices. Returns (names, where they came from)."""
   from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
+  require_head(loaded)
   count = loaded.num_classes
   if labels_file:
     names = [line.strip() for line in
@@ -125,10 +144,11 @@ def class_names(loaded: Loaded, labels_file: Optional[str] = None):
       raise UserError(f"{labels_file} names {len(names)} classes; the head "
                       f"has {count}. Give one name per line, in class order.")
     return names, labels_file
-  if loaded.trained_here and loaded.config.dataset != "imagenet2012":
+  if loaded.trained_here:
     workdir = loader.training_workdir(loaded.checkpoint)
     names = sources.label_names(loaded.config, index_dir=workdir)
-    if names and len(names) == count:
+    if (names and len(names) == count and
+        not all(_WORDNET_ID.fullmatch(n) for n in names)):
       return names, f"the training dataset ({loaded.config.dataset})"
   if count == 1000:  # imagenet2012's own names are WordNet IDs.
     return sources.imagenet_names(), "ImageNet-1k"
@@ -167,10 +187,7 @@ def predict(loaded: Loaded, batches, files, top_k: int):
   """[(file, class indices, probabilities)] of the `top_k` classes of every
   image in `batches` (`data.image_files.ImageFiles`: padded, with the index
   of each image's file in `files`), best first."""
-  if not loaded.num_classes:
-    raise UserError(
-        f"{loaded.checkpoint} has no classification head (a self-supervised "
-        "or head-less checkpoint); fine-tune it first, then predict.")
+  require_head(loaded)
   k = min(top_k, loaded.num_classes)
   apply = make_apply_fn(loaded, lambda outputs, images: jax.lax.top_k(
       probabilities(loaded.config, outputs[0]), k))

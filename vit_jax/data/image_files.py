@@ -55,8 +55,9 @@ class ImageFiles:
                batch_size: int):
     self.files = list(files)
     self.batch_size = batch_size
-    self.failed: list[tuple[str, str]] = []  # (path, reason), after a pass.
+    self.failed: list[tuple[str, str]] = []  # (path, reason), see __iter__.
     self._image_fn = preprocess.make_image_fn(pp_spec, image_size)
+    self._by_tensorflow = all(paths.tensorflow_can_read(f) for f in files)
 
   def _dataset(self) -> tf.data.Dataset:
     def load(index, path):
@@ -73,25 +74,32 @@ class ImageFiles:
 
   def _load(self, path):
     """One file, read, decoded and preprocessed (random ops: seed 0)."""
-    by_tensorflow = all(paths.tensorflow_can_read(f) for f in self.files)
-    image = image_folder.read_image(path, by_tensorflow)
+    image = image_folder.read_image(path, self._by_tensorflow)
     return self._image_fn(image, tf.constant([0, 0], tf.int64))
 
   def num_batches(self) -> int:
     return -(-len(self.files) // self.batch_size)
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    """Batches in file order. `failed` then names the files left out: all
+    of them after a full pass; those before the last file read when the
+    consumer stops early (the others were not reached)."""
     seen = np.zeros(len(self.files), bool)
-    for batch in self._dataset().as_numpy_iterator():
-      seen[batch["index"]] = True
-      missing = self.batch_size - len(batch["index"])
-      if missing:  # A fixed batch shape: no recompilation for the last one.
-        batch = {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:],
-                                                v.dtype)])
-                 for k, v in batch.items()}
-      yield batch
-    self.failed = [(self.files[i], self._why_unreadable(self.files[i]))
-                   for i in np.flatnonzero(~seen)]
+    reached = 0  # Files up to here were read or failed.
+    try:
+      for batch in self._dataset().as_numpy_iterator():
+        seen[batch["index"]] = True
+        reached = int(batch["index"].max()) + 1
+        missing = self.batch_size - len(batch["index"])
+        if missing:  # A fixed batch shape: no recompilation for the last one.
+          batch = {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:],
+                                                  v.dtype)])
+                   for k, v in batch.items()}
+        yield batch
+      reached = len(self.files)
+    finally:
+      self.failed = [(self.files[i], self._why_unreadable(self.files[i]))
+                     for i in np.flatnonzero(~seen[:reached])]
 
   def _why_unreadable(self, path: str) -> str:
     """What is wrong with `path`, found by loading it again alone."""

@@ -213,7 +213,8 @@ class AddPositionEmbs(nn.Module):
 
 
 class MAPHead(nn.Module):
-  """Multihead attention pooling: a learned probe attends over the tokens."""
+  """Multihead attention pooling: a learned probe attends over the tokens.
+  Returns (pooled B x D, the probe's attention B x H x 1 x N)."""
   mlp_dim: int
   num_heads: int
   gelu_approximate: bool = True
@@ -226,7 +227,7 @@ class MAPHead(nn.Module):
     probe = self.param("probe", nn.initializers.xavier_uniform(),
                        (1, 1, width), self.param_dtype)
     probe_Bx1xD = jnp.tile(probe, (x_BxNxD.shape[0], 1, 1)).astype(self.dtype)
-    x_Bx1xD, _ = MultiHeadDotProductAttention(
+    x_Bx1xD, weights_BxHx1xN = MultiHeadDotProductAttention(
         self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
         name="MultiHeadDotProductAttention_0")(probe_Bx1xD, x_BxNxD, True)
     y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
@@ -235,7 +236,7 @@ class MAPHead(nn.Module):
         self.mlp_dim, gelu_approximate=self.gelu_approximate,
         dtype=self.dtype, param_dtype=self.param_dtype,
         name="MlpBlock_0")(y, True)
-    return x_Bx1xD[:, 0]
+    return x_Bx1xD[:, 0], weights_BxHx1xN
 
 
 class MaskedPatchHead(nn.Module):
@@ -345,9 +346,12 @@ class VisionTransformer(nn.Module):
     elif self.classifier == "gap":
       x_BxD = jnp.mean(encoded, axis=1)
     elif self.classifier == "map":
-      x_BxD = MAPHead(self.mlp_dim, self.num_heads, self.gelu_approximate,
-                      dtype=self.dtype, param_dtype=self.param_dtype,
-                      name="MAPHead_0")(encoded)
+      x_BxD, probe_attention = MAPHead(
+          self.mlp_dim, self.num_heads, self.gelu_approximate,
+          dtype=self.dtype, param_dtype=self.param_dtype,
+          name="MAPHead_0")(encoded)
+      if return_intermediates:
+        out["map_attention"] = probe_attention  # B x H x 1 x N
     else:
       raise UserError(f"Unknown classifier {self.classifier!r}; use one of "
                        f"{CLASSIFIERS}.")
