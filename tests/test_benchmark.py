@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from vit_jax import config_defaults
-from vit_jax import benchmark, flops, models
+from vit_jax import benchmark, flops, models, profiling
 
 
 def _vit_macs(width, mlp, layers, heads, patch, size, classes):
@@ -35,3 +35,26 @@ def test_benchmark_reports_speed_and_mfu():
       result["model_tflops_per_sec"] / jax.device_count())
   assert result["forward_gmacs_per_image"] * 1e9 == _vit_macs(
       16, 32, 2, 2, 4, 32, 1000)
+
+
+def test_profile_says_where_the_time_goes():
+  result = benchmark.run("testing", batch=8, image_size=32, num_steps=1,
+                         profile_steps=2)
+  profile = result["profile"]
+  assert profile["device_ms_per_step"] > 0
+  assert sum(profile["share_by_kind"].values()) == pytest.approx(1.0)
+  assert profile["top_ops"] and all(
+      0 < op["share"] <= 1 for op in profile["top_ops"])
+  # The CPU runtime's spans around the ops are not counted as ops.
+  assert not any("ThunkExecutor" in op["name"] for op in profile["top_ops"])
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT", "matmul"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16",
+     "fused attention"),
+    ("loop_convert_multiply_fusion_11", "other fusion"),
+    ("dot.3", "matmul"), ("transpose_copy_fusion.1", "copy/transpose"),
+    ("all-reduce.2", "collective")])
+def test_ops_are_sorted_into_kinds(name, kind):
+  assert profiling.kind_of(name) == kind

@@ -19,7 +19,9 @@ import pytest
 from tests import numpy_reference as ref
 from tests.test_variants import flat, variant_model
 from vit_jax import models
+from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS, VisionTransformer, layout
+from vit_jax.models import vit as vit_module
 
 
 # The tiny model that every numerical test runs.
@@ -365,3 +367,68 @@ def test_check_model_config_accepts_good_config():
 def test_check_model_config_names_bad_field(field, value):
   with pytest.raises(ValueError, match=field):
     models.check_model_config(model_config(**{field: value}))
+
+
+# ------------------------------------------------------------ attention --
+
+
+def _attention_model(attention):
+  return VisionTransformer(**{**TINY, "patch_size": 4}, attention=attention)
+
+
+def test_fused_attention_paths_equal_the_explicit_one():
+  """`auto` is the explicit form on CPU, bit for bit; `xla` computes the
+  same attention in another order (about 1e-6 relative in fp32)."""
+  x = jax.random.normal(jax.random.key(1), (3, 16, 16, 3))
+  explicit = _attention_model("explicit")
+  params = explicit.init(jax.random.key(0), x)["params"]
+  params["head"]["kernel"] = jax.random.normal(jax.random.key(2),
+                                               params["head"]["kernel"].shape)
+
+  def logits_and_grads(attention):
+    model = _attention_model(attention)
+    loss = lambda p: jnp.sum(model.apply({"params": p}, x)[0] ** 2)
+    return model.apply({"params": params}, x)[0], jax.grad(loss)(params)
+
+  want, want_grads = logits_and_grads("explicit")
+  got, grads = logits_and_grads("auto")
+  np.testing.assert_array_equal(got, want)
+  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_array_equal(a, b)
+  got, grads = logits_and_grads("xla")
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  flat = lambda g: np.concatenate([np.ravel(a) for a in jax.tree.leaves(g)])
+  difference = flat(grads) - flat(want_grads)
+  assert np.linalg.norm(difference) < 1e-5 * np.linalg.norm(flat(want_grads))
+
+
+def test_padded_attention_masks_its_padding():
+  """cuDNN needs an even token count; the padded, masked form gives the
+  unpadded answer (checked here with the xla implementation)."""
+  q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 17, 4, 8))
+  plain = jax.nn.dot_product_attention(q, k, v, scale=1.0)
+  for multiple in (2, 8):
+    padded = vit_module.fused_attention(q, k, v, "xla", multiple)
+    assert padded.shape == plain.shape
+    np.testing.assert_allclose(padded, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_weights_only_where_asked():
+  x = jnp.ones((2, 5, 8))
+  layer = vit_module.MultiHeadDotProductAttention(num_heads=2,
+                                                  implementation="xla")
+  params = layer.init(jax.random.key(0), x, x, True)
+  out, weights = layer.apply(params, x, x, True)
+  assert weights is None
+  out_with, weights = layer.apply(params, x, x, True, need_weights=True)
+  assert weights.shape == (2, 2, 5, 5)
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(out, out_with, rtol=1e-6, atol=1e-6)
+
+
+def test_an_unknown_attention_is_refused():
+  config = ml_collections.ConfigDict(dict(
+      variant="testing", classifier="token", remat="none", dtype="float32",
+      param_dtype="float32", attention="flash"))
+  with pytest.raises(UserError, match="config.model.attention='flash'"):
+    models.check_model_config(config)

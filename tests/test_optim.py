@@ -160,3 +160,33 @@ def test_smoothed_loss_matches_hand_computation():
                      jax.nn.log_softmax(logits)[0])
   np.testing.assert_allclose(steps.softmax_xent(logits, smoothed)[0], expected,
                              rtol=1e-6)
+
+
+def test_frozen_parameters_cost_no_backward_pass():
+  """With the encoder frozen the compiled step does fewer FLOPs (no weight
+  gradients for it), and the update equals the one computed with every
+  gradient (the optimizer zeroes the frozen ones either way)."""
+  from vit_jax import models
+  config = _config(optimizer="adam", frozen=("Transformer/encoderblock_.*",
+                                             "embedding/.*"))
+  config.model.variant = "testing"
+  model = models.build_model(config.model, 10)
+  mesh = sharding.make_mesh(devices=jax.devices()[:1])
+  tx, schedule = optim.make_optimizer(config, 10)
+  state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
+  rng = np.random.default_rng(0)
+  batch = {"image": rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32),
+           "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 4)]}
+
+  def step_with(frozen):
+    step = steps.jit_train_step(steps.make_train_step(
+        model, tx, steps.supervised(steps.softmax_xent), schedule, mesh,
+        frozen=frozen), state_sharding, mesh)
+    flops = step.lower(state, batch).compile().cost_analysis()["flops"]
+    new_state, _ = step(jax.tree.map(jnp.copy, state), batch)
+    return flops, jax.device_get(new_state.params)
+
+  all_flops, all_params = step_with(())
+  frozen_flops, frozen_params = step_with(tuple(config.frozen))
+  assert frozen_flops < 0.8 * all_flops, (frozen_flops, all_flops)
+  jax.tree.map(np.testing.assert_array_equal, all_params, frozen_params)

@@ -358,3 +358,26 @@ def test_unlabelled_tfds_dataset(selfsup_config, tmp_path):
   assert batch["image"].shape == (8, 16, 16, 3) and "labels" not in batch
   with pytest.raises(UserError, match="unlabelled_toy has no labels"):
     input_pipeline.make_train_iterator(config, source, labels=True)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_evaluation_reads_a_cached_split_once(digits_config, image_folder,
+                                              cache):
+  """The evaluators' batches come from one dataset: with `cache` the second
+  pass is served from memory (the files are gone by then); without, it
+  reads the files again."""
+  config = _folder_config(digits_config, image_folder)
+  config.cache = cache
+  batches = input_pipeline.make_eval_batches(config,
+                                             input_pipeline.make_source(config))
+  first = [b["image"] for b in batches()]
+  for path in (image_folder / "test").rglob("*.*"):
+    path.unlink()
+  if not cache:
+    with pytest.raises(tf.errors.NotFoundError):
+      list(batches())
+    return
+  again = [b["image"] for b in batches()]
+  assert len(again) == len(first)
+  for a, b in zip(first, again):
+    np.testing.assert_array_equal(a, b)

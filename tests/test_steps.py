@@ -133,6 +133,19 @@ def test_gradient_accumulation_equals_the_big_batch(setup, devices):
   _assert_trees_close(big_params, acc_params)
 
 
+def test_gradient_accumulation_under_fsdp_equals_the_big_batch(setup):
+  """The accumulated gradients are held sharded as the parameters."""
+  big_losses, big_params = _train(setup, sharding.make_mesh(
+      devices=jax.devices()[:1]))
+  config = setup[0]
+  config.sharding.params = ((".*", "fsdp"),)
+  config.sharding.fsdp_min_size = 0
+  acc_losses, acc_params = _train(setup, sharding.make_mesh(8, 1),
+                                  accum_steps=2)
+  np.testing.assert_allclose(big_losses, acc_losses, rtol=1e-5)
+  _assert_trees_close(big_params, acc_params)
+
+
 def test_core_modules_import_no_tensorflow():
   """The model, the step and the benchmark run where TensorFlow is absent."""
   code = ("import sys; import vit_jax.models, vit_jax.steps, vit_jax.optim, "

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from vit_jax import (config_defaults, flops, hardware, models, optim,
-                     sharding, steps)
+                     profiling, sharding, steps)
 
 flags.DEFINE_string("variant", "ViT-B/16", "Model variant.")
 flags.DEFINE_integer("batch", 32, "Global batch size.")
@@ -32,6 +32,10 @@ flags.DEFINE_integer("steps", 10, "Timed steps (after one warm-up step).")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
 flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
+flags.DEFINE_enum("attention", "auto", models.ATTENTION,
+                  "Attention implementation (config.model.attention).")
+flags.DEFINE_integer("profile_steps", 0, "Also trace this many steps and "
+                     "report where the device time goes.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
 flags.DEFINE_string("out", None, "Write the JSON result here as well.")
 
@@ -44,10 +48,11 @@ def peak_flops(device, dtype: str, override_tflops):
 
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, dtype: str = "float32", remat: str = "none",
-        scan_layers: bool = False, peak_tflops=None) -> dict:
+        scan_layers: bool = False, peak_tflops=None, attention: str = "auto",
+        profile_steps: int = 0) -> dict:
   model_config = config_defaults.get_model_config()
   model_config.update(dict(variant=variant, dtype=dtype, remat=remat,
-                           scan_layers=scan_layers))
+                           scan_layers=scan_layers, attention=attention))
   model = models.build_model(model_config, num_classes)
   config = config_defaults.get_config()
   config.update(dict(optimizer="adam", warmup_steps=1))
@@ -79,6 +84,9 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - start)
 
+  profile = (profiling.device_time_by_op(
+      lambda s: compiled(s, batch_data), state, profile_steps)
+              if profile_steps else None)
   step_s = statistics.median(times)
   images_per_sec = batch / step_s
   macs = flops.forward_macs(model, image_size)
@@ -89,6 +97,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   return {
       "variant": variant, "batch": batch, "image_size": image_size,
       "dtype": dtype, "remat": remat, "scan_layers": scan_layers,
+      "attention": attention,
       "device": device.device_kind, "num_devices": jax.device_count(),
       "compile_s": compile_s, "step_s": step_s,
       "images_per_sec": images_per_sec,
@@ -102,6 +111,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "peak_host_rss_gib": resource.getrusage(
           resource.RUSAGE_SELF).ru_maxrss / 2**20,
       "final_loss": float(metrics["loss"]),
+      "profile": profile,
   }
 
 
@@ -109,7 +119,8 @@ def main(argv):
   del argv
   f = flags.FLAGS
   result = run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
-               f.dtype, f.remat, f.scan_layers, f.peak_tflops)
+               f.dtype, f.remat, f.scan_layers, f.peak_tflops, f.attention,
+               f.profile_steps)
   text = json.dumps(result, indent=2)
   print(text)
   if f.out:

@@ -27,6 +27,10 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.remat = "none"  # Rematerialise blocks: none | full | dots. Under
   # FSDP the blocks gather their weights again and "none" acts as "dots".
   model.scan_layers = False  # One scanned block (faster compile for deep models).
+  # Attention where its weights are not needed: auto (cuDNN's fused kernel
+  # on GPUs in bf16/fp16, else explicit) | explicit (einsums, softmax) |
+  # xla | cudnn (jax.nn.dot_product_attention with that implementation).
+  model.attention = "auto"  # See above.
   # GELU form: True is the tanh approximation the released weights were
   # trained with, False the exact erf of timm / Hugging Face. None: follow
   # the origin of config.init.checkpoint (tanh at random init).

@@ -118,6 +118,18 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
   return tx, schedule
 
 
+def stop_frozen_gradients(frozen_regexes, params):
+  """`params` with `stop_gradient` on the frozen ones, so the backward pass
+  skips their weight gradients (the optimizer zeroes their updates anyway)."""
+  if not frozen_regexes:
+    return params
+  rules = [(regex, True) for regex in frozen_regexes]
+  return jax.tree_util.tree_map_with_path(
+      lambda p, x: (jax.lax.stop_gradient(x)
+                    if _first_match(rules, param_path(p), False) else x),
+      params)
+
+
 def ema_update(ema_params, params, step, decay: float):
   """Polyak averaging with TF's warm-up: the decay is min(decay, (1+t)/(10+t)),
   so early averages are not dominated by the random initialisation."""

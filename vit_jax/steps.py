@@ -174,7 +174,7 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
 
 def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
                     accum_steps: int = 1, ema_decay: float = 0.0,
-                    params_sharding=None):
+                    params_sharding=None, frozen=()):
   """`train_step(state, batch) -> (state, metrics)` for `objective` (see
   `supervised` and `masked_patch_prediction`).
 
@@ -186,12 +186,16 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
   With `ema_decay` the state's `ema_params` follow the parameters. Given the
   parameters' shardings, FSDP-sharded parameters are gathered where they are
   used (the encoder blocks' inside each block, see `_gather_in_blocks`) and
-  their gradients return sharded (`sharding.gather_over_data`).
+  their gradients return sharded (`sharding.gather_over_data`). Parameters
+  matching a regex of `frozen` (config.frozen) get no gradient computed;
+  the metric `grad_norm` then counts the trained parameters only.
   """
+  grads_sharding = params_sharding  # Gradients are sharded as the params.
   if params_sharding is not None:
     model, params_sharding = _gather_in_blocks(model, params_sharding)
 
   def loss(params, batch, rng):
+    params = optim.stop_frozen_gradients(frozen, params)
     if params_sharding is not None:
       params = sharding.gather_over_data(params, params_sharding)
     apply = lambda images, **kw: model.apply({"params": params}, images,
@@ -221,6 +225,9 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
         lambda x: jnp.zeros(x.shape, jnp.float32),
         jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], micro),
                        rng))
+    if grads_sharding is not None:  # The sums live where the shards do.
+      zeros = (zeros[0], jax.lax.with_sharding_constraint(zeros[1],
+                                                          grads_sharding))
     total, _ = jax.lax.scan(add_micro_batch, zeros,
                             (jnp.arange(accum_steps), micro))
     return jax.tree.map(lambda x: x / accum_steps, total)
@@ -286,5 +293,5 @@ def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
   return jit_train_step(
       make_train_step(model, tx, objective_for_config(config), schedule,
                       mesh, config.accum_steps, config.ema_decay,
-                      state_sharding.params),
+                      state_sharding.params, tuple(config.frozen)),
       state_sharding, mesh, config.sharding.logical_axis_rules)

@@ -13,7 +13,7 @@ TensorFlow runs on the host CPU only.
 import collections
 import dataclasses
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import jax
 import ml_collections
@@ -178,6 +178,15 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
   ds = ds.concatenate(padding.repeat()).batch(local_batch)
   ds = ds.take(num_eval_batches(config, source))
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def make_eval_batches(config: ml_collections.ConfigDict, source,
+                      labels: bool = True) -> Callable[[], Iterator[Batch]]:
+  """`batches()`: a fresh pass over the evaluation split at each call, all
+  from one dataset, so with `config.cache` the decoded split is read once
+  and every later evaluation comes from memory."""
+  dataset = make_eval_dataset(config, source, labels=labels)
+  return dataset.as_numpy_iterator
 
 
 def prefetch_to_device(batches: Iterator[Batch], mesh, size: int = 2):

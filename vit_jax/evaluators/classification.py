@@ -57,8 +57,6 @@ def from_config(config, model, mesh, params_sharding, source):
   if config.objective != "supervised":
     return None
 
-  def batches():
-    return input_pipeline.make_eval_dataset(config, source).as_numpy_iterator()
   return config.eval_every_steps, ClassificationEvaluator(
-      model, batches, mesh, steps.LOSSES[config.loss], params_sharding,
+      model, input_pipeline.make_eval_batches(config, source), mesh, steps.LOSSES[config.loss], params_sharding,
       config.sharding.logical_axis_rules)

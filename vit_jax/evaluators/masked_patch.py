@@ -68,10 +68,7 @@ def from_config(config, model, mesh, params_sharding, source):
   if config.objective != "masked_patch":
     return None
 
-  def batches():
-    return input_pipeline.make_eval_dataset(
-        config, source, labels=False).as_numpy_iterator()
   return config.eval_every_steps, MaskedPatchEvaluator(
-      model, batches, mesh, config.masked_patch,
+      model, input_pipeline.make_eval_batches(config, source, labels=False), mesh, config.masked_patch,
       models.get_variant(config.model.variant).stride, config.seed,
       params_sharding, config.sharding.logical_axis_rules)

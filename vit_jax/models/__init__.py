@@ -8,7 +8,8 @@ import ml_collections
 
 from vit_jax.errors import UserError
 from vit_jax.models.variants import VARIANTS, Variant, get_variant
-from vit_jax.models.vit import CLASSIFIERS, REMAT_POLICIES, VisionTransformer
+from vit_jax.models.vit import (ATTENTION, CLASSIFIERS, REMAT_POLICIES,
+                                VisionTransformer)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16,
           "float16": jnp.float16}
@@ -18,9 +19,11 @@ def check_model_config(model_config: ml_collections.ConfigDict):
   """Raises a clear error for a bad `config.model` before anything is traced."""
   get_variant(model_config.variant)
   for field, allowed in (("classifier", CLASSIFIERS), ("remat", REMAT_POLICIES),
-                         ("dtype", DTYPES), ("param_dtype", DTYPES)):
-    if model_config[field] not in allowed:
-      raise UserError(f"config.model.{field}={model_config[field]!r} is not "
+                         ("dtype", DTYPES), ("param_dtype", DTYPES),
+                         ("attention", ATTENTION)):
+    value = model_config.get(field, "auto")  # Older configs lack `attention`.
+    if value not in allowed:
+      raise UserError(f"config.model.{field}={value!r} is not "
                        f"one of {', '.join(allowed)}.")
 
 
@@ -46,6 +49,7 @@ def build_model(model_config: ml_collections.ConfigDict,
       attention_dropout_rate=model_config.attention_dropout_rate,
       remat=model_config.remat,
       scan_layers=model_config.scan_layers,
+      attention=model_config.get("attention", "auto"),
       # Unset: the released models' tanh form (`weights.resolve_gelu` sets
       # it from a checkpoint's origin before the model is built).
       gelu_approximate=(True if model_config.gelu_approximate is None

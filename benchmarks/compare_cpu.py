@@ -1,0 +1,111 @@
+r"""Training speed of ours against timm on this machine, in one run.
+
+    .venv/bin/python benchmarks/compare_cpu.py               # ViT-Ti/16
+    .venv/bin/python benchmarks/compare_cpu.py --runs=3 --steps=8 \
+        --ours_env=XLA_FLAGS=--xla_cpu_use_onednn=true
+
+Each run is a fresh process: ours is `python -m vit_jax.benchmark` (the
+train step of `vit-jax train`: fp32, Adam, softmax cross-entropy, synthetic
+data), timm's the same model (`vit_tiny_patch16_224` and kin, erf GELU as
+timm has it) with torch.optim.Adam. The two alternate, `--runs` times each,
+so both see the same machine state; each run's figure is the median step
+time of `--steps` steps after one warm-up step, and the result is the
+median over runs. timm and torch come with the test extra (`make test`).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMM_NAMES = {"ViT-Ti/16": "vit_tiny_patch16_224",
+              "ViT-S/16": "vit_small_patch16_224",
+              "ViT-B/16": "vit_base_patch16_224"}
+
+_TIMM_STEP = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[5])
+from tests import torch_reference  # timm without the broken torchvision.
+timm = torch_reference.import_timm()
+import torch
+name, batch, size, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+model = timm.create_model(name, num_classes=1000, img_size=size).train()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+images = torch.rand(batch, 3, size, size) * 2 - 1
+labels = torch.randint(0, 1000, (batch,))
+def step():
+  optimizer.zero_grad(set_to_none=True)
+  loss = torch.nn.functional.cross_entropy(model(images), labels)
+  loss.backward()
+  optimizer.step()
+  return float(loss)
+step()  # Warm-up.
+times = []
+for _ in range(steps):
+  start = time.perf_counter(); step(); times.append(time.perf_counter() - start)
+print(json.dumps({"images_per_sec": batch / statistics.median(times),
+                  "threads": torch.get_num_threads()}))
+"""
+
+
+def run_ours(args, env) -> float:
+  with tempfile.NamedTemporaryFile(suffix=".json") as out:
+    subprocess.run(
+        [sys.executable, "-m", "vit_jax.benchmark", f"--variant={args.variant}",
+         f"--batch={args.batch}", f"--image_size={args.image_size}",
+         f"--steps={args.steps}", f"--out={out.name}", *args.ours_flag],
+        cwd=REPO, env=env, check=True, capture_output=True)
+    return json.load(open(out.name))["images_per_sec"]
+
+
+def run_timm(args) -> float:
+  done = subprocess.run(
+      [sys.executable, "-c", _TIMM_STEP, TIMM_NAMES[args.variant],
+       str(args.batch), str(args.image_size), str(args.steps), REPO],
+      check=True, capture_output=True, text=True)
+  return json.loads(done.stdout.strip().splitlines()[-1])["images_per_sec"]
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--variant", default="ViT-Ti/16", choices=TIMM_NAMES)
+  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--image_size", type=int, default=224)
+  parser.add_argument("--steps", type=int, default=8)
+  parser.add_argument("--runs", type=int, default=3)
+  parser.add_argument("--ours_env", action="append", default=[],
+                      help="NAME=VALUE for our runs (e.g. XLA_FLAGS=...).")
+  parser.add_argument("--ours_flag", action="append", default=[],
+                      help="An extra flag of vit_jax.benchmark.")
+  parser.add_argument("--skip_timm", action="store_true")
+  parser.add_argument("--out", help="Also write the result as JSON here.")
+  args = parser.parse_args()
+  env = dict(os.environ, **dict(e.split("=", 1) for e in args.ours_env))
+  ours, timm = [], []
+  for i in range(args.runs):
+    ours.append(run_ours(args, env))
+    if not args.skip_timm:
+      timm.append(run_timm(args))
+    print(f"run {i + 1}: ours {ours[-1]:.2f} img/s" +
+          (f", timm {timm[-1]:.2f} img/s" if timm else ""), flush=True)
+  result = {"variant": args.variant, "batch": args.batch,
+            "image_size": args.image_size, "runs": args.runs,
+            "ours_env": args.ours_env, "ours_flags": args.ours_flag,
+            "ours_images_per_sec": statistics.median(ours),
+            "ours_all": ours}
+  if timm:
+    result.update(timm_images_per_sec=statistics.median(timm), timm_all=timm,
+                  ratio=statistics.median(ours) / statistics.median(timm))
+  print(json.dumps(result, indent=1))
+  if args.out:
+    with open(args.out, "w") as f:
+      f.write(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+  main()
