@@ -21,7 +21,8 @@ def check_model_config(model_config: ml_collections.ConfigDict):
   for field, allowed in (("classifier", CLASSIFIERS), ("remat", REMAT_POLICIES),
                          ("dtype", DTYPES), ("param_dtype", DTYPES),
                          ("attention", ATTENTION)):
-    value = model_config.get(field, "auto")  # Older configs lack `attention`.
+    # Configs recorded before `attention` existed lack it: the default.
+    value = model_config.get(field, "auto" if field == "attention" else None)
     if value not in allowed:
       raise UserError(f"config.model.{field}={value!r} is not "
                        f"one of {', '.join(allowed)}.")
