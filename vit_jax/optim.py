@@ -110,12 +110,19 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
     parts.append(_scale_per_param(config.lr_mults, 1.0))
   tx = optax.chain(*parts)
   if config.frozen:
-    frozen = [(regex, "frozen") for regex in config.frozen]
-    labels = lambda params: jax.tree_util.tree_map_with_path(
-        lambda p, _: _first_match(frozen, param_path(p), "trained"), params)
+    labels = lambda params: jax.tree.map(
+        lambda frozen: "frozen" if frozen else "trained",
+        frozen_mask(config.frozen, params))
     tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()},
                                labels)
   return tx, schedule
+
+
+def frozen_mask(frozen_regexes, params):
+  """A tree of bools: which parameters a regex of config.frozen matches."""
+  rules = [(regex, True) for regex in frozen_regexes]
+  return jax.tree_util.tree_map_with_path(
+      lambda p, _: _first_match(rules, param_path(p), False), params)
 
 
 def stop_frozen_gradients(frozen_regexes, params):
@@ -123,11 +130,9 @@ def stop_frozen_gradients(frozen_regexes, params):
   skips their weight gradients (the optimizer zeroes their updates anyway)."""
   if not frozen_regexes:
     return params
-  rules = [(regex, True) for regex in frozen_regexes]
-  return jax.tree_util.tree_map_with_path(
-      lambda p, x: (jax.lax.stop_gradient(x)
-                    if _first_match(rules, param_path(p), False) else x),
-      params)
+  return jax.tree.map(
+      lambda x, frozen: jax.lax.stop_gradient(x) if frozen else x,
+      params, frozen_mask(frozen_regexes, params))
 
 
 def ema_update(ema_params, params, step, decay: float):

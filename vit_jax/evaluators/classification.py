@@ -58,5 +58,6 @@ def from_config(config, model, mesh, params_sharding, source):
     return None
 
   return config.eval_every_steps, ClassificationEvaluator(
-      model, input_pipeline.make_eval_batches(config, source), mesh, steps.LOSSES[config.loss], params_sharding,
+      model, input_pipeline.make_eval_batches(config, source), mesh,
+      steps.LOSSES[config.loss], params_sharding,
       config.sharding.logical_axis_rules)

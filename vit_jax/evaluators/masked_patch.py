@@ -69,6 +69,7 @@ def from_config(config, model, mesh, params_sharding, source):
     return None
 
   return config.eval_every_steps, MaskedPatchEvaluator(
-      model, input_pipeline.make_eval_batches(config, source, labels=False), mesh, config.masked_patch,
+      model, input_pipeline.make_eval_batches(config, source, labels=False),
+      mesh, config.masked_patch,
       models.get_variant(config.model.variant).stride, config.seed,
       params_sharding, config.sharding.logical_axis_rules)
