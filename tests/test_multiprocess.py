@@ -81,9 +81,9 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
   return codes, [("".join(out), "".join(err)) for out, err in outputs]
 
 
-def _one_process_reference(config, num_steps=STEPS, stop_after=None):
-  """8 devices, one process, global batches = concat of the two shares;
-  `stop_after` steps of the `num_steps` schedule (all by default)."""
+def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
+  """8 devices, one process, global batches = concat of the two shares:
+  the state after `num_steps` (and, `also_before_last`, one step before)."""
   source = input_pipeline.make_source(config)
   shares = [input_pipeline.make_train_dataset(
       config, source, process_index=i, process_count=2).as_numpy_iterator()
@@ -97,11 +97,13 @@ def _one_process_reference(config, num_steps=STEPS, stop_after=None):
       steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
                             schedule, mesh),
       shardings, mesh, config.sharding.logical_axis_rules)
-  for _ in range(num_steps if stop_after is None else stop_after):
+  for i in range(num_steps):
     parts = [next(share) for share in shares]
     batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if i == num_steps - 1:  # A copy: the step donates the state it takes.
+      before_last = jax.device_get(state)
     state, _ = step(state, sharding.to_global_batch(batch, mesh))
-  return state
+  return (state, before_last) if also_before_last else state
 
 
 def test_two_processes_equal_one_with_the_same_global_batch(
@@ -163,11 +165,12 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
   """Preemption of one host: all processes agree on a step (JAX's
   preemption sync point), save it together and exit 0; rerunning resumes
   and ends where an uninterrupted run does."""
-  total = 60
+  total = 30
   folder = _image_folder(tmp_path / "images")
   overrides = {**OVERRIDES, "total_steps": total, "log_every_steps": 5,
                "checkpoint_every_steps": 1000, "dataset": folder,
-               "decay_type": "constant"}  # The last steps count fully.
+               "decay_type": "constant",  # The last steps count fully.
+               "lr": 0.02}  # Stable: lr 0.1 diverges, and amplifies drift.
   workdir = str(tmp_path / "preempted")
   codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides,
                                          sigterm_process_1_at="Step 10/")
@@ -188,18 +191,18 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
   assert codes == [0, 0], _stderr_tails(outputs)
   assert f"Resuming at step {step}" in outputs[0][1]
   _apply(digits_config, overrides)
-  expected = _one_process_reference(digits_config, total)
+  expected, one_short = _one_process_reference(digits_config, total,
+                                               also_before_last=True)
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
       expected)
   final = ocp.StandardCheckpointer().restore(
       os.path.join(workdir, "checkpoints", str(total), "default"), target)
-  # Summation order differs between 2 x 4 and 1 x 8 devices: 60 steps drift
-  # by about 3e-6. One step less moves the parameters far more.
+  # Summation order differs between 2 x 4 and 1 x 8 devices: the steps
+  # drift by a few 1e-6. One step less moves the parameters far more.
   close = lambda a, b: jax.tree.map(
       lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=2e-5),
       jax.device_get(a), jax.device_get(b))
   close(final.params, expected.params)
-  one_short = _one_process_reference(digits_config, total, total - 1)
   with pytest.raises(AssertionError):
     close(final.params, one_short.params)

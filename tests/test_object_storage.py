@@ -25,7 +25,7 @@ from vit_jax.weights import formats
 
 pytestmark = pytest.mark.xdist_group("gcs")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 100
+STEPS = 40
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def _train(gcs, workdir, data_dir, kill_after_checkpoint=None):
          "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
          f"--config.data_dir={data_dir}", "--config.model.variant=digits",
          f"--config.total_steps={STEPS}", "--config.checkpoint_every_steps=20",
-         "--config.log_every_steps=50", "--config.ema_decay=0.99",
+         "--config.log_every_steps=20", "--config.ema_decay=0.99",
          "--config.model.dropout_rate=0.1"]
   proc = subprocess.Popen(cmd, cwd=REPO, env={**gcs.env(), "XLA_FLAGS": ""},
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,

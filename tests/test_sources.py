@@ -54,7 +54,8 @@ def test_image_folder_trains_and_evaluates(digits_config, image_folder):
 
   batch = next(input_pipeline.make_train_iterator(config, source))
   assert batch["image"].shape == (4, 24, 24, 3)
-  assert batch["image"].min() >= -1 and batch["image"].max() <= 1
+  assert batch["image"].dtype == np.uint8  # value_range is the step's.
+  assert batch["image"].min() == 0 and batch["image"].max() == 255
 
   batches = list(input_pipeline.make_eval_dataset(config, source)
                  .as_numpy_iterator())

@@ -98,8 +98,9 @@ def plan(config: ml_collections.ConfigDict, topology: str,
                                            state_sharding)
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
+  image_dtype = jnp.uint8 if steps.hands_over_uint8(config) else jnp.float32
   batch_spec = {"image": jax.ShapeDtypeStruct(
-      (batch, size, size, 3), jnp.float32, sharding=batch_sharding)}
+      (batch, size, size, 3), image_dtype, sharding=batch_sharding)}
   if supervised:
     batch_spec["labels"] = jax.ShapeDtypeStruct(
         (batch, num_classes), jnp.float32, sharding=batch_sharding)

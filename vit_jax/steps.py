@@ -10,6 +10,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -172,6 +173,24 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
   return state, state_sharding
 
 
+def hands_over_uint8(config: ml_collections.ConfigDict) -> bool:
+  """Whether training batches carry uint8 images: with `config.pp_uint8`,
+  a `pp_train` that ends in value_range leaves that op to the train step
+  (a quarter of the bytes through the host and onto the device)."""
+  return (config.pp_uint8 and
+          config.pp_train.rsplit("|", 1)[-1].strip() == "value_range")
+
+
+def images_in_value_range(images: jax.Array) -> jax.Array:
+  """uint8 images (see `hands_over_uint8`) mapped to [-1, 1] as the host's
+  value_range op does (to 1e-7); float images as they are."""
+  if images.dtype != jnp.uint8:
+    return images
+  # (2x - 255) is exact; one multiplication then rounds the same in every
+  # program (XLA's division by a constant depends on how it is fused).
+  return (images.astype(jnp.float32) * 2.0 - 255.0) * np.float32(1 / 255)
+
+
 def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
                     accum_steps: int = 1, ema_decay: float = 0.0,
                     params_sharding=None, frozen=()):
@@ -195,6 +214,7 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
     model, params_sharding = _gather_in_blocks(model, params_sharding)
 
   def loss(params, batch, rng):
+    batch = {**batch, "image": images_in_value_range(batch["image"])}
     params = optim.stop_frozen_gradients(frozen, params)
     if params_sharding is not None:
       params = sharding.gather_over_data(params, params_sharding)

@@ -28,6 +28,7 @@ import tensorflow_datasets as tfds
 from jax.experimental import multihost_utils
 
 from vit_jax import console, paths
+from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -213,19 +214,27 @@ class ImageFolderSource:
     return ds.shuffle(len(files), seed=seed) if shuffle_files else ds
 
   def decode(self, record):
-    image = read_image(record["path"], self._tensorflow_reads)
+    """The image still encoded (`preprocess.Encoded`), and its label."""
+    image = read_encoded(record["path"], self._tensorflow_reads)
     if not self.num_classes:
       return {"image": image}
     return {"image": image, "label": tf.cast(record["label"], tf.int64)}
 
 
-def read_image(path, tensorflow_reads: bool):
-  """The image file at `path` (a string tensor) as uint8 RGB, read by
+def read_encoded(path, tensorflow_reads: bool) -> preprocess.Encoded:
+  """The bytes of the image file at `path` (a string tensor), read by
   TensorFlow or, where it cannot (`paths.tensorflow_can_read`), through
-  the path layer; a file that is no JPEG or PNG fails naming its path."""
+  the path layer, with a decoder that names `path` when it fails."""
   data = (tf.io.read_file(path) if tensorflow_reads
           else _read_with_path_layer(path))
-  return _decode(data, path)
+  return preprocess.Encoded(data, lambda d: _decode(d, path))
+
+
+def read_image(path, tensorflow_reads: bool):
+  """The image file at `path` as uint8 RGB (see `read_encoded`); a file
+  that is no JPEG or PNG fails naming its path."""
+  encoded = read_encoded(path, tensorflow_reads)
+  return encoded.decode(encoded.data)
 
 
 def _read_with_path_layer(path):

@@ -3,7 +3,8 @@
 Each process reads a disjoint 1/N of every split and yields numpy batches of
 its share of the global batch: `{"image": f32[b,H,W,3], "labels": f32[b,K],
 "mask": f32[b]}` (no "labels" where they are not read: self-supervised
-training, unlabelled data). `mask` is 1 for real examples and 0 for the
+training, unlabelled data). Training images are uint8 where the train step
+finishes the pipeline (`steps.hands_over_uint8`). `mask` is 1 for real examples and 0 for the
 padding that fills the last evaluation batches, so every example is counted
 exactly once with the same number of batches on every process (no
 recompilation).
@@ -20,7 +21,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import sharding
+from vit_jax import sharding, steps
 from vit_jax.data import preprocess, sources
 from vit_jax.errors import UserError
 
@@ -55,10 +56,14 @@ def reads_labels(config: ml_collections.ConfigDict) -> bool:
   return config.objective == "supervised"
 
 
-def _example_fn(config, pp_spec: str, source, base_seed, labels: bool):
+def _example_fn(config, pp_spec: str, source, base_seed, labels: bool,
+                uint8: bool = False):
   """Preprocesses one example; a label outside [0, K) fails loudly. Without
-  `labels` the example's label (if any) is not read."""
-  image_fn = preprocess.make_image_fn(pp_spec, config.image_size)
+  `labels` the example's label (if any) is not read; with `uint8` the
+  pipeline's last op (value_range) is left to the train step."""
+  image_fn = preprocess.make_image_fn(
+      pp_spec, config.image_size, crop_on_decode=config.pp_crop_on_decode,
+      crop_antialias=config.pp_crop_antialias, uint8=uint8)
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "
@@ -129,7 +134,8 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
   example_fn = _example_fn(config, config.pp_train, source,
-                           tf.constant([seed, 0], tf.int64), labels)
+                           tf.constant([seed, 0], tf.int64), labels,
+                           uint8=steps.hands_over_uint8(config))
   ds = ds.enumerate(start=first_example).map(
       lambda i, record: example_fn(i, source.decode(record)),
       num_parallel_calls=tf.data.AUTOTUNE)

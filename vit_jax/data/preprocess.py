@@ -7,9 +7,16 @@ A pipeline is a string of ops joined by `|`, e.g. the paper's training recipe
 `(image uint8/float HxWxC, seed, size, *args) -> image`; random ops are
 stateless and take a per-example seed, so the pipeline is deterministic.
 Grayscale images always become 3-channel; the output is float32.
+
+Sources hand over images still encoded (`Encoded`). Where a pipeline starts
+with `inception_crop` and the file is a JPEG, only the sampled window is
+decoded (`tf.image.decode_and_crop_jpeg`, as Inception-style pipelines do):
+exactly the pixels of decoding the whole image and cropping it, for a
+fraction of the work (`crop_on_decode=False` decodes the whole image first).
 """
 
 import ast
+import dataclasses
 import re
 from typing import Callable
 
@@ -58,12 +65,16 @@ def inception_box(shape, seed, min_area=0.05):
   return begin, crop_size
 
 
-def inception_crop(image, seed, size, min_area=0.05):
-  """Inception-style random crop (see `inception_box`), resized to size."""
+def inception_crop(image, seed, size, min_area=0.05, antialias=False):
+  """Inception-style random crop (see `inception_box`), resized to size
+  (bilinear; `antialias` also low-pass filters a crop that shrinks)."""
   begin, crop_size = inception_box(tf.shape(image), seed, min_area)
-  crop = tf.slice(image, begin, crop_size)
-  return tf.image.resize(tf.cast(crop, tf.float32), (size, size),
-                         method="bilinear", antialias=True)
+  return _resize_square(tf.slice(image, begin, crop_size), size, antialias)
+
+
+def _resize_square(image, size, antialias=True):
+  return tf.image.resize(tf.cast(image, tf.float32), (size, size),
+                         method="bilinear", antialias=antialias)
 
 
 def flip_lr(image, seed, size):
@@ -109,18 +120,77 @@ def parse(spec: str) -> list[tuple[str, tuple[float, ...]]]:
   return ops
 
 
-def make_image_fn(spec: str, size: int) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `fn(image, seed) -> float32 size x size x 3` for a pipeline."""
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+  """An image file's bytes and the source's decoder for them."""
+  data: tf.Tensor  # Scalar string: the encoded image.
+  decode: Callable[[tf.Tensor], tf.Tensor]  # data -> uint8 HxWxC.
+
+
+def _rgb(image):
+  return tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
+
+
+def decode_inception_window(encoded: Encoded, seed, min_area=0.05):
+  """The `inception_crop` window of an encoded image, uint8 HxWx3: a JPEG
+  decodes only that window; other formats decode whole, then crop. The
+  window is the one `inception_crop` samples with this seed."""
+  data = encoded.data
+
+  def jpeg():
+    shape = tf.image.extract_jpeg_shape(data)
+    begin, crop_size = inception_box(shape, seed, min_area)
+    # libjpeg upsamples subsampled chroma at a window's left and right edges
+    # from the edge column alone: one more column each side, cut off after,
+    # gives exactly the whole image's pixels.
+    left = tf.minimum(begin[1], 1)
+    right = tf.minimum(shape[1] - begin[1] - crop_size[1], 1)
+    window = tf.stack([begin[0], begin[1] - left, crop_size[0],
+                       crop_size[1] + left + right])
+    wider = tf.image.decode_and_crop_jpeg(data, window, channels=3)
+    return wider[:, left:left + crop_size[1]]
+
+  def other():
+    image = _rgb(encoded.decode(data))
+    begin, crop_size = inception_box(tf.shape(image), seed, min_area)
+    return tf.slice(image, begin, crop_size)
+
+  return tf.ensure_shape(tf.cond(tf.io.is_jpeg(data), jpeg, other),
+                         (None, None, 3))
+
+
+def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
+                  crop_antialias: bool = False, uint8: bool = False
+                  ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Returns `fn(image, seed) -> float32 size x size x 3` for a pipeline;
+  `image` is a decoded uint8 tensor or `Encoded` (see the module doc).
+  `crop_antialias` is inception_crop's; with `uint8` a pipeline ending in
+  value_range stops before it and returns the image rounded to uint8."""
   ops = parse(spec)
+  uint8 = uint8 and bool(ops) and ops[-1][0] == "value_range"
+  if uint8:
+    ops = ops[:-1]
+  # A distinct stateless seed per op keeps random ops independent.
+  op_seed = lambda seed, i: tf.random.experimental.stateless_fold_in(seed, i)
+  apply = lambda name, image, seed, args: (
+      inception_crop(image, seed, size, *args, antialias=crop_antialias)
+      if name == "inception_crop" else OPS[name](image, seed, size, *args))
 
   def fn(image, seed):
-    if image.shape[-1] == 1:
-      image = tf.image.grayscale_to_rgb(image)
-    for i, (name, args) in enumerate(ops):
-      # A distinct stateless seed per op keeps random ops independent.
-      op_seed = tf.random.experimental.stateless_fold_in(seed, i)
-      image = OPS[name](image, op_seed, size, *args)
-    image = tf.ensure_shape(tf.cast(image, tf.float32), (size, size, 3))
-    return image
+    first = 0
+    if isinstance(image, Encoded):
+      if crop_on_decode and ops and ops[0][0] == "inception_crop":
+        window = decode_inception_window(image, op_seed(seed, 0), *ops[0][1])
+        image, first = _resize_square(window, size, crop_antialias), 1
+      else:
+        image = image.decode(image.data)
+    image = _rgb(image)
+    for i, (name, args) in enumerate(ops[first:], first):
+      image = apply(name, image, op_seed(seed, i), args)
+    if uint8:  # Resized values are within [0, 255]; round to the nearest.
+      image = tf.round(tf.cast(image, tf.float32))
+      return tf.ensure_shape(tf.cast(image, tf.uint8),
+                             (size, size, 3))
+    return tf.ensure_shape(tf.cast(image, tf.float32), (size, size, 3))
 
   return fn

@@ -19,7 +19,7 @@ from jax.experimental import multihost_utils
 
 from vit_jax import console, paths
 from vit_jax.data import digits  # Registers the built-in `digits` builder.
-from vit_jax.data import image_folder
+from vit_jax.data import image_folder, preprocess
 from vit_jax.errors import UserError
 
 del digits
@@ -98,7 +98,12 @@ class TfdsSource:
         decoders={"image": tfds.decode.SkipDecoding()})
 
   def decode(self, record):
-    image = self._builder.info.features["image"].decode_example(record["image"])
+    """The image still encoded (`preprocess.Encoded`) where it is a uint8
+    image, decoded otherwise; the label (multi-hot for a `labels` list)."""
+    feature = self._builder.info.features["image"]
+    image = (preprocess.Encoded(record["image"], feature.decode_example)
+             if feature.tf_dtype == tf.uint8 else
+             feature.decode_example(record["image"]))
     if not self.num_classes:
       return {"image": image}
     if self.multi_label:
