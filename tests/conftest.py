@@ -9,18 +9,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # libtpu (the `tpu` extra, for compiling TPU plans) must not look for a TPU.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# The commands that tests run as subprocesses compile the same small
-# programs again and again: they share JAX's persistent compilation cache.
+# Tests and the commands they run as subprocesses compile the same small
+# programs again and again (each test builds its own step functions): they
+# share JAX's persistent compilation cache. A program read from it keeps
+# its cost and memory analyses.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     "/tmp", f"vit_jax_tests_jax_cache_{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-import jax  # noqa: E402
 import pytest  # noqa: E402
-
-# The test processes themselves compile afresh: tests inspect compiled
-# programs (cost and memory analyses, TPU compilation without a TPU).
-jax.config.update("jax_enable_compilation_cache", False)
 
 
 @pytest.fixture(scope="session")
