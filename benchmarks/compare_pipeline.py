@@ -11,8 +11,8 @@ positions) and reuses it. Each run is a fresh `python -m
 vit_jax.data.benchmark` at 224 px with `inception_crop|flip_lr|value_range`;
 the variants (`--variant NAME=FLAGS`; by default the old path, then each
 of the new options added in turn: decoding only the crop, uint8 hand-over,
-bilinear crop resizing without antialias = today's defaults) alternate, `--runs` times each, and the result is
-each one's median images/s.
+bilinear crop resizing without antialias = today's defaults) alternate,
+`--runs` times each, and the result is each one's median images/s.
 """
 
 import argparse

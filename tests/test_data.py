@@ -163,7 +163,7 @@ def test_uint8_hand_over_rounds_what_value_range_would_map():
 
 
 def test_which_configs_hand_uint8_over(digits_config):
-  assert steps.hands_over_uint8(digits_config)  # inception_crop(0.5)|value_range
+  assert steps.hands_over_uint8(digits_config)  # ...|value_range
   digits_config.pp_train = "resize"
   assert not steps.hands_over_uint8(digits_config)
   digits_config.pp_train, digits_config.pp_uint8 = "resize|value_range", False

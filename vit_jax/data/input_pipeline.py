@@ -4,10 +4,10 @@ Each process reads a disjoint 1/N of every split and yields numpy batches of
 its share of the global batch: `{"image": f32[b,H,W,3], "labels": f32[b,K],
 "mask": f32[b]}` (no "labels" where they are not read: self-supervised
 training, unlabelled data). Training images are uint8 where the train step
-finishes the pipeline (`steps.hands_over_uint8`). `mask` is 1 for real examples and 0 for the
-padding that fills the last evaluation batches, so every example is counted
-exactly once with the same number of batches on every process (no
-recompilation).
+finishes the pipeline (`steps.hands_over_uint8`). `mask` is 1 for real
+examples and 0 for the padding that fills the last evaluation batches, so
+every example is counted exactly once with the same number of batches on
+every process (no recompilation).
 TensorFlow runs on the host CPU only.
 """
 
