@@ -6,7 +6,8 @@ A pipeline is a string of ops joined by `|`, e.g. the paper's training recipe
 `inception_crop(0.35)` crops at least 35% of the area. Every op maps
 `(image uint8/float HxWxC, seed, size, *args) -> image`; random ops are
 stateless and take a per-example seed, so the pipeline is deterministic.
-Grayscale images always become 3-channel; the output is float32.
+Grayscale images always become 3-channel; the output is float32 (uint8
+where the train step applies the last op, see `make_image_fn`).
 
 Sources hand over images still encoded (`Encoded`). Where a pipeline starts
 with `inception_crop` and the file is a JPEG, only the sampled window is
@@ -188,9 +189,8 @@ def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
     for i, (name, args) in enumerate(ops[first:], first):
       image = apply(name, image, op_seed(seed, i), args)
     if uint8:  # Resized values are within [0, 255]; round to the nearest.
-      image = tf.round(tf.cast(image, tf.float32))
-      return tf.ensure_shape(tf.cast(image, tf.uint8),
-                             (size, size, 3))
-    return tf.ensure_shape(tf.cast(image, tf.float32), (size, size, 3))
+      image = tf.cast(tf.round(tf.cast(image, tf.float32)), tf.uint8)
+    return tf.ensure_shape(tf.cast(image, tf.uint8 if uint8 else tf.float32),
+                           (size, size, 3))
 
   return fn
