@@ -10,7 +10,10 @@ pre-logits layer), 384 px (higher than pre-training), bf16 compute. Presets
 0.003, 0.01, 0.03}):
 
   cifar10, cifar100          10k steps, lr 0.03, 2% of train as validation
-  imagenet2012               20k steps, lr 0.03 (manual download)
+  imagenet2012               20k steps, lr 0.03 (manual download); also
+                             evaluates ImageNet ReaL (`real/accuracy`, from
+                             the same manual download) and ImageNet-v2
+                             (`v2/accuracy`)
   oxford_iiit_pet            500 steps, lr 0.003
   oxford_flowers102          500 steps, lr 0.003
   folder                     500 steps; `--config.dataset=folder:/PATH`
@@ -61,27 +64,16 @@ def get_config(arg=None):
     raise UserError(f"Unknown fine-tuning preset {args.first!r}; use one of "
                      f"{', '.join(PRESETS)}.")
   config = config_defaults.get_config()
-  config.image_size = 384
+  config_defaults.paper_transfer(config, args.variant, args.init)
   config.pp_train = "inception_crop|flip_lr|value_range"
   config.pp_eval = "resize|value_range"
   config.shuffle_buffer = 50_000
-  config.batch_size = 512
-  config.eval_batch_size = 512
-  config.optimizer = "sgd"
-  config.momentum = 0.9
-  config.weight_decay = 0.0
-  config.warmup_steps = 500
-  config.decay_type = "cosine"
-  config.grad_clip_norm = 1.0
-  config.model.variant = args.variant
-  config.model.representation_size = None  # A linear head.
-  config.init.dont_load = ("head/.*",)  # The paper: a new zero-initialised head.
-  config.model.dtype = "bfloat16"
   config.log_every_steps = 50
   config.eval_every_steps = 1_000
   config.checkpoint_every_steps = 500
   config.update(PRESETS[args.first])
-  config.init.checkpoint = args.init
+  if args.first == "imagenet2012":  # Same classes: score its head on both.
+    config.real.enabled = config.v2.enabled = True
   if args.first == "digits":
     config.model.variant = "digits" if args.variant == "ViT-B/16" else (
         args.variant)
@@ -89,4 +81,5 @@ def get_config(arg=None):
     config.eval_every_steps = 100
   if args.runlocal:
     config_defaults.runlocal(config, image_size=32)
+    config.real.enabled = config.v2.enabled = False  # Digits: 10 classes.
   return config.lock()

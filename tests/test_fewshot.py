@@ -256,3 +256,52 @@ def test_periodic_fewshot_during_training(digits_config, tmp_path):
   result = trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert {"fewshot/digits/1shot", "fewshot/digits/2shot",
           "fewshot/digits/full"} <= set(result)
+
+
+def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
+  config = _config(tfds_data_dir, datasets=(
+      ("digits", "train[:300]", "test[:100]"),),
+                   pp_eval="resize(20)|central_crop|value_range")
+  model = models.build_model(config.model, None)
+  import optax
+  mesh = sharding.make_mesh(devices=jax.devices()[:1])
+  state, shardings = steps.create_train_state(model, optax.identity(), 16, 0,
+                                              mesh)
+  evaluator = fewshot_evaluator.FewShotEvaluator(model, config, mesh,
+                                                 shardings.params)
+  train_x, _, test_x, _, classes = evaluator.dataset_features(state.params,
+                                                              "digits")
+  assert train_x.shape == (300, 16) and test_x.shape == (100, 16)
+  assert classes == 10
+  # The crop of a 20-px resize is not the plain 16-px resize.
+  plain = fewshot_evaluator.FewShotEvaluator(
+      model, _config(tfds_data_dir, datasets=(
+          ("digits", "train[:300]", "test[:100]"),)), mesh, shardings.params)
+  assert not np.allclose(plain.dataset_features(state.params, "digits")[0],
+                         train_x, atol=1e-4)
+
+
+def test_the_standard_bundle_is_big_visions():
+  config = fewshot_configs.get_config("standard")
+  splits = fewshot_evaluator.dataset_splits(config.fewshot)
+  assert [key for key, *_ in splits] == [
+      "caltech101", "cars196", "cifar100", "dtd", "oxford_iiit_pet",
+      "uc_merced", "imagenet2012"]
+  assert ("uc_merced", "uc_merced", "train[:1000]", "train[1000:]") in splits
+  assert ("imagenet2012", "imagenet2012", "train[:65000]",
+          "validation") in splits
+  assert config.fewshot.pp_eval == "resize(256)|central_crop|value_range"
+  assert config.fewshot.shots == (1, 5, 10, 25)
+  assert config.fewshot.l2_reg == 2.0**10 and config.fewshot.seeds == 3
+  without = fewshot_configs.get_config("standard,imagenet=0")
+  assert "imagenet2012" not in [k for k, *_ in fewshot_evaluator.dataset_splits(
+      without.fewshot)]
+  from configs import pretrain  # pylint: disable=g-import-not-at-top
+  periodic = pretrain.get_config("augreg_i1k,fewshot=standard")
+  assert periodic.fewshot.datasets == config.fewshot.datasets
+  assert periodic.fewshot.every_steps == 10_000
+  config_checks.check_config(periodic, sharding.make_mesh())
+  for bad in (("digits", "train"), 3):
+    config.fewshot.datasets = (bad,)
+    with pytest.raises(ValueError, match="neither a dataset name"):
+      fewshot_evaluator.dataset_splits(config.fewshot)

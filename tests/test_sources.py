@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from tests import tfds_fakes
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 
@@ -137,20 +138,11 @@ def test_train_shares_are_disjoint(digits_config, image_folder):
   assert not shares[0] & shares[1]
 
 
-def _mock_metadata(data_dir, name, sizes):
-  builder = tfds.builder(name, data_dir=data_dir)
-  builder.info.set_splits(tfds.core.SplitDict([
-      tfds.core.SplitInfo(name=k, shard_lengths=[v], num_bytes=0)
-      for k, v in sizes.items()]))
-  os.makedirs(builder.data_dir, exist_ok=True)
-  builder.info.write_to_directory(builder.data_dir)
-
-
 @pytest.mark.parametrize("name, eval_split, num_classes", [
     ("cifar10", "test", 10), ("imagenet2012", "validation", 1000)])
 def test_tfds_datasets_with_mock_data(digits_config, tmp_path, name,
                                       eval_split, num_classes):
-  _mock_metadata(str(tmp_path), name, {"train": 10, eval_split: 10})
+  tfds_fakes.write_metadata(str(tmp_path), name, {"train": 10, eval_split: 10})
   digits_config.dataset = name
   digits_config.data_dir = str(tmp_path)
   digits_config.eval_split = eval_split

@@ -55,6 +55,7 @@ COMMANDS = {
     "benchmark": ("vit_jax.benchmark", "train-step images/s and MFU"),
     "predict": ("vit_jax.predict", "top classes of image files"),
     "analyze": ("vit_jax.analyze", "the paper's figures of what a model learnt"),
+    "vtab": ("vit_jax.vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),
 }
 
 FLAGS = flags.FLAGS
@@ -70,6 +71,11 @@ flags.DEFINE_string("coordinator_address", None,
                     "HOST:PORT of process 0; implies --distributed.")
 flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 flags.DEFINE_integer("process_id", None, "This process's index.")
+flags.DEFINE_bool("offline", False,
+                  "Download no checkpoints: URLs and released names load "
+                  "only from the cache (config.init.cache_dir). Sets "
+                  "VIT_JAX_OFFLINE=1, which this process and the ones it "
+                  "starts read.")
 
 # OSError: a missing file, a config file that failed to load, storage that
 # cannot be reached.
@@ -81,7 +87,8 @@ def define_checkpoint_flags(use: str):
   flags of commands that apply one checkpoint (`inference.load` reads
   them)."""
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  flags.DEFINE_string("checkpoint", None, f"Weights {use} (any format "
+  flags.DEFINE_string("checkpoint", None, f"Weights {use} (any format, "
+                      "URL or released name, e.g. ViT-B/16@i21k, that "
                       "config.init.checkpoint reads).")
   config_flags.DEFINE_config_file(
       "config", None, "Config of the model and its preprocessing "
@@ -200,6 +207,8 @@ def run(main):
     _set_log_level()
     skip_absent_tpu()
     paths.configure_storage()
+    if FLAGS.offline:
+      os.environ["VIT_JAX_OFFLINE"] = "1"  # See vit_jax/weights/cache.py.
     try:
       result = main(argv)
     except USER_ERRORS as e:

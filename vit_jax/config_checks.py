@@ -11,6 +11,7 @@ from jax.sharding import Mesh
 from vit_jax import models, optim, sharding, steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.errors import UserError
+from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import solver as fewshot_solver
 from vit_jax.models import masked_patch
 from vit_jax.weights import posemb
@@ -21,8 +22,10 @@ _POSITIVE = ("batch_size", "eval_batch_size", "image_size", "lr",
              "shuffle_buffer", "accum_steps")
 _NON_NEGATIVE = ("total_steps", "warmup_steps", "eval_every_steps",
                  "keep_checkpoint_every_steps", "profile_steps",
-                 "weight_decay", "grad_clip_norm", "fewshot.every_steps")
-_FRACTIONS = ("label_smoothing", "ema_decay", "b1", "b2", "momentum")  # [0, 1)
+                 "weight_decay", "grad_clip_norm", "fewshot.every_steps",
+                 "mixup.alpha")
+_FRACTIONS = ("label_smoothing", "ema_decay", "b1", "b2", "momentum",  # [0, 1)
+              "model.drop_path_rate")
 _CHOICES = (("optimizer", optim.OPTIMIZERS), ("decay_type", optim.DECAY_TYPES),
             ("loss", steps.LOSSES), ("mu_dtype", optim.MOMENTUM_DTYPES),
             ("init.posemb_resize", posemb.METHODS),
@@ -46,8 +49,12 @@ def check_numbers(config: ml_collections.ConfigDict):
       raise UserError(f"config.{field}={_get(config, field)} must be zero "
                       "or positive.")
   for field in _FRACTIONS:
-    if not 0.0 <= config[field] < 1.0:
-      raise UserError(f"config.{field}={config[field]} must be in [0, 1).")
+    if not 0.0 <= _get(config, field) < 1.0:
+      raise UserError(f"config.{field}={_get(config, field)} must be in "
+                      "[0, 1).")
+  if not 0.0 <= config.mixup.p <= 1.0:
+    raise UserError(f"config.mixup.p={config.mixup.p} is a probability: "
+                    "use a value in [0, 1].")
   for field, steps_field in (("num_epochs", "total_steps"),
                              ("warmup_epochs", "warmup_steps")):
     value = config[field]
@@ -67,8 +74,13 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   """Every user mistake we can see before compiling, with its fix."""
   check_numbers(config)
   models.check_model_config(config.model)
-  preprocess.parse(config.pp_train)
-  preprocess.parse(config.pp_eval)
+  for field in ("pp_train", "pp_eval"):
+    names = [name for name, _ in preprocess.parse(config[field])]
+    if ("randaug" in names and "value_range" in names and
+        names.index("randaug") > names.index("value_range")):
+      raise UserError(f"config.{field}={config[field]!r} applies randaug "
+                      "after value_range; RandAugment works on [0, 255] "
+                      "pixels: put it before value_range.")
   for field, allowed in _CHOICES:
     if _get(config, field) not in allowed:
       raise UserError(f"config.{field}={_get(config, field)!r} is not one of "
@@ -82,6 +94,9 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   if config.objective == "masked_patch":
     check_masked_patch(config, stride)
   fewshot_solver.check_config(config.fewshot)
+  fewshot_evaluator.dataset_splits(config.fewshot)
+  if config.fewshot.pp_eval:
+    preprocess.parse(config.fewshot.pp_eval)
   sharding.check_strategy_rules(config.sharding.params)
   sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
                             accumulation=config.accum_steps, log=True)

@@ -22,6 +22,10 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.
   model.attention_dropout_rate = 0.0  # On the attention weights.
+  # Stochastic depth (Huang et al. 2016): in training, each block's attention
+  # and MLP branch is dropped for a whole example with this probability (the
+  # same at every depth, as big_vision's `stoch_depth`); 0: off.
+  model.drop_path_rate = 0.0  # See above.
   model.dtype = "float32"  # Compute dtype: float32 | bfloat16 | float16.
   model.param_dtype = "float32"  # Storage dtype of the parameters.
   model.remat = "none"  # Rematerialise blocks: none | full | dots. Under
@@ -88,6 +92,13 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.grad_clip_norm = 1.0  # Global-norm gradient clipping; 0 disables.
   config.loss = "softmax_xent"  # softmax_xent | sigmoid_xent.
   config.label_smoothing = 0.0  # Training targets mixed with uniform (0: off).
+  # Mixup (Zhang et al. 2018) in the train step, on the device: each example
+  # is mixed, with probability p, with its neighbour in the batch (images and
+  # labels with the same weight); the weight of the example's own image is
+  # max(r, 1 - r), r ~ Beta(alpha, alpha), one draw per batch as big_vision.
+  config.mixup = ml_collections.ConfigDict()  # See above.
+  config.mixup.alpha = 0.0  # Beta concentration; 0: no mixup.
+  config.mixup.p = 1.0  # Share of the examples mixed (big_vision: all).
   config.mu_dtype = "float32"  # Adam first moment / SGD momentum: or bfloat16.
   # Per-parameter rules: regexes match the whole '/'-joined parameter path
   # (e.g. 'head/.*'); the first match wins; a regex matching nothing is an error.
@@ -130,17 +141,25 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # to resume from.
   config.init = ml_collections.ConfigDict()  # See above.
   # An Orbax workdir (or one step of it), a released or big_vision .npz, or
-  # timm / Hugging Face weights (.safetensors, .bin, .pth). None: random init.
+  # timm / Hugging Face weights (.safetensors, .bin, .pth); a local path, a
+  # URL (gs://...) or a released name (ViT-B/16@i21k, `vit-jax inspect
+  # --list_released`). None: random init.
   config.init.checkpoint = config_dict.placeholder(str)  # See above.
   config.init.dont_load = ()  # Regexes: parameters to re-initialise instead.
   config.init.posemb_resize = "bilinear"  # Grid interpolation: or bicubic.
   config.init.source_grid = config_dict.placeholder(tuple)  # File's (H, W) if not square.
+  # Where downloaded checkpoints (URLs, released names) are kept and reused;
+  # None: $VIT_JAX_CACHE_DIR, else ~/.cache/vit_jax.
+  config.init.cache_dir = config_dict.placeholder(str)  # See above.
 
   # Few-shot linear evaluation (vit_jax/fewshot/evaluator.py).
   config.fewshot = ml_collections.ConfigDict()  # See above.
-  config.fewshot.datasets = ()  # TFDS names, folder:/path or digits.
+  # Each a TFDS name, folder:/path or digits, or a (name, train split, eval
+  # split) triple; `vit_jax/fewshot/bundles.py` has big_vision's standard set.
+  config.fewshot.datasets = ()  # See above.
   config.fewshot.train_split = "train"  # Where the k shots per class come from.
   config.fewshot.eval_split = "test"  # Where accuracy is measured.
+  config.fewshot.pp_eval = config_dict.placeholder(str)  # None: config.pp_eval.
   config.fewshot.shots = (1, 5, 10, 25)  # Examples per class.
   config.fewshot.seeds = 3  # Random samples per shot count (mean and std).
   # fixed: big_vision's published protocol (L2 = l2_reg), comparable with
@@ -155,6 +174,17 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.fewshot.float64 = False  # Solve in float64 on the host (else fp32).
   config.fewshot.every_steps = 0  # During training, every N steps; 0: never.
 
+  # Extra evaluators (vit_jax/evaluators/): see their modules.
+  # ImageNet ReaL and ImageNet-v2 accuracy of an ImageNet model's head, run
+  # like `test` (vit_jax/evaluators/imagenet_variants.py).
+  config.real = ml_collections.ConfigDict()  # ReaL labels (Beyer et al. 2020).
+  config.real.enabled = False  # Metrics real/*: imagenet2012_real.
+  config.real.split = "validation"  # Its split (ImageNet's validation images).
+  config.v2 = ml_collections.ConfigDict()  # ImageNet-v2 (Recht et al. 2019).
+  config.v2.enabled = False  # Metrics v2/*: config.v2.dataset.
+  config.v2.dataset = "imagenet_v2"  # TFDS name; default matched-frequency.
+  config.v2.split = "test"  # Its one split (10,000 images).
+
   # Loop.
   config.log_every_steps = 50  # Training metrics to the writers.
   config.eval_every_steps = 1000  # Test accuracy during training; 0: end only.
@@ -163,6 +193,23 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.keep_checkpoint_every_steps = 0  # Also keep every N-th step; 0: none.
   config.profile_steps = 0  # Profiler trace of this many steps after step 10.
   return config
+
+
+def paper_transfer(config: ml_collections.ConfigDict, variant: str,
+                   init=None):
+  """The paper's fine-tuning setting (App. B.1.1), which its transfer
+  configs share: SGD momentum 0.9, batch 512, 500 warmup steps then
+  cosine, clip 1, no weight decay, 384 px, bf16, and a new zero-initialised
+  linear head on the weights of `init`."""
+  config.update(dict(  # Overrides, not declarations: see get_config.
+      image_size=384, batch_size=512, eval_batch_size=512, optimizer="sgd",
+      momentum=0.9, weight_decay=0.0, warmup_steps=500, decay_type="cosine",
+      grad_clip_norm=1.0))
+  config.model.variant = variant  # The model to fine-tune.
+  config.model.representation_size = None  # A linear head.
+  config.model.dtype = "bfloat16"  # bf16 compute, fp32 parameters.
+  config.init.checkpoint = init  # The weights to start from.
+  config.init.dont_load = ("head/.*",)  # The paper: a new zero-initialised head.
 
 
 def runlocal(config: ml_collections.ConfigDict, image_size: int = 16):

@@ -2,6 +2,7 @@
 
     loaded = inference.load("workdirs/demo/pretrain")        # Orbax workdir
     loaded = inference.load("ViT-B_16.npz", image_size=384)  # any file
+    loaded = inference.load("ViT-B/16@i21k-ft-i1k")  # a released name
 
 The config (model, resolution, evaluation preprocessing) is the one given,
 else the workdir's config.json, else one read from the file's shapes
@@ -26,7 +27,7 @@ from jax.sharding import Mesh
 from vit_jax import (config_defaults, console, models, paths, sharding, steps,
                      weights)
 from vit_jax.errors import UserError
-from vit_jax.weights import architecture, loader
+from vit_jax.weights import architecture, cache, loader
 
 
 IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
@@ -77,9 +78,11 @@ def config_for(checkpoint: str, config=None, image_size=None,
                                         architecture.Architecture]:
   """(config, whether it is the training workdir's, the file's
   architecture); see the module doc."""
-  arch = architecture.read(checkpoint, num_heads)
-  recorded = (loader.recorded_config(checkpoint)
-              if config is None and paths.resolve(checkpoint).is_dir()
+  cache_dir = config.init.cache_dir if config is not None else None
+  arch = architecture.read(checkpoint, num_heads, cache_dir)
+  # A workdir's own config; `locate` gives a released name's cached file.
+  recorded = (loader.recorded_config(checkpoint) if config is None and
+              paths.resolve(cache.locate(checkpoint, cache_dir)).is_dir()
               else None)
   if config is not None:
     config = config.copy_and_resolve_references()

@@ -2,13 +2,15 @@
 
     vit-jax inspect /tmp/digits.npz
     vit-jax inspect /tmp/digits.npz --config=configs/finetune.py:digits
+    vit-jax inspect ViT-B/16@i21k        # a released checkpoint, by name
+    vit-jax inspect --list_released      # the names
 
 (or `python -m vit_jax.inspect ...`). Without --config: every array in the
 file (name, shape, dtype) and the total count. With a config: the table of
 matching, resized, re-initialised, dropped, missing and unexpected
 parameters that loading it for that config would give (the number of
 classes is the file's head's unless --num_classes says otherwise). Reads any
-format the loader reads.
+format, URL or released name the loader reads.
 """
 
 from vit_jax import cli  # First: the commands' preamble.
@@ -18,16 +20,18 @@ import numpy as np
 from ml_collections import config_flags
 
 from vit_jax import models, steps, weights
-from vit_jax.weights import formats
+from vit_jax.weights import formats, released
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
                                 lock_config=True)
 flags.DEFINE_integer("num_classes", None, "Classes of the target's head.")
+flags.DEFINE_bool("list_released", False, "Print the names of the released "
+                  "checkpoints (and their URLs) instead.")
 
 
-def describe_file(path: str) -> str:
-  fmt, tensors = formats.read(path)
+def describe_file(path: str, cache_dir=None) -> str:
+  fmt, tensors = formats.read(path, cache_dir)
   width = max(len(k) for k in tensors)
   rows = [f"{path}: {fmt}, {len(tensors)} arrays, "
           f"{sum(v.size for v in tensors.values()):,} parameters"]
@@ -43,8 +47,8 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
   config = weights.resolve_gelu(config)
   if num_classes is None:
     head = weights.loader.read_converted(
-        path, models.get_variant(config.model.variant).num_heads).params.get(
-            "head/kernel")
+        path, models.get_variant(config.model.variant).num_heads,
+        config.init.cache_dir).params.get("head/kernel")
     num_classes = head.shape[-1] if head is not None else 1000
   model = steps.model_for_config(config, num_classes)
   size = config.image_size
@@ -60,10 +64,14 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
 
 
 def main(argv):
+  if FLAGS.list_released:
+    print(released.describe_table())
+    return
   if len(argv) != 2:
     raise app.UsageError("Usage: vit-jax inspect PATH [--config=...]")
   np.set_printoptions(linewidth=120)
-  print(describe_file(argv[1]))
+  config = FLAGS.config
+  print(describe_file(argv[1], config.init.cache_dir if config else None))
   if FLAGS.config is not None:
     print(compare_with_config(argv[1], FLAGS.config, FLAGS.num_classes))
 

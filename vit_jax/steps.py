@@ -14,7 +14,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import models, optim, sharding
+from vit_jax import mixup, models, optim, sharding
 from vit_jax.models import layout, masked_patch
 
 
@@ -35,14 +35,20 @@ LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
 Objective = Callable[[Callable, dict, jax.Array], tuple[jax.Array, dict]]
 
 
-def supervised(loss_fn: Callable, label_smoothing: float = 0.0) -> Objective:
+def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
+               mixup_alpha: float = 0.0, mixup_p: float = 1.0) -> Objective:
   """Classification of `batch["labels"]`; label smoothing mixes the targets
-  with the uniform distribution."""
+  with the uniform distribution; with `mixup_alpha`, images and labels are
+  mixed first (`vit_jax/mixup.py`)."""
   def objective(apply, batch, rng):
-    labels = batch["labels"]
+    images, labels = batch["image"], batch["labels"]
+    if mixup_alpha > 0:  # Its own key; without mixup, dropout's stays as was.
+      mixup_rng, rng = jax.random.split(rng)
+      images, labels, _ = mixup.mix(mixup_rng, images, labels, mixup_alpha,
+                                    mixup_p)
     if label_smoothing:
       labels = optax.smooth_labels(labels, label_smoothing)
-    logits, _ = apply(batch["image"], rngs={"dropout": rng})
+    logits, _ = apply(images, rngs={"dropout": rng})
     return jnp.mean(loss_fn(logits, labels)), {}
   return objective
 
@@ -87,8 +93,9 @@ def masked_patch_prediction(mp_config, stride: int) -> Objective:
 
 # config.objective -> the config's objective.
 OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
-    "supervised": lambda config: supervised(LOSSES[config.loss],
-                                            config.label_smoothing),
+    "supervised": lambda config: supervised(
+        LOSSES[config.loss], config.label_smoothing, config.mixup.alpha,
+        config.mixup.p),
     "masked_patch": lambda config: masked_patch_prediction(
         config.masked_patch, models.get_variant(config.model.variant).stride),
 }

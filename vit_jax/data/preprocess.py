@@ -3,7 +3,8 @@
 A pipeline is a string of ops joined by `|`, e.g. the paper's training recipe
 `"inception_crop|flip_lr|value_range"` and its evaluation recipe
 `"resize_small|central_crop|value_range"`. An op may take numeric arguments:
-`inception_crop(0.35)` crops at least 35% of the area. Every op maps
+`inception_crop(0.35)` crops at least 35% of the area, `randaug(2,15)` is
+RandAugment with 2 operations at magnitude 15 (`randaug.py`). Every op maps
 `(image uint8/float HxWxC, seed, size, *args) -> image`; random ops are
 stateless and take a per-example seed, so the pipeline is deterministic.
 Grayscale images always become 3-channel; the output is float32 (uint8
@@ -23,6 +24,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from vit_jax.data import randaug as randaug_lib
 from vit_jax.errors import UserError
 
 Op = Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor]
@@ -31,10 +33,13 @@ Op = Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor]
 _CROP_FRACTION = 0.875
 
 
-def resize(image, seed, size):
-  """Plain resize to size x size (upsamples small images such as digits)."""
+def resize(image, seed, size, to=None):
+  """Plain resize to size x size, or to x to (`resize(256)` before a
+  central crop, as big_vision's few-shot evaluation); upsamples small
+  images such as digits."""
   del seed
-  return tf.image.resize(tf.cast(image, tf.float32), (size, size),
+  to = size if to is None else int(to)
+  return tf.image.resize(tf.cast(image, tf.float32), (to, to),
                          method="bilinear", antialias=True)
 
 
@@ -83,6 +88,15 @@ def flip_lr(image, seed, size):
   return tf.image.stateless_random_flip_left_right(image, seed=seed)
 
 
+def randaug(image, seed, size, num_ops=2, magnitude=10):
+  """RandAugment: `num_ops` random operations at `magnitude` (AugReg's
+  scale, e.g. randaug(2,15)); see `randaug.py`. Input and output in
+  [0, 255], so it goes before value_range."""
+  del size
+  return randaug_lib.apply(randaug_lib.make_layer(num_ops, magnitude), image,
+                           seed)
+
+
 def value_range(image, seed, size):
   """Maps [0, 255] to [-1, 1]."""
   del seed, size
@@ -95,6 +109,7 @@ OPS: dict[str, Op] = {
     "central_crop": central_crop,
     "inception_crop": inception_crop,
     "flip_lr": flip_lr,
+    "randaug": randaug,
     "value_range": value_range,
 }
 
@@ -173,9 +188,16 @@ def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
     ops = ops[:-1]
   # A distinct stateless seed per op keeps random ops independent.
   op_seed = lambda seed, i: tf.random.experimental.stateless_fold_in(seed, i)
-  apply = lambda name, image, seed, args: (
-      inception_crop(image, seed, size, *args, antialias=crop_antialias)
-      if name == "inception_crop" else OPS[name](image, seed, size, *args))
+  # Keras layers are built here, not while tf.data traces `fn`.
+  layers = {i: randaug_lib.make_layer(*args)
+            for i, (name, args) in enumerate(ops) if name == "randaug"}
+
+  def apply(i, name, image, seed, args):
+    if name == "inception_crop":
+      return inception_crop(image, seed, size, *args, antialias=crop_antialias)
+    if name == "randaug":
+      return randaug_lib.apply(layers[i], image, seed)
+    return OPS[name](image, seed, size, *args)
 
   def fn(image, seed):
     first = 0
@@ -187,7 +209,7 @@ def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
         image = image.decode(image.data)
     image = _rgb(image)
     for i, (name, args) in enumerate(ops[first:], first):
-      image = apply(name, image, op_seed(seed, i), args)
+      image = apply(i, name, image, op_seed(seed, i), args)
     if uint8:  # Resized values are within [0, 255]; round to the nearest.
       image = tf.cast(tf.round(tf.cast(image, tf.float32)), tf.uint8)
     return tf.ensure_shape(tf.cast(image, tf.uint8 if uint8 else tf.float32),

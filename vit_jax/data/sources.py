@@ -5,10 +5,11 @@ split (cheap to skip when resuming) and `decode` them into
 `{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}` (no "label"
 for unlabelled data: `num_classes` is then 0), and give the metadata the
 trainer needs (classes, split sizes). `config.dataset` picks the source: a
-TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`) or
+TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
-(see `image_folder.py`). In a multi-process run only process 0 prepares a
-TFDS dataset; the others wait for it.
+(see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
+`vtab_tasks.py`). In a multi-process run only process 0 prepares a TFDS
+dataset; the others wait for it.
 """
 
 import jax
@@ -19,17 +20,28 @@ from jax.experimental import multihost_utils
 
 from vit_jax import console, paths
 from vit_jax.data import digits  # Registers the built-in `digits` builder.
-from vit_jax.data import image_folder, preprocess
+from vit_jax.data import image_folder, preprocess, vtab_tasks
 from vit_jax.errors import UserError
 
 del digits
 FOLDER_PREFIX = "folder:"
+VTAB_PREFIX = "vtab:"
+
+
+def multi_hot(labels, num_classes: int) -> tf.Tensor:
+  """f32[num_classes]: 1 at each class of `labels` (all 0 for none)."""
+  return tf.minimum(tf.reduce_sum(tf.one_hot(labels, num_classes), 0), 1.0)
 
 
 class TfdsSource:
-  """A TFDS dataset, prepared on first use (manual downloads checked first)."""
+  """A TFDS dataset, prepared on first use (manual downloads checked first).
 
-  def __init__(self, name: str, data_dir, manual_dir):
+  Its label is the `label` feature, else a `labels` sequence (multi-hot),
+  else none; `label_key` names another feature: a class label, or a
+  sequence of them (multi-hot, e.g. imagenet2012_real's `real_label`).
+  """
+
+  def __init__(self, name: str, data_dir, manual_dir, label_key=None):
     try:
       self._builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
@@ -47,14 +59,20 @@ class TfdsSource:
     elif not self._builder.is_prepared():
       self._prepare(manual_dir)
     features = self._builder.info.features
-    if "label" in features:
-      self.num_classes = features["label"].num_classes
-      self.multi_label = False
-    elif "labels" in features:  # A sequence of class labels per image.
-      self.num_classes = features["labels"].feature.num_classes
-      self.multi_label = True
-    else:  # Unlabelled: for self-supervised training only.
+    if label_key is not None and label_key not in features:
+      raise UserError(f"Dataset {name!r} has no feature {label_key!r} to "
+                      f"read labels from; it has {list(features)}.")
+    self._label_key = label_key or next(
+        (k for k in ("label", "labels") if k in features), None)
+    label = features[self._label_key] if self._label_key else None
+    if label is None:  # Unlabelled: for self-supervised training only.
       self.num_classes = 0
+      self.multi_label = False
+    elif isinstance(label, tfds.features.Sequence):  # Classes per image.
+      self.num_classes = label.feature.num_classes
+      self.multi_label = True
+    else:
+      self.num_classes = label.num_classes
       self.multi_label = False
     if "image" not in features:
       raise UserError(f"Dataset {name!r} has no 'image' feature (it has "
@@ -99,18 +117,60 @@ class TfdsSource:
 
   def decode(self, record):
     """The image still encoded (`preprocess.Encoded`) where it is a uint8
-    image, decoded otherwise; the label (multi-hot for a `labels` list)."""
+    image, decoded otherwise; the label (multi-hot for a list of them)."""
     feature = self._builder.info.features["image"]
     image = (preprocess.Encoded(record["image"], feature.decode_example)
              if feature.tf_dtype == tf.uint8 else
              feature.decode_example(record["image"]))
     if not self.num_classes:
       return {"image": image}
+    label = record[self._label_key]
     if self.multi_label:
-      label = tf.reduce_max(tf.one_hot(record["labels"], self.num_classes), 0)
-    else:
-      label = record["label"]
+      label = multi_hot(label, self.num_classes)
     return {"image": image, "label": label}
+
+
+class VtabSource(TfdsSource):
+  """A VTAB-1k task (`vtab_tasks.TASKS`): its dataset read through the
+  benchmark's split names (`vtab_tasks.SPLITS`), with the task's label."""
+
+  def __init__(self, task_name: str, data_dir, manual_dir):
+    self.task = vtab_tasks.get(task_name)
+    super().__init__(self.task.tfds_name, data_dir, manual_dir)
+    self.name = VTAB_PREFIX + self.task.name
+    self.num_classes = self.task.num_classes
+    self.multi_label = False
+
+  def _tfds_split(self, split):
+    """A benchmark split name as a TFDS split string; a per-process share
+    (from `process_split`) is already one."""
+    if not isinstance(split, str):
+      return split
+    vtab_tasks.check_split(self.task, split)
+    num_train = (self._builder.info.splits["train"].num_examples
+                 if self.task.needs_train_size else 0)
+    return self.task.tfds_split(split, num_train)
+
+  def num_examples(self, split) -> int:
+    return super().num_examples(self._tfds_split(split))
+
+  def process_split(self, split, index: int, count: int, drop_remainder):
+    return super().process_split(self._tfds_split(split), index, count,
+                                 drop_remainder)
+
+  def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
+    return super().read(self._tfds_split(split), shuffle_files=shuffle_files,
+                        seed=seed)
+
+  def decode(self, record):
+    """The image (dSprites' 0/1 pixels scaled to 0/255) and the task's
+    label, computed from the record's features."""
+    feature = self._builder.info.features["image"]
+    if self.task.pixel_scale == 1:
+      image = preprocess.Encoded(record["image"], feature.decode_example)
+    else:
+      image = feature.decode_example(record["image"]) * self.task.pixel_scale
+    return {"image": image, "label": self.task.label(record)}
 
 
 def make_source(config: ml_collections.ConfigDict, index_dir=None):
@@ -119,6 +179,9 @@ def make_source(config: ml_collections.ConfigDict, index_dir=None):
   if config.dataset.startswith(FOLDER_PREFIX):
     return image_folder.ImageFolderSource(config.dataset[len(FOLDER_PREFIX):],
                                           index_dir)
+  if config.dataset.startswith(VTAB_PREFIX):
+    return VtabSource(config.dataset[len(VTAB_PREFIX):], config.data_dir,
+                      config.manual_dir)
   return TfdsSource(config.dataset, config.data_dir, config.manual_dir)
 
 

@@ -8,7 +8,7 @@ or None where the config leaves it off. The loop runs each one every
 metrics as `NAME/metric` scalars.
 """
 
-from vit_jax.evaluators import classification, masked_patch
+from vit_jax.evaluators import classification, imagenet_variants, masked_patch
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 
 EVALUATORS = {
@@ -16,6 +16,10 @@ EVALUATORS = {
     # Self-supervised: per-patch accuracy and loss on eval_split.
     "masked_patch": masked_patch.from_config,
     "fewshot": fewshot_evaluator.from_config,  # config.fewshot's protocol.
+    # An ImageNet model on ImageNet ReaL labels (config.real) and on
+    # ImageNet-v2 (config.v2).
+    "real": imagenet_variants.real_from_config,
+    "v2": imagenet_variants.v2_from_config,
 }
 
 

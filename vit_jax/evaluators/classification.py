@@ -1,4 +1,11 @@
-"""Test accuracy and loss over one exact pass of a (padded, masked) split."""
+"""Test accuracy and loss over one exact pass of a (padded, masked) split.
+
+The top-1 class is correct when it is one of the example's true labels
+(one-hot, or multi-hot for several labels per image). With
+`skip_unlabelled` an example without any label is left out of every sum
+(the rule of ImageNet ReaL, whose relabelling left some images without a
+label); otherwise each example counts once.
+"""
 
 from typing import Callable, Iterable
 
@@ -12,24 +19,37 @@ from vit_jax import sharding, steps
 from vit_jax.data import input_pipeline
 
 
+def top1_correct(logits, labels, mask, skip_unlabelled: bool = False):
+  """(correct, counted), f32[b] each: whether the example counts (its mask,
+  and with `skip_unlabelled` at least one label) and whether it counts with
+  its top-1 class among its labels."""
+  counted = mask
+  if skip_unlabelled:
+    counted = mask * (jnp.max(labels, -1) > 0)
+  top1 = jnp.argmax(logits, -1)[:, None]
+  hit = jnp.take_along_axis(labels, top1, -1)[:, 0] > 0
+  return hit * counted, counted
+
+
 class ClassificationEvaluator:
   """Counts every example of the split exactly once (padding is masked)."""
 
   def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
-               mesh: Mesh, loss_fn, params_sharding, logical_axis_rules=()):
-    """`batches()` returns a fresh iterable of process-local numpy batches."""
+               mesh: Mesh, loss_fn, params_sharding, logical_axis_rules=(),
+               skip_unlabelled: bool = False):
+    """`batches()` returns a fresh iterable of process-local numpy batches;
+    `skip_unlabelled`: see the module doc."""
     self._batches = batches
     self._mesh = mesh
+    self._skip_unlabelled = skip_unlabelled
 
     def eval_step(params, batch):
       logits, _ = model.apply({"params": params}, batch["image"], train=False)
-      mask = batch["mask"]
-      # Top-1 is correct when it is one of the true labels (also multi-label).
-      top1 = jnp.argmax(logits, -1)[:, None]
-      correct = jnp.take_along_axis(batch["labels"], top1, -1)[:, 0] > 0
-      return {"correct": jnp.sum(correct * mask),
-              "loss": jnp.sum(loss_fn(logits, batch["labels"]) * mask),
-              "count": jnp.sum(mask)}
+      correct, counted = top1_correct(logits, batch["labels"], batch["mask"],
+                                      skip_unlabelled)
+      return {"correct": jnp.sum(correct),
+              "loss": jnp.sum(loss_fn(logits, batch["labels"]) * counted),
+              "count": jnp.sum(counted), "images": jnp.sum(batch["mask"])}
 
     self._step = sharding.jit_on_mesh(
         eval_step, mesh, logical_axis_rules,
@@ -42,13 +62,20 @@ class ClassificationEvaluator:
       sums = self._step(params, sharding.to_global_batch(local_batch, self._mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
-    return {"accuracy": totals["correct"] / totals["count"],
-            "loss": totals["loss"] / totals["count"],
-            "num_examples": totals["count"]}
+    count = max(totals["count"], 1.0)  # No labelled example: 0, not NaN.
+    metrics = {"accuracy": totals["correct"] / count,
+               "loss": totals["loss"] / count,
+               "num_examples": totals["count"]}
+    if self._skip_unlabelled:
+      metrics["num_unlabelled"] = totals["images"] - totals["count"]
+    return metrics
 
   def summary(self, metrics) -> str:
-    return (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
+    line = (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
             f"on {metrics['num_examples']:.0f} examples")
+    if "num_unlabelled" in metrics:
+      line += f" ({metrics['num_unlabelled']:.0f} without labels not counted)"
+    return line
 
 
 def from_config(config, model, mesh, params_sharding, source):

@@ -7,12 +7,39 @@ runs it as the `fewshot` evaluator (see `vit_jax/evaluators/__init__.py`);
 the sweep command runs it on checkpoints.
 """
 
+import re
+
 from absl import logging
 import ml_collections
 
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 from vit_jax.fewshot import features, solver
+
+
+def dataset_splits(fewshot) -> list[tuple[str, str, str, str]]:
+  """[(key, dataset, train split, eval split)] of `fewshot.datasets`, whose
+  entries are a name (with `fewshot.train_split` / `eval_split`) or a
+  (name, train split, eval split) triple. The key, which names the metrics,
+  is the name without a TFDS version (`cars196:2.1.0` -> `cars196`)."""
+  out = []
+  for entry in fewshot.datasets:
+    if isinstance(entry, str):
+      name, train, test = entry, fewshot.train_split, fewshot.eval_split
+    elif (isinstance(entry, (tuple, list)) and len(entry) == 3 and
+          all(isinstance(e, str) for e in entry)):
+      name, train, test = entry
+    else:
+      raise UserError(
+          f"config.fewshot.datasets entry {entry!r} is neither a dataset name "
+          "nor a (name, train split, eval split) triple such as "
+          "('uc_merced', 'train[:1000]', 'train[1000:]').")
+    key = re.sub(r"^(\w+):\d+(\.\d+)*$", r"\1", name)
+    out.append((key, name, train, test))
+  keys = [key for key, *_ in out]
+  if len(set(keys)) != len(keys):
+    raise UserError(f"config.fewshot.datasets names a dataset twice: {keys}.")
+  return out
 
 
 class FewShotEvaluator:
@@ -32,15 +59,16 @@ class FewShotEvaluator:
         model, fewshot.layer, mesh, params_sharding,
         config.sharding.logical_axis_rules)
     self._splits = {}
-    for name in fewshot.datasets:
+    for key, name, train_split, eval_split in dataset_splits(fewshot):
       split_configs = []
-      for split in (fewshot.train_split, fewshot.eval_split):
+      for split in (train_split, eval_split):
         split_config = config.copy_and_resolve_references()
         split_config.dataset, split_config.eval_split = name, split
+        split_config.pp_eval = fewshot.pp_eval or config.pp_eval
         split_config.cache = False
         split_configs.append(split_config)
       source = input_pipeline.make_source(split_configs[0])
-      self._splits[name] = (source, split_configs)
+      self._splits[key] = (source, split_configs)
 
   def dataset_features(self, params, name: str):
     """(train features, train labels, test features, test labels, classes)."""
@@ -58,7 +86,7 @@ class FewShotEvaluator:
     """(metrics, notes on the L2 choice, e.g. where loo fell back)."""
     fewshot = self._config.fewshot
     metrics, notes = {}, []
-    for name in fewshot.datasets:
+    for name in self._splits:
       *arrays, num_classes = self.dataset_features(params, name)
       results, dataset_notes = solver.run_protocol(
           *arrays, num_classes, fewshot.shots, fewshot.seeds,

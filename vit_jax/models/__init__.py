@@ -48,6 +48,8 @@ def build_model(model_config: ml_collections.ConfigDict,
       head_bias_init=model_config.head_bias_init,
       dropout_rate=model_config.dropout_rate,
       attention_dropout_rate=model_config.attention_dropout_rate,
+      # Configs recorded before stochastic depth existed lack it: off.
+      drop_path_rate=model_config.get("drop_path_rate", 0.0),
       remat=model_config.remat,
       scan_layers=model_config.scan_layers,
       attention=model_config.get("attention", "auto"),

@@ -158,12 +158,19 @@ class MultiHeadDotProductAttention(nn.Module):
     return out_BxMxD, weights_BxHxMxN
 
 
+def drop_path(rate: float):
+  """Stochastic depth: a residual branch dropped for whole examples (the
+  mask broadcasts over tokens and features), the rest scaled by 1/(1-rate)."""
+  return nn.Dropout(rate, broadcast_dims=(1, 2))
+
+
 class Encoder1DBlock(nn.Module):
   """Pre-LN transformer block; returns (output, per-layer intermediates)."""
   mlp_dim: int
   num_heads: int
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0  # See `drop_path`.
   return_intermediates: bool = False
   gelu_approximate: bool = True
   attention: str = "auto"  # See MultiHeadDotProductAttention.
@@ -180,12 +187,14 @@ class Encoder1DBlock(nn.Module):
         dtype=self.dtype, param_dtype=self.param_dtype,
         name="MultiHeadDotProductAttention_1")(
             y, y, deterministic, need_weights=self.return_intermediates)
-    x_BxNxD = x_BxNxD + nn.Dropout(self.dropout_rate)(y, deterministic)
+    y = nn.Dropout(self.dropout_rate)(y, deterministic)
+    x_BxNxD = x_BxNxD + drop_path(self.drop_path_rate)(y, deterministic)
 
     y = norm("LayerNorm_2")(x_BxNxD)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
                  dtype=self.dtype, param_dtype=self.param_dtype,
                  name="MlpBlock_3")(y, deterministic)
+    y = drop_path(self.drop_path_rate)(y, deterministic)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD + y, lx.TOKENS_AXES)
     captured = ({"block": x_BxNxD, "attention": weights_BxHxNxN}
                 if self.return_intermediates else None)
@@ -199,6 +208,7 @@ class Encoder(nn.Module):
   num_heads: int
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
   use_posemb: bool = True
   remat: str = "none"
   scan_layers: bool = False
@@ -238,6 +248,7 @@ class Encoder(nn.Module):
         mlp_dim=self.mlp_dim, num_heads=self.num_heads,
         dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
+        drop_path_rate=self.drop_path_rate,
         return_intermediates=return_intermediates,
         gelu_approximate=self.gelu_approximate, attention=self.attention,
         dtype=self.dtype, param_dtype=self.param_dtype)
@@ -339,6 +350,7 @@ class VisionTransformer(nn.Module):
   head_bias_init: float = 0.0
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0  # Stochastic depth, see `drop_path`.
   use_posemb: bool = True
   remat: str = "none"
   scan_layers: bool = False
@@ -388,6 +400,7 @@ class VisionTransformer(nn.Module):
         num_layers=self.num_layers, mlp_dim=self.mlp_dim,
         num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
+        drop_path_rate=self.drop_path_rate,
         use_posemb=self.use_posemb, remat=self.remat,
         scan_layers=self.scan_layers, gelu_approximate=self.gelu_approximate,
         attention=self.attention, gather_block=self.gather_block, dtype=self.dtype,

@@ -47,8 +47,9 @@ def heads_for_width(width: int) -> int:
   return heads.pop()
 
 
-def read(path: str, num_heads: Optional[int] = None) -> Architecture:
-  fmt, tensors = formats.read(path)
+def read(path: str, num_heads: Optional[int] = None,
+         cache_dir=None) -> Architecture:
+  fmt, tensors = formats.read(path, cache_dir)
   if fmt in ("safetensors", "torch") and not num_heads:
     widths = [v.shape[0] for k, v in tensors.items()
               if k.endswith(_TORCH_PATCH_PROJECTION)]

@@ -10,7 +10,10 @@ The format is decided by what the file is, not by its name:
   safetensors  timm or Hugging Face weights;
   torch        a PyTorch pickle (`.bin`, `.pth`), read with torch if present.
 
-Paths may be local or URLs (`gs://...`, see `vit_jax.paths`). Every problem
+Paths may be local, URLs (`gs://...`, see `vit_jax.paths`) or names of
+released checkpoints (`ViT-B/16@i21k`): a file at a URL or by name is read
+from its copy in the local cache (`cache.locate`, which downloads it once).
+`cache_dir` is config.init.cache_dir (None: the default). Every problem
 (missing path, truncated or foreign file) is a `WeightsError` that names the
 file and what was expected.
 """
@@ -25,6 +28,7 @@ from etils import epath
 
 from vit_jax import paths
 from vit_jax.errors import UserError
+from vit_jax.weights import cache, released
 
 FORMATS = ("orbax", "npz", "safetensors", "torch")
 
@@ -33,9 +37,9 @@ class WeightsError(UserError):
   """A weights file that cannot be used, with what to do about it."""
 
 
-def read(path: str) -> tuple[str, dict[str, np.ndarray]]:
+def read(path: str, cache_dir=None) -> tuple[str, dict[str, np.ndarray]]:
   """Returns (format, {name: array}) for the file or directory at `path`."""
-  path = _existing(path)
+  path = _existing(path, cache_dir)
   if path.is_dir():
     return "orbax", _read_orbax(path)
   fmt = _sniff(path)
@@ -44,9 +48,9 @@ def read(path: str) -> tuple[str, dict[str, np.ndarray]]:
   return fmt, reader(path)
 
 
-def read_names(path: str) -> tuple[str, list[str]]:
+def read_names(path: str, cache_dir=None) -> tuple[str, list[str]]:
   """(format, parameter names) without reading the arrays' data."""
-  path = _existing(path)
+  path = _existing(path, cache_dir)
   if path.is_dir():
     return "orbax", []  # This project's own layout; names are not needed.
   fmt = _sniff(path)
@@ -58,10 +62,13 @@ def read_names(path: str) -> tuple[str, list[str]]:
   return fmt, list(_read_torch(path, names_only=True))
 
 
-def _existing(path) -> epath.Path:
-  resolved = paths.resolve(path)
+def _existing(path, cache_dir=None) -> epath.Path:
+  resolved = paths.resolve(cache.locate(path, cache_dir))
   if not resolved.exists():
-    raise WeightsError(f"No weights at {path}: the path does not exist.")
+    hint = "" if paths.is_remote(path) else released.unknown_name_hint(
+        str(path))
+    raise WeightsError(f"No weights at {path}: the path does not exist."
+                       f"{' ' + hint if hint else ''}")
   return resolved
 
 

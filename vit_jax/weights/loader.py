@@ -13,10 +13,15 @@ layer when the config has none, the parts of masked patch prediction when
 the model is not pre-trained that way, or `dont_load`). Anything else (missing,
 unexpected or differently shaped parameters) refuses the whole load with the
 report's table: nothing is half-loaded.
+
+`path` may also be a URL or a released checkpoint's name (`ViT-B/16@i21k`,
+see `released.py`): it is read from the local cache (`cache.py`), and a
+name of another variant than the config's is refused before downloading.
 """
 
 import dataclasses
 import json
+import os
 import re
 from typing import Optional, Sequence
 
@@ -30,7 +35,7 @@ from vit_jax import console, paths
 from vit_jax.errors import UserError
 from vit_jax.models import layout as param_layout
 from vit_jax.models import variants
-from vit_jax.weights import convert, formats, posemb
+from vit_jax.weights import convert, formats, posemb, released
 from vit_jax.weights.formats import WeightsError
 
 POSEMB = convert.POSEMB
@@ -102,8 +107,9 @@ def _matches(regexes: Sequence[str], name: str) -> bool:
   return any(re.fullmatch(r, name) for r in regexes)
 
 
-def read_converted(path: str, num_heads: int) -> convert.Converted:
-  fmt, tensors = formats.read(path)
+def read_converted(path: str, num_heads: int,
+                   cache_dir=None) -> convert.Converted:
+  fmt, tensors = formats.read(path, cache_dir)
   return convert.convert(fmt, tensors, num_heads, path)
 
 
@@ -142,9 +148,9 @@ def origin_gelu(path: str, layout: str) -> Optional[bool]:
   return None if value is None else bool(value)
 
 
-def file_origin(path: str) -> tuple[str, Optional[bool]]:
+def file_origin(path: str, cache_dir=None) -> tuple[str, Optional[bool]]:
   """(layout, GELU form of its origin) of a weights file, reading names only."""
-  fmt, names = formats.read_names(path)
+  fmt, names = formats.read_names(path, cache_dir)
   layout = convert.detect_layout(fmt, names, path)
   return layout, origin_gelu(path, layout)
 
@@ -158,15 +164,17 @@ def resolve_gelu(config: ml_collections.ConfigDict,
   else the form of the origin of `checkpoint` (None: the config's
   `init.checkpoint`); else the released models' tanh approximation.
   """
-  if config.model.gelu_approximate is not None:
-    return config
   if checkpoint is None:
     checkpoint = config.init.checkpoint
+  if checkpoint:  # Before a released checkpoint is downloaded.
+    check_released_variant(checkpoint, config.model.variant)
+  if config.model.gelu_approximate is not None:
+    return config
   value, why = True, "the released models' form (random init)"
   if recorded is not None:
     value, why = recorded, "as recorded in the workdir's config.json"
   elif checkpoint:
-    layout, origin = file_origin(checkpoint)
+    layout, origin = file_origin(checkpoint, config.init.cache_dir)
     if origin is not None:
       value, why = origin, f"as the origin ({layout}) of the weights computes"
   config = config.copy_and_resolve_references()
@@ -174,6 +182,18 @@ def resolve_gelu(config: ml_collections.ConfigDict,
   logging.info("GELU: %s, %s (config.model.gelu_approximate was unset).",
                GELU_NAMES[value], why)
   return config
+
+
+def check_released_variant(checkpoint: str, variant: str):
+  """Refuses a released checkpoint's name with another model variant."""
+  entry = released.lookup(str(checkpoint))
+  if (entry is None or entry.variant == variant or
+      os.path.exists(os.path.expanduser(str(checkpoint)))):
+    return
+  raise WeightsError(
+      f"{checkpoint} is a {entry.variant} checkpoint but config.model.variant "
+      f"is {variant}; set --config.model.variant={entry.variant}, or name a "
+      f"checkpoint of {variant}.")
 
 
 def target_grid(config: ml_collections.ConfigDict) -> tuple[int, int]:
@@ -186,6 +206,7 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
 
   Returns (loaded {looped name: array}, Report).
   """
+  check_released_variant(path, config.model.variant)
   if param_layout.is_scanned(params):
     params = jax.eval_shape(param_layout.unstack_layers, params)
   return load(path, params,
@@ -194,7 +215,8 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
               resize_method=config.init.posemb_resize,
               source_grid=config.init.source_grid,
               gelu_approximate=(True if config.model.gelu_approximate is None
-                                else config.model.gelu_approximate))
+                                else config.model.gelu_approximate),
+              cache_dir=config.init.cache_dir)
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
@@ -227,7 +249,7 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
 def load(path: str, target, *, num_prefix_tokens: int, grid,
          dont_load: Sequence[str] = (), resize_method: str = "bilinear",
          source_grid: Optional[Sequence[int]] = None,
-         gelu_approximate: Optional[bool] = None):
+         gelu_approximate: Optional[bool] = None, cache_dir=None):
   """Returns ({name: array} of what was loaded, Report); raises WeightsError.
 
   `target`: the model's parameter tree (arrays or ShapeDtypeStructs) in the
@@ -235,9 +257,11 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   `num_prefix_tokens`: tokens before the patch grid in the target (1 with a
   class token, else 0). `grid`: the target's (H, W) token grid.
   `gelu_approximate`: the model's GELU form, compared with the file's origin.
+  `cache_dir`: where a file at a URL or by released name is kept (None: the
+  default of `cache.cache_root`).
   """
   target_flat = flax.traverse_util.flatten_dict(target, sep="/")
-  source = read_converted(path, _num_heads(target_flat))
+  source = read_converted(path, _num_heads(target_flat), cache_dir)
   report = Report(path=path, layout=source.layout)
   _check_dont_load(dont_load, target_flat, source.params, path)
   _compare_gelu(origin_gelu(path, source.layout), gelu_approximate, report)

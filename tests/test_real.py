@@ -1,0 +1,136 @@
+"""ImageNet ReaL and ImageNet-v2 evaluation of an ImageNet model: the ReaL
+accuracy rule, and both evaluators on mocked TFDS data."""
+
+import types
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from configs import finetune
+from vit_jax import config_defaults, evaluators, sharding, steps
+from vit_jax.data import sources
+from vit_jax.errors import UserError
+from vit_jax.evaluators import classification, imagenet_variants
+
+from tests import tfds_fakes
+
+# ReaL label sets of the fake validation images; one has none.
+REAL_SETS = ([7], [3, 7, 9], [], [1, 2], [7, 500], [999])
+V2_LABELS = (7, 0, 7, 7, 12)
+PREDICTED = 7  # The class the test model predicts for every image.
+
+
+def test_real_accuracy_counts_a_hit_in_the_label_set_and_skips_empty_sets():
+  logits = jnp.eye(5)[jnp.array([0, 1, 2, 3])] * 4.0  # Top-1: 0, 1, 2, 3.
+  labels = jnp.array([[1, 0, 0, 0, 1],   # 0 in {0, 4}: correct.
+                      [0, 0, 1, 0, 0],   # 1 not in {2}: wrong.
+                      [0, 0, 0, 0, 0],   # No ReaL label: not counted.
+                      [0, 1, 0, 1, 0]],  # 3 in {1, 3}: correct.
+                     jnp.float32)
+  mask = jnp.array([1.0, 1.0, 1.0, 1.0])
+  correct, counted = classification.top1_correct(logits, labels, mask,
+                                                 skip_unlabelled=True)
+  np.testing.assert_array_equal(correct, [1, 0, 0, 1])
+  np.testing.assert_array_equal(counted, [1, 1, 0, 1])
+  assert float(correct.sum() / counted.sum()) == pytest.approx(2 / 3)
+  # The plain rule counts the unlabelled image as a miss; padding never.
+  correct, counted = classification.top1_correct(
+      logits, labels, mask.at[3].set(0.0))
+  assert (float(correct.sum()), float(counted.sum())) == (1.0, 3.0)
+
+
+def test_an_empty_label_list_is_all_zeros():
+  empty = sources.multi_hot(tf.constant([], tf.int64), 4)
+  np.testing.assert_array_equal(empty, [0, 0, 0, 0])
+  np.testing.assert_array_equal(
+      sources.multi_hot(tf.constant([2, 0, 2], tf.int64), 4), [1, 0, 1, 0])
+
+
+def test_real_and_v2_use_imagenets_class_order(tmp_path):
+  names = lambda name, key: tfds.builder(
+      name, data_dir=str(tmp_path)).info.features[key]
+  imagenet = names("imagenet2012", "label").names
+  assert names("imagenet2012_real", "real_label").feature.names == imagenet
+  assert names("imagenet_v2", "label").names == imagenet
+
+
+def test_the_imagenet_preset_evaluates_real_and_v2():
+  config = finetune.get_config("imagenet2012")
+  assert config.real.enabled and config.v2.enabled
+  local = finetune.get_config("imagenet2012,runlocal")  # Digits: 10 classes.
+  assert not local.real.enabled and not local.v2.enabled
+  assert not finetune.get_config("cifar10").real.enabled
+
+
+def _image(i):
+  return np.full((8, 8, 3), 30 * i, np.uint8)
+
+
+def _examples(builder, split):
+  del split
+  if builder.name == "imagenet2012_real":
+    return [{"image": _image(i), "original_label": 0, "real_label": labels,
+             "file_name": f"{i}.JPEG"} for i, labels in enumerate(REAL_SETS)]
+  return [{"image": _image(i), "label": label, "file_name": f"{i}.jpeg"}
+          for i, label in enumerate(V2_LABELS)]
+
+
+@pytest.fixture
+def imagenet_model(tmp_path):
+  """A `testing` model with 1,000 classes that predicts PREDICTED, its
+  config (ReaL and v2 on) and mocked imagenet2012_real and imagenet_v2."""
+  config = config_defaults.get_config()
+  config_defaults.runlocal(config)
+  config.data_dir = str(tmp_path)
+  config.eval_batch_size = 8
+  config.real.enabled = config.v2.enabled = True
+  tfds_fakes.write_metadata(config.data_dir, "imagenet2012_real",
+                            {"validation": len(REAL_SETS)})
+  tfds_fakes.write_metadata(config.data_dir, "imagenet_v2",
+                            {"test": len(V2_LABELS)})
+  mesh = sharding.make_mesh()
+  model = steps.model_for_config(config, 1000)
+  state, state_sharding = steps.create_train_state(
+      model, optax.identity(), config.image_size, 0, mesh, config.sharding)
+  params = dict(state.params)  # The head's kernel is zero: logits = bias.
+  params["head"] = {**params["head"],
+                    "bias": jnp.zeros(1000).at[PREDICTED].set(1.0)}
+  with tfds_fakes.mock_tfds(config.data_dir, _examples):
+    yield config, model, mesh, state_sharding.params, params
+
+
+def test_real_and_v2_evaluators(imagenet_model):
+  config, model, mesh, params_sharding, params = imagenet_model
+  imagenet = types.SimpleNamespace(num_classes=1000)  # The training data.
+  made = {name: evaluators.EVALUATORS[name](
+      config, model, mesh, params_sharding, imagenet)
+          for name in ("real", "v2")}
+  assert {every for every, _ in made.values()} == {config.eval_every_steps}
+  made = {name: evaluator for name, (_, evaluator) in made.items()}
+
+  real = made["real"].run(params)
+  labelled = [s for s in REAL_SETS if s]
+  assert real["num_examples"] == len(labelled) and real["num_unlabelled"] == 1
+  assert real["accuracy"] == pytest.approx(
+      sum(PREDICTED in s for s in labelled) / len(labelled))  # 3 of 5.
+  assert "1 without labels not counted" in made["real"].summary(real)
+
+  v2 = made["v2"].run(params)
+  assert v2["num_examples"] == len(V2_LABELS)
+  assert v2["accuracy"] == pytest.approx(V2_LABELS.count(PREDICTED) /
+                                         len(V2_LABELS))
+
+
+def test_real_needs_an_imagenet_model(imagenet_model):
+  config, model, mesh, params_sharding, _ = imagenet_model
+  digits = types.SimpleNamespace(num_classes=10)
+  with pytest.raises(UserError, match="ImageNet's 1000 classes"):
+    imagenet_variants.real_from_config(config, model, mesh, params_sharding,
+                                       digits)
+  config.real.enabled = False  # Off: not made at all.
+  assert imagenet_variants.real_from_config(config, model, mesh,
+                                            params_sharding, digits) is None

@@ -1,0 +1,256 @@
+"""Released checkpoints by name or URL, through the local download cache.
+
+The bucket is fake-gcs-server on 127.0.0.1 (tests/gcs_server.py), serving a
+tiny `testing` model written in the released .npz layout; nothing leaves
+the machine. Every test has its own cache directory.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+
+import flax
+import fsspec
+import jax
+import numpy as np
+import pytest
+
+from tests import gcs_server
+from vit_jax import config_defaults, inference, models, paths, weights
+from vit_jax.models import VARIANTS
+from vit_jax.weights import cache, formats, released, writers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUCKET = "vit_models"
+NAME = "ViT-testing@i21k"  # Added to the table by `named`.
+
+
+@pytest.fixture(scope="module")
+def gcs():
+  saved = dict(os.environ)
+  server = gcs_server.GcsServer()
+  server.create_bucket(BUCKET)
+  paths.configure_storage()
+  yield server
+  server.stop()
+  os.environ.clear()  # configure_storage() also set variables; undo all.
+  os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[bytes, dict]:
+  """(the .npz bytes, its flat params) of a `testing` model with a head."""
+  model_config = config_defaults.get_model_config()
+  model_config.variant = "testing"
+  model = models.build_model(model_config, num_classes=7)
+  params = models.init_on_zeros(model, jax.random.key(0), 16)
+  path = str(tmp_path_factory.mktemp("tiny") / "testing.npz")
+  writers.save_npz(params, path)
+  with open(path, "rb") as f:
+    data = f.read()
+  return data, dict(np.load(path))
+
+
+def upload(data: bytes, key: str) -> str:
+  """`data` as the object gs://vit_models/KEY; returns its URL."""
+  fs, inner = fsspec.core.url_to_fs(f"gs://{BUCKET}/{key}")
+  with fs.open(inner, "wb") as f:
+    f.write(data)
+  return f"gs://{BUCKET}/{key}"
+
+
+def delete(url: str):
+  fs, inner = fsspec.core.url_to_fs(url)
+  fs.rm(inner)
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state(monkeypatch, tmp_path):
+  """Each test announces afresh and caches in its own directory."""
+  monkeypatch.setattr(cache, "_announced", set())
+  monkeypatch.setenv(cache.CACHE_VARIABLE, str(tmp_path / "cache"))
+  monkeypatch.delenv(cache.OFFLINE_VARIABLE, raising=False)
+
+
+@pytest.fixture
+def named(gcs, tiny, monkeypatch, request):
+  """NAME in the released table, pointing at a fresh object; its URL."""
+  url = upload(tiny[0], f"imagenet21k/{request.node.name}/testing.npz")
+  monkeypatch.setitem(released.CHECKPOINTS, NAME, released.Released(
+      url, "testing", "a tiny model for tests"))
+  return url
+
+
+def assert_same(tensors, expected):
+  assert sorted(tensors) == sorted(expected)
+  for key, value in expected.items():
+    np.testing.assert_array_equal(tensors[key], value)
+
+
+def downloads(capsys) -> int:
+  return capsys.readouterr().err.count("Downloading ")
+
+
+def test_a_url_is_downloaded_once_then_read_from_the_cache(
+    gcs, tiny, tmp_path, capsys):
+  url = upload(tiny[0], "imagenet21k/url/testing.npz")
+  fmt, tensors = formats.read(url)
+  assert fmt == "npz" and downloads(capsys) == 1
+  assert_same(tensors, tiny[1])
+  # The copy mirrors the bucket's path (its layout is read from content).
+  copy = tmp_path / "cache/gs" / BUCKET / "imagenet21k/url/testing.npz"
+  assert copy.read_bytes() == tiny[0]
+  assert weights.file_origin(url) == ("released", True)
+
+  cache._announced.clear()  # As a new process would.
+  _, again = formats.read(url)
+  err = capsys.readouterr().err
+  assert "Downloading" not in err and "Using cached" in err
+  assert_same(again, tiny[1])
+
+
+def test_a_changed_object_is_downloaded_again_and_a_gone_one_is_not_needed(
+    gcs, tiny, capsys):
+  url = upload(tiny[0], "imagenet21k/changed/testing.npz")
+  formats.read(url)
+  changed = {k: v + 1 for k, v in tiny[1].items()}
+  writers.save_npz(changed, url)
+  _, tensors = formats.read(url)
+  assert downloads(capsys) == 2
+  assert_same(tensors, changed)
+
+  delete(url)  # Unreachable: the cached copy is used, with a warning.
+  cache._announced.clear()
+  _, tensors = formats.read(url)
+  err = capsys.readouterr().err
+  assert "Could not check" in err and "Downloading" not in err
+  assert_same(tensors, changed)
+
+
+def test_a_released_name_loads_and_predicts_without_a_config(named, tiny,
+                                                             capsys):
+  loaded = inference.load(NAME)
+  assert loaded.config.model.variant == "testing"
+  assert loaded.checkpoint == NAME and loaded.num_classes == 7
+  flat = flax.traverse_util.flatten_dict(loaded.params, sep="/")
+  assert_same({k: np.asarray(v) for k, v in flat.items()}, tiny[1])
+  # The name was read three times (architecture, GELU, parameters).
+  assert downloads(capsys) == 1
+
+
+def test_a_name_for_another_variant_is_refused_before_downloading(
+    named, tmp_path):
+  config = config_defaults.get_config()
+  config.init.checkpoint = NAME
+  config.init.cache_dir = str(tmp_path / "own_cache")
+  with pytest.raises(weights.WeightsError, match=(
+      "ViT-testing@i21k is a testing checkpoint but config.model.variant is "
+      "ViT-B/16; set --config.model.variant=testing")):
+    weights.resolve_gelu(config)
+  assert not os.path.exists(config.init.cache_dir)
+
+  config.model.variant = "testing"
+  config.image_size = 16
+  config = weights.resolve_gelu(config)  # Reads the name's origin.
+  model = models.build_model(config.model, num_classes=7)
+  loaded, report = weights.load_for_config(
+      config, NAME, models.param_shapes(model, 16))
+  assert report.ok and report.path == NAME
+  assert os.listdir(config.init.cache_dir) == ["gs"]  # config.init.cache_dir.
+
+
+def test_offline_mode_refuses_to_download_but_reads_the_cache(
+    named, tiny, tmp_path, monkeypatch):
+  monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
+  target = cache.cache_path(named)
+  with pytest.raises(cache.DownloadError) as error:
+    formats.read(NAME)
+  message = str(error.value)
+  for part in ("Offline mode is on", NAME, named, target,
+               "unset VIT_JAX_OFFLINE"):
+    assert part in message
+
+  monkeypatch.delenv(cache.OFFLINE_VARIABLE)
+  formats.read(NAME)  # Online: downloaded.
+  delete(named)
+  monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
+  assert_same(formats.read(NAME)[1], tiny[1])
+
+
+def test_the_offline_flag_reaches_the_command(gcs, tiny, tmp_path):
+  url = upload(tiny[0], "imagenet21k/flag/testing.npz")
+  result = subprocess.run(
+      [sys.executable, "-m", "vit_jax.inspect", "--offline", url],
+      cwd=REPO, capture_output=True, text=True, timeout=120,
+      env={**gcs.env(), cache.CACHE_VARIABLE: str(tmp_path / "cache")})
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "error: Offline mode is on" in result.stderr
+
+
+def test_concurrent_loaders_on_one_host_download_once(gcs, tiny, capsys):
+  url = upload(tiny[0], "imagenet21k/concurrent/testing.npz")
+  start = threading.Barrier(3)
+  results = []
+
+  def load():  # Its own lock file handle: as another process would.
+    start.wait()
+    results.append(cache.locate(url))
+
+  threads = [threading.Thread(target=load) for _ in range(3)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert len(results) == 3 and len(set(results)) == 1
+  assert downloads(capsys) == 1
+  with open(results[0], "rb") as f:
+    assert f.read() == tiny[0]
+  leftovers = [n for n in os.listdir(os.path.dirname(results[0]))
+               if n.endswith(".part")]
+  assert not leftovers
+
+
+def test_a_directory_at_a_url_is_read_in_place(gcs, tiny, tmp_path):
+  upload(tiny[0], "workdir/checkpoints/1/default/_METADATA")
+  assert cache.locate(f"gs://{BUCKET}/workdir") == f"gs://{BUCKET}/workdir"
+  assert not os.path.exists(tmp_path / "cache")
+
+
+def test_an_unknown_name_lists_close_matches_and_how_to_pass_a_path():
+  with pytest.raises(weights.WeightsError) as error:
+    formats.read("ViT-B/16@in21k")
+  message = str(error.value)
+  assert message.startswith("No weights at ViT-B/16@in21k: the path does not "
+                            "exist. It is not the name of a released")
+  assert "ViT-B/16@i21k" in message and "Pass the path" in message
+  with pytest.raises(weights.WeightsError) as error:  # A plain missing file.
+    formats.read("/nonexistent/dir/model.npz")
+  assert str(error.value) == ("No weights at /nonexistent/dir/model.npz: the "
+                              "path does not exist.")
+
+
+def test_the_table_names_variants_and_the_bucket_layout():
+  for name, entry in released.CHECKPOINTS.items():
+    assert entry.variant in VARIANTS, name
+    assert name.startswith(entry.variant + "@"), name
+    assert entry.url.startswith("gs://vit_models/") and entry.url.endswith(
+        ".npz"), name
+  assert released.lookup("ViT-B/16@i21k").url == (
+      "gs://vit_models/imagenet21k/ViT-B_16.npz")
+  assert released.lookup("R50+ViT-B/16@i21k-ft-i1k").url == (
+      "gs://vit_models/imagenet21k+imagenet2012/R50+ViT-B_16.npz")
+  assert released.lookup("ViT-B/16@augreg-i21k").url == (
+      "gs://vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-"
+      "do_0.0-sd_0.0.npz")
+  stem = ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--"
+          "oxford_iiit_pet-steps_0k-lr_0.003-res_384")
+  for given in (stem, stem + ".npz"):
+    entry = released.lookup(given)
+    assert entry.url == f"gs://vit_models/augreg/{stem}.npz"
+    assert entry.variant == "R+ViT-Ti/16"
+  assert released.lookup("B_16") is None
+  assert released.lookup("ViT-B/16") is None
+  assert cache.cache_path(
+      "gs://vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz",
+      "/c") == "/c/gs/vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz"

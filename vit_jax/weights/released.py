@@ -1,0 +1,155 @@
+"""Names of the released ViT checkpoints, and where they lie.
+
+    url_of("ViT-B/16@i21k")  # gs://vit_models/imagenet21k/ViT-B_16.npz
+
+A name is `VARIANT@ORIGIN`, the variant as in `models/variants.py`:
+
+  i21k                 the paper's release, pre-trained on ImageNet-21k
+                       (a 21843-class head);
+  i21k-ft-i1k          the same, fine-tuned on ImageNet-1k at 384 px;
+  i21k-ft-i1k-224      ... at 224 px (ViT-B/16 and ViT-L/16 only);
+  augreg-i21k          "How to train your ViT?" (AugReg): the checkpoint
+                       google-research/vision_transformer's README recommends
+                       for the variant (best ImageNet-1k transfer);
+  augreg-i21k-ft-i1k   that checkpoint fine-tuned on ImageNet-1k at 384 px.
+
+Any other AugReg checkpoint is named by its file stem, as in the `filename`
+and `adapt_filename` columns of gs://vit_models/augreg/index.csv (e.g.
+`B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0`), and lies at
+gs://vit_models/augreg/STEM.npz. `vit-jax inspect --list_released` prints
+the table.
+"""
+
+import dataclasses
+import difflib
+import re
+from typing import Optional
+
+BUCKET = "gs://vit_models"
+
+
+@dataclasses.dataclass(frozen=True)
+class Released:
+  url: str
+  variant: str  # A name of models/variants.py.
+  about: str  # What it was trained on, in a few words.
+
+
+def _bucket_file(folder: str, variant: str, suffix: str = "") -> str:
+  return f"{BUCKET}/{folder}/{variant.replace('/', '_')}{suffix}.npz"
+
+
+def _original_release() -> dict[str, Released]:
+  table = {}
+  for variant in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "ViT-H/14",
+                  "R50+ViT-B/16", "R50+ViT-L/32"):
+    table[f"{variant}@i21k"] = Released(
+        _bucket_file("imagenet21k", variant), variant, "ImageNet-21k")
+  for variant in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32",
+                  "R50+ViT-B/16"):
+    table[f"{variant}@i21k-ft-i1k"] = Released(
+        _bucket_file("imagenet21k+imagenet2012", variant), variant,
+        "ImageNet-21k, fine-tuned on ImageNet-1k at 384 px")
+  for variant in ("ViT-B/16", "ViT-L/16"):
+    table[f"{variant}@i21k-ft-i1k-224"] = Released(
+        _bucket_file("imagenet21k+imagenet2012", variant, "-224"), variant,
+        "ImageNet-21k, fine-tuned on ImageNet-1k at 224 px")
+  return table
+
+
+# The README's recommended AugReg run per variant: (variant, the pre-trained
+# file's stem, the learning rate of its ImageNet-1k fine-tuning at 384 px).
+_AUGREG_RECOMMENDED = (
+    ("ViT-L/16", "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0",
+     "0.01"),
+    ("ViT-B/16", "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0",
+     "0.03"),
+    ("ViT-S/16", "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0",
+     "0.03"),
+    ("R50+ViT-L/32",
+     "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01"),
+    ("R26+ViT-S/32",
+     "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    ("ViT-Ti/16", "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0",
+     "0.03"),
+    ("ViT-B/32", "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0",
+     "0.01"),
+    ("ViT-S/32", "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0",
+     "0.01"),
+    ("R+ViT-Ti/16",
+     "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+)
+
+
+def _augreg_recommended() -> dict[str, Released]:
+  table = {}
+  for variant, stem, lr in _AUGREG_RECOMMENDED:
+    table[f"{variant}@augreg-i21k"] = Released(
+        f"{BUCKET}/augreg/{stem}.npz", variant, "ImageNet-21k (AugReg)")
+    table[f"{variant}@augreg-i21k-ft-i1k"] = Released(
+        f"{BUCKET}/augreg/{stem}--imagenet2012-steps_20k-lr_{lr}-res_384.npz",
+        variant, "ImageNet-21k (AugReg), fine-tuned on ImageNet-1k at 384 px")
+  return table
+
+
+# Name -> checkpoint. Tests add entries (pytest's monkeypatch.setitem).
+CHECKPOINTS: dict[str, Released] = {**_original_release(),
+                                    **_augreg_recommended()}
+
+# The model part of AugReg file stems (google-research/vision_transformer's
+# `configs/models.py` names them so) -> our variant.
+AUGREG_MODELS = {
+    "Ti_16": "ViT-Ti/16", "S_16": "ViT-S/16", "S_32": "ViT-S/32",
+    "B_8": "ViT-B/8", "B_16": "ViT-B/16", "B_32": "ViT-B/32",
+    "L_16": "ViT-L/16", "R_Ti_16": "R+ViT-Ti/16", "R26_S_32": "R26+ViT-S/32",
+    "R26_B_32": "R26+ViT-B/32", "R50_L_32": "R50+ViT-L/32",
+}
+# MODEL-{i1k|i21k}-..., in the index's safe characters (no '/').
+_AUGREG_STEM = re.compile(
+    rf"({'|'.join(AUGREG_MODELS)})-(i1k|i21k)-[A-Za-z0-9_.+-]+")
+
+
+def lookup(name: str) -> Optional[Released]:
+  """The checkpoint `name` stands for, None if it names none."""
+  if name in CHECKPOINTS:
+    return CHECKPOINTS[name]
+  stem = name[:-len(".npz")] if name.endswith(".npz") else name
+  match = _AUGREG_STEM.fullmatch(stem)
+  if match:
+    return Released(f"{BUCKET}/augreg/{stem}.npz",
+                    AUGREG_MODELS[match.group(1)], "AugReg (by file name)")
+  return None
+
+
+def close_matches(name: str, count: int = 5) -> list[str]:
+  """Names of the table like `name` (case and separators aside)."""
+  def key(text):
+    return re.sub(r"[^a-z0-9@]", "", text.lower())
+  keyed = {key(n): n for n in CHECKPOINTS}
+  return [keyed[k] for k in difflib.get_close_matches(
+      key(name), list(keyed), n=count, cutoff=0.6)]
+
+
+def unknown_name_hint(name: str) -> str:
+  """What to say when `name` is neither a path nor a released name; empty
+  when it does not look like a name (a missing file is just missing)."""
+  matches = close_matches(name)
+  if not matches and "@" not in name:
+    return ""
+  similar = (f" Released checkpoints with similar names: "
+             f"{', '.join(matches)}." if matches else "")
+  return (f"It is not the name of a released checkpoint either.{similar} "
+          "Pass the path of a weights file or Orbax workdir, a URL "
+          "(gs://...), or a name from `vit-jax inspect --list_released` "
+          "(e.g. ViT-B/16@i21k).")
+
+
+def describe_table() -> str:
+  """Every name with what it was trained on and its URL."""
+  width = max(len(n) for n in CHECKPOINTS)
+  rows = [f"{name:<{width}}  {r.about}\n{'':<{width}}  {r.url}"
+          for name, r in CHECKPOINTS.items()]
+  return "\n".join(rows + [
+      "", "Any AugReg checkpoint is also named by its file stem "
+      "(index: gs://vit_models/augreg/index.csv, columns filename and "
+      "adapt_filename)."])
