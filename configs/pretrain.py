@@ -84,7 +84,11 @@ DEFAULT_AUG = {
 
 def _augreg(config, recipe: str, args):
   """RandAugment, mixup and (with `reg`) dropout and stochastic depth."""
-  setting = args.aug or DEFAULT_AUG[recipe].get(args.variant, "medium2")
+  setting = args.aug or DEFAULT_AUG[recipe].get(args.variant)
+  if setting is None:
+    raise UserError(f"big_vision's {recipe} has no default augmentation for "
+                    f"{args.variant}; choose one with aug= (one of "
+                    f"{', '.join(AUG_SETTINGS)}).")
   if setting not in AUG_SETTINGS:
     raise UserError(f"Unknown AugReg setting aug={setting!r}; use one of "
                     f"{', '.join(AUG_SETTINGS)}.")

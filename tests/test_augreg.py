@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image, ImageEnhance, ImageOps
 
 from configs import pretrain
 from tests.test_models import images, random_params, tiny_model
@@ -55,12 +56,11 @@ def test_mixup_with_p_mixes_about_that_share():
   np.testing.assert_array_equal(np.asarray(my)[unmixed], np.asarray(y)[unmixed])
 
 
-def test_the_train_step_mixes_only_when_configured(digits_config):
+def test_the_train_step_mixes_only_when_configured():
   """The objective's loss with mixup equals the loss on the mixed batch
   that `mixup.mix` makes from the split key (the step's wiring)."""
-  x, y = _batch(size=4, classes=7)
-  x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 16, 16, 3)),
-                  jnp.float32)
+  _, y = _batch(size=4, classes=7)
+  x = jnp.asarray(images())
   model = tiny_model()
   params = random_params(model)
   apply = lambda images, **kw: model.apply({"params": params}, images,
@@ -132,15 +132,22 @@ def test_drop_path_drops_whole_examples():
 
 
 def _images(count=6, size=32, seed=0):
-  return np.random.default_rng(seed).integers(
-      0, 256, (count, size, size, 3)).astype(np.uint8)
+  """Smooth gradients with noise: structure for every operation to act on."""
+  rng = np.random.default_rng(seed)
+  y, x = np.mgrid[0:size, 0:size] / size
+  out = []
+  for _ in range(count):
+    base = np.stack([x * rng.uniform(50, 200), y * rng.uniform(50, 200),
+                     (x + y) * rng.uniform(20, 100)], -1) + rng.uniform(0, 60)
+    out.append(np.clip(base + rng.normal(0, 12, base.shape), 0, 255))
+  return np.round(np.stack(out)).astype(np.uint8)
 
 
-def _randaug_dataset(layer, images_u8, base=0):
+def _randaug_dataset(images_u8, magnitude=15, base=0):
   def fn(i, image):
     seed = tf.random.experimental.stateless_fold_in(
         tf.constant([base, 0], tf.int64), i)
-    return randaug.apply(layer, image, seed)
+    return randaug.randaug(image, seed, 2, magnitude)
   options = tf.data.Options()
   options.deterministic = True
   ds = tf.data.Dataset.from_tensor_slices(images_u8).enumerate().map(
@@ -150,28 +157,101 @@ def _randaug_dataset(layer, images_u8, base=0):
 
 def test_randaug_stays_in_range_and_is_deterministic_per_seed():
   images_u8 = _images()
-  layer = randaug.make_layer(2, 15)
-  first = _randaug_dataset(layer, images_u8)
-  again = _randaug_dataset(randaug.make_layer(2, 15), images_u8)
-  other = _randaug_dataset(layer, images_u8, base=1)
+  first = _randaug_dataset(images_u8)
+  again = _randaug_dataset(images_u8)
   assert first.dtype == np.float32 and first.shape == images_u8.shape
   assert first.min() >= 0.0 and first.max() <= 255.0
-  np.testing.assert_array_equal(first, again)  # Parallel map, new layer.
-  assert not np.array_equal(first, other)
+  np.testing.assert_array_equal(first, again)  # A parallel map, run twice.
   assert not np.array_equal(first, images_u8.astype(np.float32))
+  # Other seeds give other images (see also the one-operation test).
+  other = randaug.randaug(images_u8[0], tf.constant([1, 0], tf.int64), 2, 15)
+  assert not np.array_equal(first[0], other.numpy())
 
 
-def test_randaug_computes_what_keras_computes():
-  """Our dispatch (only the drawn operation) gives Keras's own pixels."""
-  layer = randaug.make_layer(2, 20)
-  image = tf.constant(_images(1)[0], tf.float32)[None]
-  for seed in range(8):
-    layer.use_seed(tf.constant([seed, 7], tf.int64))
-    transformation = layer.get_random_transformation(image, training=True)
-    ours = layer.transform_images(image, transformation)
-    keras_own = super(type(layer), layer).transform_images(image,
-                                                           transformation)
-    np.testing.assert_array_equal(ours.numpy(), keras_own.numpy())
+def _pil(image_u8):
+  return Image.fromarray(image_u8)
+
+
+@pytest.mark.parametrize("name,arg,pil_fn,tolerance", [
+    ("AutoContrast", 0.0, ImageOps.autocontrast, 1),
+    ("Equalize", 0.0, ImageOps.equalize, 0),
+    ("Invert", 0.0, ImageOps.invert, 0),
+    ("Posterize", 2.0, lambda im: ImageOps.posterize(im, 2), 0),
+    ("Solarize", 100.0, lambda im: ImageOps.solarize(im, 100), 0),
+    ("Color", 1.9, lambda im: ImageEnhance.Color(im).enhance(1.9), 1),
+    ("Color", 0.1, lambda im: ImageEnhance.Color(im).enhance(0.1), 1),
+    ("Contrast", 2.8, lambda im: ImageEnhance.Contrast(im).enhance(2.8), 1),
+    ("Contrast", 0.1, lambda im: ImageEnhance.Contrast(im).enhance(0.1), 1),
+    ("Brightness", 1.9, lambda im: ImageEnhance.Brightness(im).enhance(1.9),
+     1),
+    ("Sharpness", 2.8, lambda im: ImageEnhance.Sharpness(im).enhance(2.8), 1),
+    ("Sharpness", 0.1, lambda im: ImageEnhance.Sharpness(im).enhance(0.1), 1),
+])
+def test_pixel_operations_agree_with_pil(name, arg, pil_fn, tolerance):
+  """PIL's ImageOps / ImageEnhance are the reference the policy's pixel
+  operations were defined by."""
+  operation = randaug.OPERATIONS[name][0]
+  for image in _images(3, size=20):
+    ours = operation(tf.constant(image), tf.constant(arg),
+                     tf.constant([0, 0], tf.int64)).numpy()
+    theirs = np.asarray(pil_fn(_pil(image)))
+    assert ours.dtype == np.uint8
+    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= tolerance
+
+
+def test_geometric_operations_move_pixels_as_stated():
+  image = _images(1, size=9)[0]
+  seed = tf.constant([0, 0], tf.int64)
+  quarter = randaug.rotate(tf.constant(image), tf.constant(90.0), seed).numpy()
+  np.testing.assert_array_equal(quarter, np.rot90(image))  # Anticlockwise.
+  # 3 px of this 9-px image (the argument is in pixels of a 224-px one).
+  shifted = randaug.translate_x(tf.constant(image), tf.constant(3 * 224 / 9),
+                                seed).numpy()
+  np.testing.assert_array_equal(shifted[:, 3:], image[:, :-3])
+  assert np.all(shifted[:, :3] == randaug.GREY)
+  sheared = randaug.shear_x(tf.constant(image), tf.constant(1.0), seed).numpy()
+  for row in range(9):  # Row r moves left by r: out[r, c] = in[r, c + r].
+    np.testing.assert_array_equal(sheared[row, :9 - row], image[row, row:])
+  square = randaug.cutout(tf.constant(image), tf.constant(2 * 224 / 9),
+                          seed).numpy()
+  grey = np.all(square == randaug.GREY, -1)
+  assert 1 <= grey.sum() <= 16 and not np.all(grey)
+
+
+def test_arguments_follow_augregs_level_table():
+  argument = lambda name, m: randaug.OPERATIONS[name][1](m)
+  assert argument("Rotate", 15) == 45.0 and argument("Rotate", 20) == 60.0
+  assert argument("ShearX", 10) == 0.3 and argument("TranslateY", 10) == 100
+  assert argument("Posterize", 10) == 4 and argument("Posterize", 15) == 6
+  assert argument("Solarize", 5) == 128 and argument("SolarizeAdd", 10) == 110
+  assert argument("Contrast", 0) == pytest.approx(0.1)
+  assert argument("Color", 10) == pytest.approx(1.9)
+  assert argument("Cutout", 15) == 60
+  signed = {n for n, (_, _, s) in randaug.OPERATIONS.items() if s}
+  assert signed == {"Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY"}
+
+
+def test_one_operation_is_drawn_per_step_with_either_sign():
+  """With one operation per image, every output is exactly one of the 16
+  operations (the geometric ones turned either way); over 96 seeds most
+  operations and both signs occur."""
+  image = tf.constant(_images(1, size=16)[0])
+  seed0 = tf.constant([0, 0], tf.int64)
+  candidates = {}
+  for name, (operation, argument, signed) in randaug.OPERATIONS.items():
+    for sign in ((1.0, -1.0) if signed else (1.0,)):
+      if name != "Cutout":  # Its square's place is random.
+        out = operation(image, tf.constant(sign * argument(10.0)), seed0)
+        candidates.setdefault(out.numpy().tobytes(), set()).add((name, sign))
+  seen = set()
+  for i in range(96):
+    out = randaug.randaug(image, tf.constant([i, 1], tf.int64), 1, 10)
+    out = out.numpy().astype(np.uint8).tobytes()
+    if out in candidates:
+      seen |= candidates[out]
+  names = {name for name, _ in seen}
+  assert len(names) >= 12
+  assert ("Rotate", 1.0) in seen and ("Rotate", -1.0) in seen
 
 
 def test_randaug_in_a_pipeline_before_value_range():
@@ -180,10 +260,29 @@ def test_randaug_in_a_pipeline_before_value_range():
   assert out.shape == (32, 32, 3) and -1.0 <= out.min() and out.max() <= 1.0
 
 
-def test_randaug_after_value_range_is_refused(digits_config):
-  digits_config.pp_train = "inception_crop|value_range|randaug(2,10)"
+@pytest.mark.parametrize("spec", ["randaug(2.5,10)", "randaug(2,40)",
+                                  "randaug(-1,10)"])
+def test_bad_randaug_arguments_are_refused(spec):
+  with pytest.raises(UserError, match="randaug"):
+    preprocess.parse(spec)
+
+
+def test_misplaced_regularisers_are_refused(digits_config):
+  mesh = sharding.make_mesh()
+  bad = digits_config.copy_and_resolve_references()
+  bad.pp_train = "inception_crop|value_range|randaug(2,10)"
   with pytest.raises(UserError, match="before value_range"):
-    config_checks.check_config(digits_config, sharding.make_mesh())
+    config_checks.check_config(bad, mesh)
+  bad = digits_config.copy_and_resolve_references()
+  bad.pp_eval = "randaug(2,10)|resize|value_range"
+  with pytest.raises(UserError, match="belongs in config.pp_train"):
+    config_checks.check_config(bad, mesh)
+  bad = digits_config.copy_and_resolve_references()
+  bad.objective, bad.mixup.alpha = "masked_patch", 0.2
+  with pytest.raises(UserError, match="config.mixup.alpha"):
+    config_checks.check_config(bad, mesh)
+  with pytest.raises(UserError, match="choose one with aug="):
+    pretrain.get_config("augreg_i1k,variant=ViT-H/14")
 
 
 # ---------------------------------------------------------------- presets --

@@ -3,6 +3,7 @@ accuracy rule, and both evaluators on mocked TFDS data."""
 
 import types
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -118,11 +119,32 @@ def test_real_and_v2_evaluators(imagenet_model):
   assert real["accuracy"] == pytest.approx(
       sum(PREDICTED in s for s in labelled) / len(labelled))  # 3 of 5.
   assert "1 without labels not counted" in made["real"].summary(real)
+  # Logits: 1 for PREDICTED, 0 elsewhere; a set's loss is the mean of its
+  # labels' -log p (uniform targets), as test/loss is for one label.
+  log_z = np.log(np.e + 999)
+  minus_log_p = lambda c: log_z - (c == PREDICTED)
+  assert real["loss"] == pytest.approx(np.mean(
+      [np.mean([minus_log_p(c) for c in s]) for s in labelled]), rel=1e-5)
 
   v2 = made["v2"].run(params)
   assert v2["num_examples"] == len(V2_LABELS)
   assert v2["accuracy"] == pytest.approx(V2_LABELS.count(PREDICTED) /
                                          len(V2_LABELS))
+  assert v2["loss"] == pytest.approx(
+      np.mean([minus_log_p(c) for c in V2_LABELS]), rel=1e-5)
+
+
+def test_real_softmax_loss_is_against_the_uniform_label_distribution():
+  logits = jnp.array([[2.0, 0.0, -1.0, 0.5]] * 3)
+  labels = jnp.array([[1, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]], jnp.float32)
+  log_p = np.asarray(logits[0] - jax.nn.logsumexp(logits[0]))
+  np.testing.assert_allclose(
+      imagenet_variants.real_loss("softmax_xent")(logits, labels),
+      [-(log_p[0] + log_p[2]) / 2, -log_p[3], 0.0], rtol=1e-6)
+  # Sigmoids: one yes/no question per class, so the set is the target.
+  np.testing.assert_allclose(
+      imagenet_variants.real_loss("sigmoid_xent")(logits, labels),
+      steps.sigmoid_xent(logits, labels))
 
 
 def test_real_needs_an_imagenet_model(imagenet_model):

@@ -6,6 +6,7 @@ the machine. Every test has its own cache directory.
 """
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import pytest
 
 from tests import gcs_server
 from vit_jax import config_defaults, inference, models, paths, weights
+from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.weights import cache, formats, released, writers
 
@@ -215,6 +217,56 @@ def test_a_directory_at_a_url_is_read_in_place(gcs, tiny, tmp_path):
   upload(tiny[0], "workdir/checkpoints/1/default/_METADATA")
   assert cache.locate(f"gs://{BUCKET}/workdir") == f"gs://{BUCKET}/workdir"
   assert not os.path.exists(tmp_path / "cache")
+  # Never cached, so a cache that could not hold files does not matter.
+  remote_cache = f"gs://{BUCKET}/cache"
+  assert cache.locate(f"gs://{BUCKET}/workdir", remote_cache) == (
+      f"gs://{BUCKET}/workdir")
+  url = upload(tiny[0], "imagenet21k/remote_cache/testing.npz")
+  with pytest.raises(UserError, match="must be a local directory"):
+    cache.locate(url, remote_cache)
+
+
+def test_offline_mode_says_a_url_may_be_an_orbax_directory(monkeypatch,
+                                                          tmp_path):
+  """Offline, nothing asks the storage whether the URL is a file (to put
+  into the cache) or a workdir (read in place, so not offline)."""
+  monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
+  url = "gs://some-bucket/workdirs/run/checkpoints"
+  with pytest.raises(cache.DownloadError) as error:
+    cache.locate(url)
+  message = str(error.value)
+  for part in (f"no cached copy at {cache.cache_path(url)}",
+               "If it is a weights file, put it at that path",
+               "if it is an Orbax checkpoint directory, it is always read in "
+               "place from the storage, never cached, so it cannot be read "
+               "offline", "unset VIT_JAX_OFFLINE"):
+    assert part in message
+
+
+@pytest.fixture
+def no_downloads(monkeypatch):
+  """Offline mode off and no storage: any attempt to fetch fails loudly."""
+  def fetch(url, *args):
+    raise AssertionError(f"tried to fetch {url}")
+  monkeypatch.setattr(cache, "_local_copy", fetch)
+  monkeypatch.setattr(fsspec.core, "url_to_fs", fetch)
+
+
+def test_commands_refuse_a_name_for_another_variant_before_downloading(
+    no_downloads):
+  """predict/analyze (`inference`) and `inspect NAME --config`."""
+  from vit_jax import inspect as vit_inspect  # Defines its flags.
+  config = config_defaults.get_config()
+  config.model.variant = "testing"
+  refused = ("ViT-L/16@i21k is a ViT-L/16 checkpoint but config.model.variant "
+             "is testing; set --config.model.variant=ViT-L/16")
+  for read in (lambda: inference.config_for("ViT-L/16@i21k", config),
+               lambda: inference.load("ViT-L/16@i21k", config),
+               lambda: vit_inspect.report("ViT-L/16@i21k", config),
+               lambda: vit_inspect.compare_with_config("ViT-L/16@i21k",
+                                                       config)):
+    with pytest.raises(weights.WeightsError, match=re.escape(refused)):
+      read()
 
 
 def test_an_unknown_name_lists_close_matches_and_how_to_pass_a_path():

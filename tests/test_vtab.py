@@ -200,7 +200,7 @@ def test_runner_fine_tunes_each_task_once(fake_vtab_dir, tmp_path,
     for task in tasks:
       result = json.loads((tmp_path / "vtab" / task / "result.json")
                           .read_text())
-      assert result["protocol"]["dataset"] == f"vtab:{task}"
+      assert result["settings"]["dataset"] == f"vtab:{task}"
       assert result["metrics"]["test/num_examples"] == 16
 
     def no_training(*args):
@@ -209,11 +209,67 @@ def test_runner_fine_tunes_each_task_once(fake_vtab_dir, tmp_path,
     assert vtab_runner.run_tasks(config, workdir, tasks) == accuracy
 
     config.train_split, config.eval_split = vtab_tasks.PROTOCOLS["val"]
-    with pytest.raises(UserError, match="use another --workdir"):
+    with pytest.raises(UserError, match="Use another --workdir"):
       vtab_runner.run_tasks(config, workdir, tasks[:1])
 
+  assert not list((tmp_path / "vtab").glob("**/*.part"))  # Renamed.
   path = vtab_runner.write(vtab_runner.summarize(accuracy), config, workdir)
   written = json.loads(open(path).read())
   assert written["groups"]["structured"] == pytest.approx(
       np.mean(list(accuracy.values())))
   assert written["num_tasks"] == 2 and not written["complete"]
+
+
+def _no_training(*args):
+  raise AssertionError(f"trained: {args}")
+
+
+def test_a_finished_task_of_other_settings_is_refused(tmp_path, monkeypatch):
+  """A result.json written by hand: reused only for the same settings (the
+  split=val lr sweep in one workdir must not reuse the first lr's)."""
+  monkeypatch.setattr(vtab_runner.trainer, "train_and_evaluate", _no_training)
+  config = _vtab_config("cifar100", "/unused", ",split=val")
+  done = {"settings": vtab_runner.settings(
+      vtab_runner.task_config(config, "dtd")),
+          "metrics": {"test/accuracy": 0.5}}
+  (tmp_path / "dtd").mkdir()
+  (tmp_path / "dtd" / "result.json").write_text(json.dumps(done))
+  # Logging and checkpoint intervals and data locations do not matter.
+  config.log_every_steps, config.checkpoint_every_steps = 7, 3
+  config.data_dir = str(tmp_path)
+  assert vtab_runner.run_tasks(config, str(tmp_path), ["dtd"]) == {
+      "dtd": 0.5}
+
+  config.lr, config.init.dont_load = 0.03, ()
+  with pytest.raises(UserError) as error:
+    vtab_runner.run_tasks(config, str(tmp_path), ["dtd"])
+  message = str(error.value)
+  assert ("(recorded -> now): init.dont_load [\"head/.*\"] -> []; "
+          "lr 0.01 -> 0.03. Use another --workdir (or delete "
+          f"{tmp_path / 'dtd'})") in message
+
+
+def test_an_unfinished_task_resumes_only_with_its_settings(tmp_path,
+                                                          monkeypatch):
+  """config.json as the trainer writes it (GELU decided)."""
+  config = _vtab_config("cifar100", "/unused")
+  recorded = vtab_runner.task_config(config, "dtd")
+  recorded.model.gelu_approximate = True
+  (tmp_path / "dtd").mkdir()
+  (tmp_path / "dtd" / "config.json").write_text(
+      recorded.to_json_best_effort(indent=2))
+  calls = []
+  monkeypatch.setattr(
+      vtab_runner.trainer, "train_and_evaluate",
+      lambda *args: calls.append(args) or {"preempted_at_step": 1})
+
+  config.batch_size = 16
+  with pytest.raises(UserError, match=r"The unfinished task in .*dtd has "
+                     r"other settings than this run \(recorded -> now\): "
+                     r"batch_size 8 -> 16\. Use another --workdir"):
+    vtab_runner.run_tasks(config, str(tmp_path), ["dtd"])
+  assert not calls
+
+  config.batch_size = 8  # As recorded: resumed.
+  assert vtab_runner.run_tasks(config, str(tmp_path), ["dtd"]) == {}
+  assert len(calls) == 1

@@ -74,13 +74,21 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   """Every user mistake we can see before compiling, with its fix."""
   check_numbers(config)
   models.check_model_config(config.model)
-  for field in ("pp_train", "pp_eval"):
-    names = [name for name, _ in preprocess.parse(config[field])]
-    if ("randaug" in names and "value_range" in names and
-        names.index("randaug") > names.index("value_range")):
-      raise UserError(f"config.{field}={config[field]!r} applies randaug "
-                      "after value_range; RandAugment works on [0, 255] "
-                      "pixels: put it before value_range.")
+  train_ops = [name for name, _ in preprocess.parse(config.pp_train)]
+  if ("randaug" in train_ops and "value_range" in train_ops and
+      train_ops.index("randaug") > train_ops.index("value_range")):
+    raise UserError(f"config.pp_train={config.pp_train!r} applies randaug "
+                    "after value_range; RandAugment works on [0, 255] "
+                    "pixels: put it before value_range.")
+  for field in ("pp_eval", "fewshot.pp_eval"):
+    spec = _get(config, field)
+    if spec and "randaug" in [n for n, _ in preprocess.parse(spec)]:
+      raise UserError(f"config.{field}={spec!r} augments evaluation images "
+                      "at random; randaug belongs in config.pp_train.")
+  if config.mixup.alpha > 0 and config.objective != "supervised":
+    raise UserError(f"config.mixup.alpha={config.mixup.alpha} mixes labels, "
+                    f"which config.objective={config.objective!r} does not "
+                    "read; set config.mixup.alpha=0.")
   for field, allowed in _CHOICES:
     if _get(config, field) not in allowed:
       raise UserError(f"config.{field}={_get(config, field)!r} is not one of "

@@ -95,7 +95,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Mixup (Zhang et al. 2018) in the train step, on the device: each example
   # is mixed, with probability p, with its neighbour in the batch (images and
   # labels with the same weight); the weight of the example's own image is
-  # max(r, 1 - r), r ~ Beta(alpha, alpha), one draw per batch as big_vision.
+  # max(r, 1 - r), r ~ Beta(alpha, alpha), one draw per batch as big_vision
+  # (per micro-batch, and neighbours within it, with accum_steps > 1).
   config.mixup = ml_collections.ConfigDict()  # See above.
   config.mixup.alpha = 0.0  # Beta concentration; 0: no mixup.
   config.mixup.p = 1.0  # Share of the examples mixed (big_vision: all).

@@ -78,7 +78,11 @@ def config_for(checkpoint: str, config=None, image_size=None,
                                         architecture.Architecture]:
   """(config, whether it is the training workdir's, the file's
   architecture); see the module doc."""
-  cache_dir = config.init.cache_dir if config is not None else None
+  cache_dir = None
+  if config is not None:
+    # Before `architecture.read` downloads a released name.
+    loader.check_released_variant(checkpoint, config.model.variant)
+    cache_dir = config.init.cache_dir
   arch = architecture.read(checkpoint, num_heads, cache_dir)
   # A workdir's own config; `locate` gives a released name's cached file.
   recorded = (loader.recorded_config(checkpoint) if config is None and

@@ -41,7 +41,9 @@ def describe_file(path: str, cache_dir=None) -> str:
 
 
 def compare_with_config(path: str, config, num_classes=None) -> str:
-  """The loader's report for `config`'s model (raises nothing)."""
+  """The loader's report for `config`'s model; raises only for a released
+  name of another variant (before downloading it)."""
+  weights.loader.check_released_variant(path, config.model.variant)
   config = config.copy_and_resolve_references()
   config.init.checkpoint = path
   config = weights.resolve_gelu(config)
@@ -63,6 +65,16 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
     return f"Does NOT load into {config.model.variant} at {size} px:\n{e}"
 
 
+def report(path: str, config=None, num_classes=None) -> str:
+  """The file's arrays, then with `config` how they load into its model."""
+  if config is None:
+    return describe_file(path)
+  # Before `describe_file` downloads a released name.
+  weights.loader.check_released_variant(path, config.model.variant)
+  return "\n".join([describe_file(path, config.init.cache_dir),
+                    compare_with_config(path, config, num_classes)])
+
+
 def main(argv):
   if FLAGS.list_released:
     print(released.describe_table())
@@ -70,10 +82,7 @@ def main(argv):
   if len(argv) != 2:
     raise app.UsageError("Usage: vit-jax inspect PATH [--config=...]")
   np.set_printoptions(linewidth=120)
-  config = FLAGS.config
-  print(describe_file(argv[1], config.init.cache_dir if config else None))
-  if FLAGS.config is not None:
-    print(compare_with_config(argv[1], FLAGS.config, FLAGS.num_classes))
+  print(report(argv[1], FLAGS.config, FLAGS.num_classes))
 
 
 if __name__ == "__main__":

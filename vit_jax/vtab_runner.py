@@ -7,15 +7,19 @@ r"""VTAB-1k: fine-tune one checkpoint on each task, then the benchmark's means.
 `trainer.train_and_evaluate` on the config with `config.dataset =
 "vtab:TASK"` (the config's splits, train800val200 -> test or train800 ->
 val200, are names every task resolves) in WORKDIR/TASK, which then holds
-`result.json`. A task with a `result.json` is not run again; an unfinished
-one resumes from its last checkpoint, so rerunning the same command after
-a failure or preemption completes the benchmark. WORKDIR/vtab.json holds
-each task's accuracy, the Natural / Specialized / Structured means and the
-VTAB score: the mean over the tasks (not over the groups).
+`result.json` (with the settings it was run with). A task with a
+`result.json` is not run again; an unfinished one resumes from its last
+checkpoint, so rerunning the same command after a failure or preemption
+completes the benchmark. Either is refused when its settings (the config
+but for logging, checkpointing, data locations and device layout) differ
+from this run's. WORKDIR/vtab.json holds each task's accuracy, the
+Natural / Specialized / Structured means and the VTAB score: the mean over
+the tasks (not over the groups).
 """
 
 import json
 import statistics
+import uuid
 
 import jax
 import ml_collections
@@ -23,6 +27,7 @@ import ml_collections
 from vit_jax import console, paths, trainer
 from vit_jax.data import sources, vtab_tasks
 from vit_jax.errors import UserError
+from vit_jax.weights import loader
 
 RESULT_FILE = "result.json"  # In each task's sub-workdir.
 SUMMARY_FILE = "vtab.json"  # In the workdir.
@@ -36,37 +41,102 @@ def task_config(config: ml_collections.ConfigDict,
   return config
 
 
-def _protocol(config: ml_collections.ConfigDict) -> dict:
-  """What makes two results of a task comparable."""
-  return {"dataset": config.dataset, "train_split": config.train_split,
-          "eval_split": config.eval_split,
-          "checkpoint": config.init.checkpoint,
-          "variant": config.model.variant, "image_size": config.image_size}
+# Fields that do not change a task's result: where the data and the cache
+# lie, how often the run logs, evaluates and saves, and the device layout
+# (a preempted task may resume on another slice); a name ending in "." is
+# a group. All the others (lr, steps, batch, dont_load, ...) must match for
+# a result or a checkpoint to be reused: listing what to ignore rather
+# than what to compare keeps a field added later compared.
+_NOT_COMPARED = frozenset([
+    "data_dir", "manual_dir", "cache", "eval_batch_size", "log_every_steps",
+    "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints",
+    "keep_checkpoint_every_steps", "profile_steps", "init.cache_dir",
+    "mesh.", "sharding."])
+# Unset, the trainer decides it from the checkpoint (which is compared) and
+# records its decision in config.json.
+_DECIDED_BY_TRAINER = "model.gelu_approximate"
+_ABSENT = object()
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      flat[prefix + key] = value
+  return flat
+
+
+def _settings(config_json: dict) -> dict:
+  """{dotted field: value} of a config as JSON, without _NOT_COMPARED."""
+  return {k: v for k, v in _flatten(config_json).items()
+          if k not in _NOT_COMPARED and
+          k.split(".")[0] + "." not in _NOT_COMPARED}
+
+
+def settings(config: ml_collections.ConfigDict) -> dict:
+  """What makes two runs of a task the same (as JSON values)."""
+  return _settings(json.loads(config.to_json_best_effort()))
+
+
+def _differences(wanted: dict, recorded: dict) -> list[str]:
+  """'field recorded -> wanted' for each field that differs."""
+  show = lambda v: "absent" if v is _ABSENT else json.dumps(v)
+  lines = []
+  for key in sorted(set(wanted) | set(recorded)):
+    now, before = wanted.get(key, _ABSENT), recorded.get(key, _ABSENT)
+    if key == _DECIDED_BY_TRAINER and now is None:
+      continue
+    if now != before:
+      lines.append(f"{key} {show(before)} -> {show(now)}")
+  return lines
+
+
+def _check_same(what: str, wanted: dict, recorded: dict, directory):
+  differences = _differences(wanted, recorded)
+  if differences:
+    raise UserError(
+        f"{what} in {directory} has other settings than this run "
+        f"(recorded -> now): {'; '.join(differences)}. Use another "
+        f"--workdir (or delete {directory}) to fine-tune with these.")
+
+
+def _write_atomically(path, text: str):
+  """Readers (and a rerun after a crash) see the whole file or none: a
+  temporary name, then a rename (epath: local or gs://)."""
+  partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.part")
+  partial.write_text(text)
+  partial.replace(path)
 
 
 def run_task(config: ml_collections.ConfigDict, workdir, task: str):
   """The task's metrics (from its result.json if it was finished before);
-  None where training stopped for a preemption."""
+  None where training stopped for a preemption. Refuses a result or an
+  unfinished run of other settings."""
   config = task_config(config, task)
+  wanted = settings(config)
   directory = paths.resolve(workdir) / task
   result_path = directory / RESULT_FILE
   if result_path.exists():
     done = json.loads(result_path.read_text())
-    if done["protocol"] != _protocol(config):
-      raise UserError(
-          f"{result_path} is a result of {done['protocol']}, not of "
-          f"{_protocol(config)}; use another --workdir (or delete "
-          f"{directory}) to fine-tune again.")
+    _check_same("The finished task", wanted, done["settings"], directory)
     console.say("VTAB %s: finished before, accuracy %.4f (not rerun).", task,
                 done["metrics"]["test/accuracy"])
     return done["metrics"]
-  console.say("VTAB %s: fine-tuning in %s.", task, directory)
+  started = directory / "config.json"  # Written by the trainer.
+  if started.exists():
+    _check_same("The unfinished task", wanted,
+                _settings(json.loads(started.read_text())), directory)
+    console.say("VTAB %s: resuming in %s.", task, directory)
+  else:
+    console.say("VTAB %s: fine-tuning in %s.", task, directory)
   metrics = trainer.train_and_evaluate(config, str(directory))
   if "preempted_at_step" in metrics:
     return None
   if jax.process_index() == 0:
-    result_path.write_text(json.dumps(
-        {"protocol": _protocol(config), "metrics": metrics}, indent=2))
+    _write_atomically(result_path, json.dumps(
+        {"settings": wanted, "metrics": metrics}, indent=2))
   return metrics
 
 
@@ -77,6 +147,9 @@ def run_tasks(config: ml_collections.ConfigDict, workdir,
   tasks = list(tasks or vtab_tasks.TASKS)
   for task in tasks:
     vtab_tasks.get(task)  # Every name checked before hours of training.
+  if config.init.checkpoint:  # A released name of another model: refused.
+    loader.check_released_variant(config.init.checkpoint,
+                                  config.model.variant)
   paths.make_workdir(workdir)
   accuracy = {}
   for task in tasks:
@@ -129,7 +202,7 @@ def format_table(summary: dict) -> str:
 def write(summary: dict, config: ml_collections.ConfigDict, workdir) -> str:
   """WORKDIR/vtab.json: the summary with the splits it was measured on."""
   path = paths.make_workdir(workdir) / SUMMARY_FILE
-  path.write_text(json.dumps(
+  _write_atomically(path, json.dumps(
       {"train_split": config.train_split, "eval_split": config.eval_split,
        "checkpoint": config.init.checkpoint, **summary}, indent=2))
   return str(path)

@@ -93,8 +93,7 @@ def randaug(image, seed, size, num_ops=2, magnitude=10):
   scale, e.g. randaug(2,15)); see `randaug.py`. Input and output in
   [0, 255], so it goes before value_range."""
   del size
-  return randaug_lib.apply(randaug_lib.make_layer(num_ops, magnitude), image,
-                           seed)
+  return randaug_lib.randaug(image, seed, num_ops, magnitude)
 
 
 def value_range(image, seed, size):
@@ -132,6 +131,12 @@ def parse(spec: str) -> list[tuple[str, tuple[float, ...]]]:
     except (ValueError, SyntaxError) as e:
       raise UserError(f"Op {part!r} in {spec!r} takes numbers as arguments, "
                        "e.g. inception_crop(0.35).") from e
+    if match.group(1) == "randaug":
+      try:
+        randaug_lib.check_arguments(*args)
+      except (ValueError, TypeError) as e:
+        raise UserError(f"Op {part!r} in {spec!r}: {e} Use e.g. "
+                        "randaug(2,15).") from e
     ops.append((match.group(1), tuple(args)))
   return ops
 
@@ -188,16 +193,9 @@ def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
     ops = ops[:-1]
   # A distinct stateless seed per op keeps random ops independent.
   op_seed = lambda seed, i: tf.random.experimental.stateless_fold_in(seed, i)
-  # Keras layers are built here, not while tf.data traces `fn`.
-  layers = {i: randaug_lib.make_layer(*args)
-            for i, (name, args) in enumerate(ops) if name == "randaug"}
-
-  def apply(i, name, image, seed, args):
-    if name == "inception_crop":
-      return inception_crop(image, seed, size, *args, antialias=crop_antialias)
-    if name == "randaug":
-      return randaug_lib.apply(layers[i], image, seed)
-    return OPS[name](image, seed, size, *args)
+  apply = lambda name, image, seed, args: (
+      inception_crop(image, seed, size, *args, antialias=crop_antialias)
+      if name == "inception_crop" else OPS[name](image, seed, size, *args))
 
   def fn(image, seed):
     first = 0
@@ -209,7 +207,7 @@ def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
         image = image.decode(image.data)
     image = _rgb(image)
     for i, (name, args) in enumerate(ops[first:], first):
-      image = apply(i, name, image, op_seed(seed, i), args)
+      image = apply(name, image, op_seed(seed, i), args)
     if uint8:  # Resized values are within [0, 255]; round to the nearest.
       image = tf.cast(tf.round(tf.cast(image, tf.float32)), tf.uint8)
     return tf.ensure_shape(tf.cast(image, tf.uint8 if uint8 else tf.float32),

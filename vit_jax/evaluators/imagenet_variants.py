@@ -15,9 +15,14 @@ is scored as it is, with the config's evaluation preprocessing:
 
 They run as the `test` evaluator does: every config.eval_every_steps steps
 (0: at the end only) and at the last step; metrics `real/accuracy`,
-`v2/accuracy`, with their loss (ReaL's: the config's loss against the
-multi-hot label set) and image counts.
+`v2/accuracy`, with their loss and image counts. ReaL's loss with
+softmax_xent is the cross-entropy against the uniform distribution over the
+image's ReaL labels (the multi-hot set divided by its size), so that it is
+on the scale of test/loss; with sigmoid_xent, whose classes are separate
+yes/no questions, it is against the multi-hot set itself.
 """
+
+import jax.numpy as jnp
 
 from vit_jax import steps
 from vit_jax.data import input_pipeline, sources
@@ -29,8 +34,23 @@ REAL_LABELS = "real_label"
 IMAGENET_CLASSES = 1000
 
 
+def real_loss(loss: str):
+  """The loss `loss` (a steps.LOSSES name) on ReaL's label sets; see the
+  module doc."""
+  loss_fn = steps.LOSSES[loss]
+  if loss != "softmax_xent":
+    return loss_fn
+
+  def normalised(logits, labels):
+    # An empty set stays all zeros (a loss of 0; the image is not counted).
+    sizes = jnp.maximum(jnp.sum(labels, -1, keepdims=True), 1.0)
+    return loss_fn(logits, labels / sizes)
+  return normalised
+
+
 def _evaluator(config, model, mesh, params_sharding, train_source, field,
-               dataset, split, label_key=None, skip_unlabelled=False):
+               dataset, split, label_key=None, skip_unlabelled=False,
+               loss_fn=None):
   if train_source.num_classes != IMAGENET_CLASSES:
     raise UserError(
         f"config.{field}.enabled scores the model's head on ImageNet's "
@@ -47,7 +67,7 @@ def _evaluator(config, model, mesh, params_sharding, train_source, field,
                     f"classes, not ImageNet's {IMAGENET_CLASSES}.")
   return config.eval_every_steps, classification.ClassificationEvaluator(
       model, input_pipeline.make_eval_batches(eval_config, source), mesh,
-      steps.LOSSES[config.loss], params_sharding,
+      loss_fn or steps.LOSSES[config.loss], params_sharding,
       config.sharding.logical_axis_rules, skip_unlabelled=skip_unlabelled)
 
 
@@ -57,7 +77,7 @@ def real_from_config(config, model, mesh, params_sharding, source):
     return None
   return _evaluator(config, model, mesh, params_sharding, source, "real",
                     REAL_DATASET, config.real.split, label_key=REAL_LABELS,
-                    skip_unlabelled=True)
+                    skip_unlabelled=True, loss_fn=real_loss(config.loss))
 
 
 def v2_from_config(config, model, mesh, params_sharding, source):

@@ -19,7 +19,8 @@ file lock and downloads (to a temporary file, renamed when complete), the
 others wait and use its copy.
 
 Offline mode (--offline or VIT_JAX_OFFLINE=1) uses cached copies without
-asking the storage anything, and refuses to download.
+asking the storage anything, and refuses to download; an Orbax directory
+at a URL, never cached, cannot be read in it.
 """
 
 import contextlib
@@ -106,28 +107,21 @@ def _describe(url: str, name) -> str:
 
 
 def _local_copy(url: str, name, cache_dir) -> str:
-  target = cache_path(url, cache_dir)
   if is_offline():
-    if os.path.isfile(target):
-      _announce(url, "Using cached %s (offline mode: not checked for a "
-                "newer version).", _describe(url, name))
-      return target
-    raise DownloadError(
-        f"Offline mode is on (--offline or {OFFLINE_VARIABLE}=1), so "
-        f"{_describe(url, name)} is not downloaded and there is no copy at "
-        f"{target}. Put the file there (it is then used), or turn offline "
-        f"mode off (drop --offline, unset {OFFLINE_VARIABLE}) to download "
-        "it.")
+    return _offline_copy(url, name, cache_dir)
   paths.configure_storage()
   import fsspec  # pylint: disable=g-import-not-at-top
   # The released bucket is public: no credentials needed (nor warned about).
   options = {"token": "anon"} if url.startswith(released.BUCKET + "/") else {}
   fs, inner = fsspec.core.url_to_fs(url, **options)
-  info = _remote_info(fs, inner, url, name, target)
+  info = _remote_info(fs, inner, url, name, cache_dir)
   if info is None:  # Unreachable, but a copy is cached.
-    return target
+    return cache_path(url, cache_dir)
   if info.get("type") == "directory":
-    return url  # An Orbax checkpoint: read in place.
+    # An Orbax checkpoint: read in place, so the cache is not needed (nor
+    # `cache_root`'s checks).
+    return url
+  target = cache_path(url, cache_dir)
   version = {k: str(info[k]) for k in _VERSION_FIELDS if info.get(k)}
   if not _is_current(target, version):
     with _locked(target):
@@ -139,7 +133,26 @@ def _local_copy(url: str, name, cache_dir) -> str:
   return target
 
 
-def _remote_info(fs, inner, url, name, target):
+def _offline_copy(url: str, name, cache_dir) -> str:
+  """The cached copy of `url`, without asking the storage anything; so
+  whether `url` is a file or an Orbax directory is unknown here."""
+  target = cache_path(url, cache_dir)
+  if os.path.isfile(target):
+    _announce(url, "Using cached %s (offline mode: not checked for a "
+              "newer version).", _describe(url, name))
+    return target
+  raise DownloadError(
+      f"Offline mode is on (--offline or {OFFLINE_VARIABLE}=1), so "
+      f"{_describe(url, name)} is not read: there is no cached copy at "
+      f"{target}, and offline mode does not ask the storage what is at the "
+      "URL. If it is a weights file, put it at that path (it is then "
+      "used); if it is an Orbax checkpoint directory, it is always read in "
+      "place from the storage, never cached, so it cannot be read offline. "
+      "To download the file or read the directory, turn offline mode off "
+      f"(drop --offline, unset {OFFLINE_VARIABLE}).")
+
+
+def _remote_info(fs, inner, url, name, cache_dir):
   """The object's metadata; None when it cannot be asked but a copy is
   cached; raises when neither."""
   try:
@@ -154,6 +167,7 @@ def _remote_info(fs, inner, url, name, target):
   except Exception as e:  # pylint: disable=broad-except
     # Storage clients raise many types for a network or credentials error.
     problem = f"the storage could not be asked ({type(e).__name__}: {e})"
+  target = cache_path(url, cache_dir)
   if os.path.isfile(target):
     _announce(url, "Could not check %s for a newer version: %s. Using the "
               "cached copy %s.", _describe(url, name), problem, target)
