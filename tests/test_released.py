@@ -21,7 +21,7 @@ from tests import gcs_server
 from vit_jax import config_defaults, inference, models, paths, weights
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
-from vit_jax.weights import cache, formats, released, writers
+from vit_jax.weights import cache, describe, formats, released, writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "vit_models"
@@ -255,16 +255,15 @@ def no_downloads(monkeypatch):
 def test_commands_refuse_a_name_for_another_variant_before_downloading(
     no_downloads):
   """predict/analyze (`inference`) and `inspect NAME --config`."""
-  from vit_jax import inspect as vit_inspect  # Defines its flags.
   config = config_defaults.get_config()
   config.model.variant = "testing"
   refused = ("ViT-L/16@i21k is a ViT-L/16 checkpoint but config.model.variant "
              "is testing; set --config.model.variant=ViT-L/16")
   for read in (lambda: inference.config_for("ViT-L/16@i21k", config),
                lambda: inference.load("ViT-L/16@i21k", config),
-               lambda: vit_inspect.report("ViT-L/16@i21k", config),
-               lambda: vit_inspect.compare_with_config("ViT-L/16@i21k",
-                                                       config)):
+               lambda: describe.report("ViT-L/16@i21k", config),
+               lambda: describe.compare_with_config("ViT-L/16@i21k",
+                                                    config)):
     with pytest.raises(weights.WeightsError, match=re.escape(refused)):
       read()
 
