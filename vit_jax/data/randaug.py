@@ -198,8 +198,8 @@ def cutout(image, half_side, seed):
   """A grey square of side 2 x half_side (scaled) at a random centre (cut
   off at the image's edges)."""
   height, width = tf.shape(image)[0], tf.shape(image)[1]
-  centre = tf.random.stateless_uniform([2], seed, 0, 2**30, tf.int32) % tf.stack(
-      [height, width])
+  draw = tf.random.stateless_uniform([2], seed, 0, 2**30, tf.int32)
+  centre = draw % tf.stack([height, width])
   half = tf.cast(tf.round(_scaled(half_side, tf.minimum(height, width))),
                  tf.int32)
   rows, cols = tf.range(height)[:, None, None], tf.range(width)[None, :, None]
