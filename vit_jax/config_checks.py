@@ -103,8 +103,6 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
     check_masked_patch(config, stride)
   fewshot_solver.check_config(config.fewshot)
   fewshot_evaluator.dataset_splits(config.fewshot)
-  if config.fewshot.pp_eval:
-    preprocess.parse(config.fewshot.pp_eval)
   sharding.check_strategy_rules(config.sharding.params)
   sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
                             accumulation=config.accum_steps, log=True)
