@@ -38,10 +38,10 @@ def _free_port() -> int:
 
 
 def _launch_two_processes(workdir, data_dir, overrides=None,
-                          sigterm_process_1_at=None):
-  """Runs the README's multi-host command twice; optionally sends SIGTERM
-  to process 1 alone once process 0 logs `sigterm_process_1_at`.
-  Returns ([return codes], [(stdout, stderr)])."""
+                          sigterm_process_1_at=None, flags=()):
+  """Runs the README's multi-host command twice (with `flags` added);
+  optionally sends SIGTERM to process 1 alone once process 0 logs
+  `sigterm_process_1_at`. Returns ([return codes], [(stdout, stderr)])."""
   port = _free_port()
   env = {**os.environ,
          "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -51,7 +51,7 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
            "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
            f"--config.data_dir={data_dir}",
            f"--coordinator_address=localhost:{port}", "--num_processes=2",
-           f"--process_id={process_id}"]
+           f"--process_id={process_id}", *flags]
     cmd += [f"--config.{k}={v}" for k, v in (overrides or OVERRIDES).items()]
     procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                                   stdout=subprocess.PIPE,
@@ -163,8 +163,9 @@ def _apply(config, overrides):
 def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
     digits_config, tfds_data_dir, tmp_path):
   """Preemption of one host: all processes agree on a step (JAX's
-  preemption sync point), save it together and exit 0; rerunning resumes
-  and ends where an uninterrupted run does."""
+  preemption sync point), save it together and exit with the status asked
+  for (what a Kubernetes pod's restart policy reads); rerunning resumes and
+  ends where an uninterrupted run does."""
   total = 30
   folder = _image_folder(tmp_path / "images")
   overrides = {**OVERRIDES, "total_steps": total, "log_every_steps": 5,
@@ -172,9 +173,10 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
                "decay_type": "constant",  # The last steps count fully.
                "lr": 0.02}  # Stable: lr 0.1 diverges, and amplifies drift.
   workdir = str(tmp_path / "preempted")
-  codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides,
-                                         sigterm_process_1_at="Step 10/")
-  assert codes == [0, 0], _stderr_tails(outputs)
+  codes, outputs = _launch_two_processes(
+      workdir, tfds_data_dir, overrides, sigterm_process_1_at="Step 10/",
+      flags=["--preempted_exit_code=143"])
+  assert codes == [143, 143], _stderr_tails(outputs)
   step = int(float(re.search(r"preempted_at_step=([\d.]+)",
                              outputs[0][0]).group(1)))
   assert 10 < step < total

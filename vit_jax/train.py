@@ -26,6 +26,11 @@ config_flags.DEFINE_config_file(
     lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for metrics and checkpoints "
                     "(local or gs://...).")
+flags.DEFINE_integer(
+    "preempted_exit_code", 0,
+    "Exit status after a preemption notice (SIGTERM) stopped the run and its "
+    "checkpoint was saved. Nonzero tells a scheduler the run is not done: "
+    "launch/gke.py sets 143, so the JobSet restarts the slice and resumes.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -36,6 +41,9 @@ def main(argv):
   result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)
   if jax.process_index() == 0:
     print(" ".join(f"{k}={v:.6g}" for k, v in sorted(result.items())))
+  if "preempted_at_step" in result:
+    return FLAGS.preempted_exit_code
+  return 0
 
 
 if __name__ == "__main__":
