@@ -1,51 +1,229 @@
-"""The TPU-pod launcher, with a stand-in `gcloud` that records its calls."""
+"""The TPU VM and SLURM launchers, run for real against stand-ins.
 
-import os
-import subprocess
-import tarfile
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-FAKE_GCLOUD = """#!/usr/bin/env bash
-# Records each call; keeps a copy of what `scp` would upload.
-printf '%s\\n' "$*" >> "$GCLOUD_LOG"
-if [[ "$4" == "scp" ]]; then cp "$5" "$GCLOUD_LOG.upload"; fi
+`tests/launch_fakes/bin/gcloud` records its calls and plays a slice whose
+workers are folders: `scp` copies into them and `ssh` runs the command
+there with bash, so `launch/tpu_pod.sh` drives the real
+`launch/setup_host.sh` and `launch/tpu_worker.sh` on every "worker". The
+workers' python3 is a stand-in of a chosen version (Google's Ubuntu 22.04
+TPU images: 3.10), and so are uv, the venv's pip and python, and a
+`vit-jax` that logs steps until SIGTERM.
 """
 
+import os
+import signal
+import subprocess
+import time
 
-def _run(tmp_path, *args):
-  fake = tmp_path / "bin" / "gcloud"
-  fake.parent.mkdir()
-  fake.write_text(FAKE_GCLOUD)
-  fake.chmod(0o755)
-  log = tmp_path / "gcloud.log"
-  env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}",
-         "GCLOUD_LOG": str(log)}
-  done = subprocess.run([os.path.join(REPO, "launch", "tpu_pod.sh"), *args],
-                        env=env, capture_output=True, text=True, timeout=60)
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAKES = os.path.join(REPO, "tests", "launch_fakes")
+
+
+class Slice:
+  """Runs launch/tpu_pod.sh against a fake slice of `workers` workers."""
+
+  def __init__(self, root, workers, python_version):
+    self.root, self.workers = root, workers
+    (root / "home").mkdir(parents=True)
+    self.log = root / "calls.log"
+    self.env = {
+        "PATH": f"{FAKES}/bin:/usr/bin:/bin", "HOME": str(root / "home"),
+        "FAKES_DIR": FAKES, "FAKE_LOG": str(self.log),
+        "FAKE_ROOT": str(root / "slice"), "FAKE_WORKERS": str(workers),
+        "FAKE_PYTHON_VERSION": python_version}
+
+  def run(self, *args, ok=True, **env):
+    done = subprocess.run(
+        [os.path.join(REPO, "launch", "tpu_pod.sh"), *args],
+        env={**self.env, **env}, capture_output=True, text=True, timeout=120)
+    if ok:
+      assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+  def home(self, worker):
+    return self.root / "slice" / f"worker{worker}"
+
+  def calls(self, prefix=""):
+    return [c for c in self.log.read_text().splitlines()
+            if c.startswith(prefix)]
+
+  def kill_runs(self):
+    for w in range(self.workers):
+      pidfile = self.home(w) / "vit_jax" / "logs" / "train.pid"
+      if pidfile.exists():
+        try:
+          os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+
+
+@pytest.fixture
+def make_slice(tmp_path):
+  made = []
+
+  def make(workers=2, python_version="3.10.12"):
+    made.append(Slice(tmp_path / f"slice{len(made)}", workers,
+                      python_version))
+    return made[-1]
+  yield make
+  for fake in made:
+    fake.kill_runs()
+
+
+def test_setup_on_a_python_3_10_image_fetches_python_3_11_with_uv(make_slice):
+  fake = make_slice(workers=2, python_version="3.10.12")
+  done = fake.run("setup", "my-tpu", "us-central2-b")
+  assert "my-tpu: 2 workers." in done.stdout
+  for w in range(2):
+    # The install's line, then the device check every worker ran at once.
+    assert f"worker {w}: Python 3.11.14, JAX 0.10.2\n" in done.stdout
+    assert (f"worker {w}: Python 3.11.14, JAX 0.10.2, 4 TPU v5 lite devices "
+            "here, 8 in 2 processes") in done.stdout
+    assert fake.calls(f"worker{w}: ") == [
+        f"worker{w}: python3 --version",
+        f"worker{w}: python3 --version",
+        f"worker{w}: python3 -m pip install --quiet --user uv",
+        f"worker{w}: uv python install 3.11",
+        f"worker{w}: uv venv --seed --python 3.11 .venv",
+        f"worker{w}: pip install --quiet --upgrade pip",
+        f"worker{w}: pip install --quiet -c constraints.txt -e .[tpu]"]
+    copy = fake.home(w) / "vit_jax"
+    assert (copy / "setup.py").is_file()
+    assert os.access(copy / "launch" / "tpu_worker.sh", os.X_OK)
+    assert not (fake.home(w) / "vit_jax.tar.gz").exists()
+  gcloud = fake.calls("gcloud ")
+  assert gcloud[0] == ("gcloud compute tpus tpu-vm describe my-tpu "
+                       "--zone=us-central2-b "
+                       "--format=value(networkEndpoints.len())")
+  assert gcloud[1].startswith("gcloud compute tpus tpu-vm scp ")
+  assert gcloud[1].endswith("my-tpu:~/vit_jax.tar.gz --zone=us-central2-b "
+                            "--worker=all --quiet")
+  ssh = [c for c in gcloud if " ssh " in c]
+  assert sorted(c.split("--worker=")[1][0] for c in ssh) == ["0", "0", "1", "1"]
+
+
+def test_setup_on_a_new_enough_python_uses_it_and_a_rerun_keeps_the_venv(
+    make_slice):
+  fake = make_slice(workers=1, python_version="3.12.3")
+  done = fake.run("setup", "my-tpu", "europe-west4-a")
+  assert "worker 0: Python 3.12.3, JAX 0.10.2\n" in done.stdout
+  assert fake.calls("worker0: ") == [
+      "worker0: python3 --version",
+      "worker0: python3 -m venv .venv",
+      "worker0: pip install --quiet --upgrade pip",
+      "worker0: pip install --quiet -c constraints.txt -e .[tpu]"]
+  stale = fake.home(0) / "vit_jax" / "stale_file.py"
+  stale.write_text("")
+  again = fake.run("setup", "my-tpu", "europe-west4-a")
+  assert "worker 0: Python 3.12.3, JAX 0.10.2, 4 TPU v5 lite" in again.stdout
+  assert "python3 -m venv" not in "".join(fake.calls("worker0: ")[4:])
+  assert not stale.exists()  # The copy is replaced; .venv is kept.
+
+
+def test_a_worker_that_fails_to_install_is_named_in_one_line(make_slice):
+  fake = make_slice(workers=4)
+  done = fake.run("setup", "my-tpu", "us-central2-b", ok=False,
+                  FAKE_FAILING_WORKER="2")
+  assert done.returncode == 1
+  errors = done.stderr.strip().splitlines()
+  assert len(errors) == 1, done.stderr
+  assert errors[0].startswith(
+      "error: setup failed on worker 2 of 4 (worker 2: ERROR: No matching "
+      "distribution found for jax[tpu]==0.10.2); each worker's output is in ")
+  kept = errors[0].rsplit(" ", 1)[1]
+  with open(os.path.join(kept, "worker2.txt")) as output:
+    assert "No matching distribution" in output.read()
+  assert "worker 0: Python 3.11.14, JAX 0.10.2" in done.stdout
+  assert not any("tpu_worker.sh check" in c for c in fake.calls("gcloud "))
+
+
+def _wait_for(predicate, seconds=30):
+  deadline = time.time() + seconds
+  while not predicate():
+    assert time.time() < deadline, "timed out"
+    time.sleep(0.2)
+
+
+def test_train_runs_detached_on_every_worker_then_stop_saves_and_resumes(
+    make_slice):
+  fake = make_slice(workers=2)
+  fake.run("setup", "my-tpu", "us-central2-b")
+  flags = ["--config=configs/pretrain.py:i1k", "--workdir=gs://b/run one"]
+  done = fake.run("train", "my-tpu", "us-central2-b", *flags)
+  for w in range(2):
+    assert f"worker {w}: started (pid " in done.stdout
+    args = fake.home(w) / "vit_jax_args"
+    _wait_for(args.exists)
+    # Every worker gets the same flags, quoting intact, and --distributed.
+    assert args.read_text().splitlines() == ["train", "--distributed", *flags]
+
+  log = fake.home(0) / "vit_jax" / "logs" / "train.log"
+  _wait_for(lambda: "Step 2/1000" in log.read_text())
+  status = fake.run("status", "my-tpu", "us-central2-b")
+  assert "worker 0: running (pid " in status.stdout
+  assert "worker 1: running (pid " in status.stdout
+  follow = fake.run("logs", "my-tpu", "us-central2-b", ok=False,
+                    FAKE_SSH_SECONDS="1")
+  assert "Step 1/1000: loss 2.3" in follow.stdout
+
+  again = fake.run("train", "my-tpu", "us-central2-b", *flags, ok=False)
+  assert again.returncode == 1
+  assert "error: train failed on worker 0,1 of 2 (worker 0: error: a run " \
+      "is going (pid" in again.stderr
+
+  stop = fake.run("stop", "my-tpu", "us-central2-b")
+  for w in range(2):
+    assert f"worker {w}: stopped after " in stop.stdout
+  assert "after a preemption notice (SIGTERM)" in stop.stdout
+  assert "not running" in fake.run("status", "my-tpu", "us-central2-b").stdout
+
+  # Resuming is the same train command; the log keeps both runs.
+  fake.run("train", "my-tpu", "us-central2-b", *flags)
+  _wait_for(lambda: log.read_text().count("vit-jax train --distributed") == 2)
+  fake.run("stop", "my-tpu", "us-central2-b")
+
+
+def test_usage_and_unknown_commands(make_slice):
+  fake = make_slice(workers=1)
+  done = fake.run(ok=False)
+  assert done.returncode == 2
+  assert "launch/tpu_pod.sh setup  TPU ZONE" in done.stderr
+  done = fake.run("deploy", "my-tpu", "z", ok=False)
+  assert done.returncode == 2
+  assert "error: unknown command 'deploy'" in done.stderr
+
+
+def test_the_archive_is_the_committed_tree(make_slice):
+  fake = make_slice(workers=1, python_version="3.11.9")
+  fake.run("setup", "my-tpu", "z")
+  listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.split()
+  copy = fake.home(0) / "vit_jax"
+  for name in ("setup.py", "constraints.txt", "launch/setup_host.sh",
+               "vit_jax/train.py", "configs/pretrain.py"):
+    assert name in listed and (copy / name).is_file(), name
+
+
+def test_slurm_runs_one_distributed_process_per_node(tmp_path):
+  """The batch script under a stand-in srun that records its arguments."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  srun = bin_dir / "srun"
+  srun.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$PWD" "$@" '
+                  '> "$SRUN_LOG"\n')
+  srun.chmod(0o755)
+  log = tmp_path / "srun.log"
+  done = subprocess.run(
+      ["bash", os.path.join(REPO, "launch", "slurm.sbatch"),
+       "--config=configs/pretrain.py:i1k", "--workdir=/shared/run one"],
+      env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SRUN_LOG": str(log),
+           "SLURM_SUBMIT_DIR": REPO},
+      capture_output=True, text=True, timeout=60)
   assert done.returncode == 0, done.stderr
-  return log.read_text().splitlines(), log
-
-
-def test_setup_copies_the_repository_and_installs_the_tpu_extra(tmp_path):
-  calls, log = _run(tmp_path, "setup", "my-tpu", "us-central2-b")
-  assert len(calls) == 2
-  assert calls[0].startswith("compute tpus tpu-vm scp ")
-  assert "my-tpu:~/vit_jax.tar.gz --zone=us-central2-b --worker=all" in calls[0]
-  with tarfile.open(f"{log}.upload") as archive:
-    names = archive.getnames()
-  assert "setup.py" in names and "vit_jax/train.py" in names
-  assert calls[1].startswith("compute tpus tpu-vm ssh my-tpu")
-  assert "--worker=all" in calls[1]
-  assert "pip install --quiet -c constraints.txt -e '.[tpu]'" in calls[1]
-
-
-def test_run_starts_the_same_distributed_command_on_every_worker(tmp_path):
-  calls, _ = _run(tmp_path, "my-tpu", "europe-west4-a",
-                  "--config=configs/pretrain.py:i1k",
-                  "--workdir=gs://b/run one")
-  assert len(calls) == 1
-  assert "--worker=all" in calls[0]
-  assert ("cd ~/vit_jax && .venv/bin/vit-jax train --distributed "
-          "--config=configs/pretrain.py:i1k --workdir=gs://b/run\\ one"
-          in calls[0])
+  assert log.read_text().splitlines() == [
+      REPO, "--kill-on-bad-exit=1", ".venv/bin/vit-jax", "train",
+      "--distributed", "--config=configs/pretrain.py:i1k",
+      "--workdir=/shared/run one"]
+  header = open(os.path.join(REPO, "launch", "slurm.sbatch")).read()
+  assert "launch/setup_host.sh cuda" in header  # How to get Python 3.11+.
