@@ -1,20 +1,17 @@
 """The package as a user installs it: `pip install .` (not editable) into a
 fresh virtual environment, commands run from another directory with configs
-given by path, and a console a person can read.
-
-The new environment gets its dependencies from this one without a download:
-a .pth file appends this environment's site-packages to its path (the .pth
-files in there, such as the editable install's, are not processed, so the
-repository itself is not on the path).
+given by path, and a console a person can read. (The new environment gets
+its dependencies from this one: `tests/package_install.py`.)
 """
 
 import os
+import pathlib
 import shutil
 import subprocess
-import sys
-import sysconfig
 
 import pytest
+
+from tests import package_install
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_RUNLOCAL_LINES = 30
@@ -27,30 +24,15 @@ def installed(tmp_path_factory):
   source = root / "source"  # A copy: the build writes into its source tree.
   shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
       ".git", ".venv", "workdirs", "build", "*.egg-info", "__pycache__"))
-  venv = root / "venv"
-  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                 check=True)
-  python = venv / "bin" / "python"
-  site = subprocess.run(
-      [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
-       "['purelib'])"], check=True, capture_output=True, text=True).stdout
-  with open(os.path.join(site.strip(), "dependencies.pth"), "w") as f:
-    f.write(sysconfig.get_paths()["purelib"] + "\n")
-  done = subprocess.run(
-      [sys.executable, "-m", "pip", "--python", str(python), "install",
-       "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-       str(source)], capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
+  bin_dir = package_install.install(source, root / "venv")
   elsewhere = root / "elsewhere"
   elsewhere.mkdir()
-  return venv / "bin", elsewhere
+  return pathlib.Path(bin_dir), elsewhere
 
 
 def _run(command, cwd, timeout=600):
-  env = {k: v for k, v in os.environ.items()
-         if k not in ("PYTHONPATH", "XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL")}
-  return subprocess.run(command, cwd=cwd, env=env, capture_output=True,
-                        text=True, timeout=timeout)
+  return subprocess.run(command, cwd=cwd, env=package_install.clean_env(),
+                        capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_installed_package_is_not_the_repository(installed):
