@@ -1,0 +1,256 @@
+r"""Writes the Kubernetes manifest of a training run on GKE: a JobSet with one
+pod per host of a TPU slice or a GPU node pool, run from the container
+image (Dockerfile), restarted whole on a failure and resumed from its
+gs:// workdir.
+
+    python3 launch/gke.py --name=vit-b16 --tpu=v5e:4x4 \
+        --image=us-docker.pkg.dev/PROJECT/REPO/vit-jax:tpu \
+        --config=configs/pretrain.py:i1k --workdir=gs://BUCKET/runs/vit-b16 \
+        -- --config.data_dir=gs://BUCKET/tfds > vit-b16.yaml
+    kubectl apply -f vit-b16.yaml
+
+`--tpu=GENERATION:TOPOLOGY` names the slice as `vit-jax plan --topology`
+does (v4, v5e, v5p, v6e, tpu7x); one pod per host of 4 chips (1 for a
+1-chip slice). `--gpu=TYPE:COUNT --hosts=N` takes N nodes of COUNT GPUs
+of GKE's TYPE (`nvidia-h100-80gb`, ...). Flags after `--` go to `vit-jax
+train`. The manifest's header says which node pool it needs and how to
+watch, stop and resume the run. Needs PyYAML (in the project's .venv).
+
+What the manifest does, and why:
+- One Job of N indexed pods (`completionMode: Indexed`); JobSet gives them
+  stable host names behind a headless service, so the processes find each
+  other: on TPUs GKE tells each pod the slice's hosts (TPU_WORKER_HOSTNAMES)
+  and `--distributed` reads them; on GPUs the pods are told pod 0's address
+  and their index (`--coordinator_address`, `--process_id`).
+- A failure of any pod ends the Job (`backoffLimit: 0`) and the JobSet
+  recreates every pod (`maxRestarts`), which resume from the last
+  checkpoint. A run that stops after a preemption notice exits 143
+  (`--preempted_exit_code`) so that it counts as a failure and restarts,
+  not as a finished run. A mistake in the command (exit status 2) ends the
+  JobSet at once: it would fail the same way again.
+- Pods get `--grace_seconds` between SIGTERM and SIGKILL for the
+  coordinated save (see `benchmarks/preemption_save.py`; Spot VMs give 30 s
+  at most, whatever is asked).
+- Nothing local is mounted: the workdir must be object storage, since every
+  host writes checkpoint shards and a restarted pod may land elsewhere.
+"""
+
+import argparse
+import math
+import re
+import sys
+
+import yaml
+
+# GKE's node label value and node-pool machine type for each TPU generation
+# (the machine type of hosts with 4 chips; `-1t` hosts hold a 1-chip
+# slice), and the number of dimensions of its topologies.
+TPUS = {
+    "v4": ("tpu-v4-podslice", "ct4p-hightpu-4t", 3),
+    "v5e": ("tpu-v5-lite-podslice", "ct5lp-hightpu-4t", 2),
+    "v5p": ("tpu-v5p-slice", "ct5p-hightpu-4t", 3),
+    "v6e": ("tpu-v6e-slice", "ct6e-standard-4t", 2),
+    "tpu7x": ("tpu7x", "tpu7x-standard-4t", 3),
+}
+# Machine types of GKE node pools with 8 GPUs of a type, for the header's
+# node-pool command.
+GPU_MACHINES = {"nvidia-h100-80gb": "a3-highgpu-8g",
+                "nvidia-h100-mega-80gb": "a3-megagpu-8g",
+                "nvidia-h200-141gb": "a3-ultragpu-8g",
+                "nvidia-a100-80gb": "a2-ultragpu-8g",
+                "nvidia-tesla-a100": "a2-highgpu-8g"}
+CONTAINER = "vit-jax"
+REPLICATED_JOB = "workers"
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a killed process returns.
+USER_ERROR_EXIT_CODE = 2  # vit_jax.cli: a mistake in the command.
+COORDINATOR_PORT = 8482  # Any free port; JAX uses this one on TPU pods.
+GRACE_SECONDS = 120
+NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+
+
+class Hosts:
+  """What the pods run on: node selector, resources per pod, pod count."""
+
+  def __init__(self, selector, resources, count, pool_flags, summary):
+    self.selector, self.resources, self.count = selector, resources, count
+    self.pool_flags, self.summary = pool_flags, summary
+
+
+def tpu_hosts(spec: str) -> Hosts:
+  generation, _, topology = spec.partition(":")
+  if generation not in TPUS:
+    raise ValueError(f"--tpu={spec!r}: the generation must be one of "
+                     f"{', '.join(TPUS)}, as in v5e:4x4 or v5p:2x4x4")
+  accelerator, machine, dims = TPUS[generation]
+  sizes = topology.split("x")
+  if len(sizes) != dims or not all(s.isdigit() and int(s) > 0 for s in sizes):
+    raise ValueError(f"--tpu={spec!r}: a {generation} topology has {dims} "
+                     f"sizes, e.g. {generation}:{'x'.join(['2'] * dims)}")
+  chips = math.prod(int(s) for s in sizes)
+  per_host = 1 if chips == 1 else 4
+  if chips % per_host:
+    raise ValueError(f"--tpu={spec!r}: {chips} chips do not fill hosts of 4")
+  machine = machine.replace("-4t", f"-{per_host}t")
+  return Hosts(
+      {"cloud.google.com/gke-tpu-accelerator": accelerator,
+       "cloud.google.com/gke-tpu-topology": topology},
+      {"google.com/tpu": per_host}, chips // per_host,
+      f"--machine-type={machine} --tpu-topology={topology} "
+      f"--num-nodes={chips // per_host}",
+      f"{generation} {topology}: {chips} chips on {chips // per_host} hosts")
+
+
+def gpu_hosts(spec: str, count: int) -> Hosts:
+  kind, _, per_host = spec.partition(":")
+  if not kind.startswith("nvidia-") or per_host not in ("1", "2", "4", "8"):
+    raise ValueError(f"--gpu={spec!r}: use GKE's accelerator name and the "
+                     "GPUs per node, e.g. nvidia-h100-80gb:8")
+  if count < 1:
+    raise ValueError("--hosts: give the number of GPU nodes (1 or more)")
+  machine = GPU_MACHINES.get(kind) if per_host == "8" else None
+  return Hosts(
+      {"cloud.google.com/gke-accelerator": kind},
+      {"nvidia.com/gpu": int(per_host)}, count,
+      f"--machine-type={machine or 'MACHINE_TYPE'} "
+      f"--accelerator=type={kind},count={per_host},gpu-driver-version=latest "
+      f"--num-nodes={count}",
+      f"{count} nodes of {per_host} {kind}")
+
+
+def train_args(args, hosts: Hosts, gpu: bool) -> list[str]:
+  command = ["train", f"--config={args.config}", f"--workdir={args.workdir}",
+             f"--preempted_exit_code={PREEMPTED_EXIT_CODE}"]
+  if not gpu:  # TPU: GKE's environment names the slice's hosts.
+    return command + ["--distributed", *args.flags]
+  pod_0 = f"{args.name}-{REPLICATED_JOB}-0-0.{args.name}"
+  return command + [f"--coordinator_address={pod_0}:{COORDINATOR_PORT}",
+                    f"--num_processes={hosts.count}",
+                    "--process_id=$(VIT_JAX_PROCESS_ID)", *args.flags]
+
+
+def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
+  container = {"name": CONTAINER, "image": args.image,
+               "args": train_args(args, hosts, gpu),
+               "resources": {"limits": dict(hosts.resources),
+                             "requests": dict(hosts.resources)}}
+  spec = {"restartPolicy": "Never",
+          "terminationGracePeriodSeconds": args.grace_seconds,
+          "nodeSelector": hosts.selector, "containers": [container]}
+  if gpu:
+    # The index the Job controller gives each pod, for $(...) in args.
+    container["env"] = [{"name": "VIT_JAX_PROCESS_ID", "valueFrom": {
+        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io"
+                                  "/job-completion-index']"}}}]
+    # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
+    container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+  if args.service_account:
+    spec["serviceAccountName"] = args.service_account
+  return spec
+
+
+def jobset(args, hosts: Hosts, gpu: bool) -> dict:
+  job = {
+      "parallelism": hosts.count, "completions": hosts.count,
+      "completionMode": "Indexed", "backoffLimit": 0,
+      "podFailurePolicy": {"rules": [{
+          "action": "FailJob",
+          "onExitCodes": {"containerName": CONTAINER, "operator": "In",
+                          "values": [USER_ERROR_EXIT_CODE]}}]},
+      "template": {"spec": pod_spec(args, hosts, gpu)}}
+  metadata = {"name": args.name}
+  if args.namespace:
+    metadata["namespace"] = args.namespace
+  if not gpu:  # Each slice is a node pool: keep a Job's pods in one.
+    metadata["annotations"] = {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology":
+            "cloud.google.com/gke-nodepool"}
+  return {
+      "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+      "metadata": metadata,
+      "spec": {
+          "failurePolicy": {
+              "maxRestarts": args.max_restarts,
+              "rules": [{"name": "command-error", "action": "FailJobSet",
+                         "onJobFailureReasons": ["PodFailurePolicy"]}]},
+          "network": {"enableDNSHostnames": True,
+                      "publishNotReadyAddresses": True},
+          "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1,
+                              "template": {"spec": job}}]}}
+
+
+def header(args, hosts: Hosts) -> str:
+  name, pod_0 = args.name, (f"jobset.sigs.k8s.io/jobset-name={args.name},"
+                            "batch.kubernetes.io/job-completion-index=0")
+  return f"""\
+# vit-jax train on GKE: {hosts.summary}, {hosts.count} pods.
+# Written by launch/gke.py; see docs/scaling.md. The cluster needs JobSet
+# (once: kubectl apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml)
+# and a node pool such as
+#   gcloud container node-pools create {name}-pool --cluster=CLUSTER \\
+#     --location=LOCATION --node-locations=ZONE {hosts.pool_flags}
+# Start or resume:  kubectl apply -f THIS_FILE
+# Watch:            kubectl get jobset {name}; kubectl logs -f -l {pod_0}
+# Stop (all pods save the same step): kubectl delete jobset {name}
+"""
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, Hosts, bool]:
+  ours, flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
+      if "--" in argv else (argv, [])
+  parser = argparse.ArgumentParser(
+      prog="launch/gke.py", description=__doc__.split("\n\n")[0],
+      epilog="Flags after -- go to vit-jax train.")
+  parser.add_argument("--name", required=True,
+                      help="The JobSet's name: up to 40 lowercase letters, "
+                      "digits and '-', starting with a letter.")
+  parser.add_argument("--image", required=True, help="The container image.")
+  where = parser.add_mutually_exclusive_group(required=True)
+  where.add_argument("--tpu", help="GENERATION:TOPOLOGY, e.g. v5e:4x4.")
+  where.add_argument("--gpu", help="TYPE:GPUS_PER_NODE, e.g. "
+                     "nvidia-h100-80gb:8 (with --hosts).")
+  parser.add_argument("--hosts", type=int,
+                      help="GPU nodes (a TPU slice's count follows from it).")
+  parser.add_argument("--config", required=True, help="FILE.py[:ARG], a path "
+                      "inside the image (ours: configs/...).")
+  parser.add_argument("--workdir", required=True, help="gs://BUCKET/PATH.")
+  parser.add_argument("--grace_seconds", type=int, default=GRACE_SECONDS,
+                      help="SIGTERM to SIGKILL, for the coordinated save.")
+  parser.add_argument("--max_restarts", type=int, default=10,
+                      help="Whole-JobSet restarts (failures, preemptions) "
+                      "before it gives up.")
+  parser.add_argument("--service_account", help="The pods' Kubernetes "
+                      "service account (the one allowed to write the bucket).")
+  parser.add_argument("--namespace", help="Kubernetes namespace.")
+  args = parser.parse_args(ours)
+  args.flags = flags
+  try:
+    if not NAME.fullmatch(args.name):
+      raise ValueError(f"--name={args.name!r}: up to 40 lowercase letters, "
+                       "digits and '-', starting with a letter")
+    if not re.match(r"[a-z0-9]+://", args.workdir):
+      raise ValueError(f"--workdir={args.workdir!r}: use object storage "
+                       "(gs://BUCKET/PATH); every host writes checkpoint "
+                       "shards and a restarted pod may run on another node")
+    for flag in flags:
+      if flag.split("=")[0] in ("--config", "--workdir", "--distributed"):
+        raise ValueError(f"{flag}: give it to gke.py itself (before --)")
+    if args.tpu:
+      if args.hosts is not None:
+        raise ValueError("--hosts: a TPU slice's hosts follow from --tpu")
+      return args, tpu_hosts(args.tpu), False
+    if args.hosts is None:
+      raise ValueError("--gpu needs --hosts, the number of nodes")
+    return args, gpu_hosts(args.gpu, args.hosts), True
+  except ValueError as e:
+    parser.error(str(e))
+
+
+def main(argv: list[str]) -> None:
+  args, hosts, gpu = parse(argv)
+  sys.stdout.write(header(args, hosts))
+  yaml.safe_dump(jobset(args, hosts, gpu), sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
