@@ -7,6 +7,8 @@
 #   docker run --rm vit-jax:tpu train --config=configs/digits.py:runlocal \
 #       --workdir=/tmp/run
 #
+# (on a TPU VM add --privileged --net=host for the TPU devices; on GPU
+# hosts --gpus=all.)
 # The entry point is `vit-jax`; our configs are in the working directory
 # (configs/...). The package is installed with the versions the tests ran
 # (constraints.txt) on the Python they ran on; the build stage's tools and

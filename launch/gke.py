@@ -10,11 +10,12 @@ gs:// workdir.
     kubectl apply -f vit-b16.yaml
 
 `--tpu=GENERATION:TOPOLOGY` names the slice as `vit-jax plan --topology`
-does (v4, v5e, v5p, v6e, tpu7x); one pod per host of 4 chips (1 for a
-1-chip slice). `--gpu=TYPE:COUNT --hosts=N` takes N nodes of COUNT GPUs
-of GKE's TYPE (`nvidia-h100-80gb`, ...). Flags after `--` go to `vit-jax
-train`. The manifest's header says which node pool it needs and how to
-watch, stop and resume the run. Needs PyYAML (in the project's .venv).
+does (v4, v5e, v5p, v6e, tpu7x); one pod per host: one host where the
+slice fits one machine (e.g. v5e:2x4, 8 chips), else hosts of 4 chips.
+`--gpu=TYPE:COUNT --hosts=N` takes N nodes of COUNT GPUs of GKE's TYPE
+(`nvidia-h100-80gb`, ...). Flags after `--` go to `vit-jax train`. The
+manifest's header says which node pool it needs and how to watch, stop and
+resume the run. Needs PyYAML (in the project's .venv).
 
 What the manifest does, and why:
 - One Job of N indexed pods (`completionMode: Indexed`); JobSet gives them
@@ -27,10 +28,11 @@ What the manifest does, and why:
   checkpoint. A run that stops after a preemption notice exits 143
   (`--preempted_exit_code`) so that it counts as a failure and restarts,
   not as a finished run. A mistake in the command (exit status 2) ends the
-  JobSet at once: it would fail the same way again.
+  JobSet at once: it would fail the same way again. A storage error that
+  may pass (exit status 75) restarts it like a crash.
 - Pods get `--grace_seconds` between SIGTERM and SIGKILL for the
-  coordinated save (see `benchmarks/preemption_save.py`; Spot VMs give 30 s
-  at most, whatever is asked).
+  coordinated save (see `benchmarks/preemption_save.py`; on Spot VMs GKE
+  gives less, whatever is asked).
 - Nothing local is mounted: the workdir must be object storage, since every
   host writes checkpoint shards and a restarted pod may land elsewhere.
 """
@@ -42,15 +44,19 @@ import sys
 
 import yaml
 
-# GKE's node label value and node-pool machine type for each TPU generation
-# (the machine type of hosts with 4 chips; `-1t` hosts hold a 1-chip
-# slice), and the number of dimensions of its topologies.
+# GKE's node label value for each TPU generation, its node pools' machine
+# types by chips per host, and the number of dimensions of its topologies.
+# A slice whose chip count is one of those machines' is one host of that
+# machine; larger slices take hosts of 4 chips.
 TPUS = {
-    "v4": ("tpu-v4-podslice", "ct4p-hightpu-4t", 3),
-    "v5e": ("tpu-v5-lite-podslice", "ct5lp-hightpu-4t", 2),
-    "v5p": ("tpu-v5p-slice", "ct5p-hightpu-4t", 3),
-    "v6e": ("tpu-v6e-slice", "ct6e-standard-4t", 2),
-    "tpu7x": ("tpu7x", "tpu7x-standard-4t", 3),
+    "v4": ("tpu-v4-podslice", {4: "ct4p-hightpu-4t"}, 3),
+    "v5e": ("tpu-v5-lite-podslice", {1: "ct5lp-hightpu-1t",
+                                     4: "ct5lp-hightpu-4t",
+                                     8: "ct5lp-hightpu-8t"}, 2),
+    "v5p": ("tpu-v5p-slice", {4: "ct5p-hightpu-4t"}, 3),
+    "v6e": ("tpu-v6e-slice", {1: "ct6e-standard-1t", 4: "ct6e-standard-4t",
+                              8: "ct6e-standard-8t"}, 2),
+    "tpu7x": ("tpu7x", {1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"}, 3),
 }
 # Machine types of GKE node pools with 8 GPUs of a type, for the header's
 # node-pool command.
@@ -65,6 +71,8 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a killed process returns.
 USER_ERROR_EXIT_CODE = 2  # vit_jax.cli: a mistake in the command.
 COORDINATOR_PORT = 8482  # Any free port; JAX uses this one on TPU pods.
 GRACE_SECONDS = 120
+JOBSET_MANIFESTS = ("https://github.com/kubernetes-sigs/jobset/releases/"
+                    "download/v0.12.0/manifests.yaml")
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
 
 
@@ -76,28 +84,37 @@ class Hosts:
     self.pool_flags, self.summary = pool_flags, summary
 
 
+def _count(number: int, noun: str) -> str:
+  return f"{number} {noun}{'s' if number != 1 else ''}"
+
+
 def tpu_hosts(spec: str) -> Hosts:
   generation, _, topology = spec.partition(":")
   if generation not in TPUS:
     raise ValueError(f"--tpu={spec!r}: the generation must be one of "
                      f"{', '.join(TPUS)}, as in v5e:4x4 or v5p:2x4x4")
-  accelerator, machine, dims = TPUS[generation]
+  accelerator, machines, dims = TPUS[generation]
   sizes = topology.split("x")
   if len(sizes) != dims or not all(s.isdigit() and int(s) > 0 for s in sizes):
     raise ValueError(f"--tpu={spec!r}: a {generation} topology has {dims} "
                      f"sizes, e.g. {generation}:{'x'.join(['2'] * dims)}")
   chips = math.prod(int(s) for s in sizes)
-  per_host = 1 if chips == 1 else 4
+  per_host = chips if chips in machines else 4
   if chips % per_host:
-    raise ValueError(f"--tpu={spec!r}: {chips} chips do not fill hosts of 4")
-  machine = machine.replace("-4t", f"-{per_host}t")
+    raise ValueError(f"--tpu={spec!r}: {chips} chips are neither one "
+                     f"{generation} host ({', '.join(map(str, machines))} "
+                     "chips) nor hosts of 4")
+  hosts = chips // per_host
   return Hosts(
       {"cloud.google.com/gke-tpu-accelerator": accelerator,
-       "cloud.google.com/gke-tpu-topology": topology},
-      {"google.com/tpu": per_host}, chips // per_host,
-      f"--machine-type={machine} --tpu-topology={topology} "
-      f"--num-nodes={chips // per_host}",
-      f"{generation} {topology}: {chips} chips on {chips // per_host} hosts")
+       "cloud.google.com/gke-tpu-topology": topology,
+       # A 2x4 slice is one host of 8 chips, or two of 4: say which.
+       "node.kubernetes.io/instance-type": machines[per_host]},
+      {"google.com/tpu": per_host}, hosts,
+      f"--machine-type={machines[per_host]} --tpu-topology={topology} "
+      f"--num-nodes={hosts}",
+      f"{generation} {topology}: {_count(chips, 'chip')} on "
+      f"{_count(hosts, 'host')}")
 
 
 def gpu_hosts(spec: str, count: int) -> Hosts:
@@ -114,12 +131,14 @@ def gpu_hosts(spec: str, count: int) -> Hosts:
       f"--machine-type={machine or 'MACHINE_TYPE'} "
       f"--accelerator=type={kind},count={per_host},gpu-driver-version=latest "
       f"--num-nodes={count}",
-      f"{count} nodes of {per_host} {kind}")
+      f"{_count(count, 'node')} of {per_host} {kind}")
 
 
 def train_args(args, hosts: Hosts, gpu: bool) -> list[str]:
   command = ["train", f"--config={args.config}", f"--workdir={args.workdir}",
              f"--preempted_exit_code={PREEMPTED_EXIT_CODE}"]
+  if hosts.count == 1:
+    return command + args.flags
   if not gpu:  # TPU: GKE's environment names the slice's hosts.
     return command + ["--distributed", *args.flags]
   pod_0 = f"{args.name}-{REPLICATED_JOB}-0-0.{args.name}"
@@ -136,12 +155,12 @@ def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
   spec = {"restartPolicy": "Never",
           "terminationGracePeriodSeconds": args.grace_seconds,
           "nodeSelector": hosts.selector, "containers": [container]}
-  if gpu:
+  if gpu and hosts.count > 1:
     # The index the Job controller gives each pod, for $(...) in args.
     container["env"] = [{"name": "VIT_JAX_PROCESS_ID", "valueFrom": {
         "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io"
                                   "/job-completion-index']"}}}]
-    # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
+  if gpu:  # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
     container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
   if args.service_account:
@@ -183,9 +202,9 @@ def header(args, hosts: Hosts) -> str:
   name, pod_0 = args.name, (f"jobset.sigs.k8s.io/jobset-name={args.name},"
                             "batch.kubernetes.io/job-completion-index=0")
   return f"""\
-# vit-jax train on GKE: {hosts.summary}, {hosts.count} pods.
+# vit-jax train on GKE: {hosts.summary}, a pod on each.
 # Written by launch/gke.py; see docs/scaling.md. The cluster needs JobSet
-# (once: kubectl apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml)
+# (once: kubectl apply --server-side -f {JOBSET_MANIFESTS})
 # and a node pool such as
 #   gcloud container node-pools create {name}-pool --cluster=CLUSTER \\
 #     --location=LOCATION --node-locations=ZONE {hosts.pool_flags}

@@ -25,12 +25,14 @@ want=${VIT_JAX_PYTHON:-3.11}
 new_enough() {  # "Python 3.10.12" -> status 0 when >= 3.11
   local major minor
   IFS=. read -r major minor _ <<<"${1#Python }"
-  ((major > 3 || (major == 3 && minor >= 11)))
+  [[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] &&
+    ((major > 3 || (major == 3 && minor >= 11)))
 }
 
+host_python=$(python3 --version 2>&1 || echo "No python3")
 if [[ -x .venv/bin/python ]] && new_enough "$(.venv/bin/python --version 2>&1)"; then
   echo "Keeping .venv ($(.venv/bin/python --version 2>&1))."
-elif new_enough "$(python3 --version 2>&1)"; then
+elif new_enough "$host_python"; then
   rm -rf .venv
   if ! python3 -m venv .venv; then
     echo "error: 'python3 -m venv' failed on $(hostname); install the" \
@@ -38,7 +40,7 @@ elif new_enough "$(python3 --version 2>&1)"; then
     exit 1
   fi
 else
-  echo "$(python3 --version 2>&1) is too old for JAX; fetching CPython $want with uv."
+  echo "$host_python here; JAX needs 3.11+: fetching CPython $want with uv."
   uv=$(command -v uv || echo "$HOME/.local/bin/uv")
   if [[ ! -x $uv ]] && ! python3 -m pip install --quiet --user uv; then
     echo "error: could not install uv with $(hostname)'s pip; install" \

@@ -31,6 +31,13 @@ if (($# < 3)); then
 fi
 command=$1 tpu=$2 zone=$3
 shift 3
+case $command in
+  setup | train | logs | status | stop) ;;
+  *)
+    echo "error: unknown command '$command'; use setup, train, logs, status or stop" >&2
+    exit 2
+    ;;
+esac
 
 ssh_to() {  # WORKER COMMAND
   gcloud compute tpus tpu-vm ssh "$tpu" --zone="$zone" --worker="$1" \
@@ -67,34 +74,50 @@ on_every_worker() {  # WHAT COMMAND
   return 1
 }
 
-workers=$(gcloud compute tpus tpu-vm describe "$tpu" --zone="$zone" \
-  --format='value(networkEndpoints.len())')
+read -r state workers <<<"$(gcloud compute tpus tpu-vm describe "$tpu" \
+  --zone="$zone" --format='value(state,networkEndpoints.len())')"
+if [[ $state != READY || ${workers:-0} -lt 1 ]]; then
+  echo "error: $tpu is ${state:-not found}, not READY; wait until" \
+    "'gcloud compute tpus tpu-vm describe $tpu --zone=$zone' says READY" >&2
+  exit 1
+fi
 echo "$tpu: $workers workers."
+# gcloud makes its ssh key on first use; one call first, so that the
+# parallel ones do not all make it at once.
+if [[ ! -f ~/.ssh/google_compute_engine ]]; then
+  ssh_to 0 true
+fi
 
 case $command in
   setup)
-    if ! git diff --quiet HEAD; then
-      echo "Note: uncommitted changes are not copied (git archive HEAD)."
+    if [[ -n $(git status --porcelain) ]]; then
+      echo "Note: uncommitted changes and untracked files are not copied" \
+        "(git archive HEAD)."
     fi
-    archive=$(mktemp --suffix=.tar.gz)
+    archive=$(mktemp -d)/vit_jax.tar.gz
     git archive --format=tar.gz -o "$archive" HEAD
     gcloud compute tpus tpu-vm scp "$archive" "$tpu:~/vit_jax.tar.gz" \
       --zone="$zone" --worker=all --quiet
-    rm -f "$archive"
+    rm -rf "$(dirname "$archive")"
     on_every_worker setup "set -e; mkdir -p ~/vit_jax; cd ~/vit_jax
       if [[ -x launch/tpu_worker.sh ]]; then launch/tpu_worker.sh idle; fi
       find . -mindepth 1 -maxdepth 1 ! -name .venv ! -name logs -exec rm -rf {} +
-      tar -xzf ~/vit_jax.tar.gz && rm ~/vit_jax.tar.gz
+      tar -xzf ~/vit_jax.tar.gz
+      rm ~/vit_jax.tar.gz
       launch/setup_host.sh tpu"
     on_every_worker "the device check" "~/vit_jax/launch/tpu_worker.sh check"
     ;;
   train)
-    if ! on_every_worker train \
-        "~/vit_jax/launch/tpu_worker.sh start$(printf ' %q' "$@")"; then
+    flags=""
+    if (($# > 0)); then
+      flags=$(printf ' %q' "$@")
+    fi
+    if ! on_every_worker train "~/vit_jax/launch/tpu_worker.sh start$flags"; then
       # Those that started would wait for the others until they time out.
-      for w in "${succeeded[@]}"; do
-        ssh_to "$w" "~/vit_jax/launch/tpu_worker.sh stop 60" || true
+      for w in ${succeeded[@]+"${succeeded[@]}"}; do
+        ssh_to "$w" "~/vit_jax/launch/tpu_worker.sh stop 60" >/dev/null 2>&1 &
       done
+      wait
       exit 1
     fi
     echo "Follow it: $0 logs $tpu $zone"
@@ -108,9 +131,5 @@ case $command in
   stop)
     on_every_worker stop "~/vit_jax/launch/tpu_worker.sh stop"
     echo "Stopped. The same train command resumes from the last checkpoint."
-    ;;
-  *)
-    echo "error: unknown command '$command'; use setup, train, logs, status or stop" >&2
-    exit 2
     ;;
 esac

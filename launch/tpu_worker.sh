@@ -49,7 +49,13 @@ print(f"Python {platform.python_version()}, JAX {jax.__version__},",
     echo "== $(date -u +%FT%TZ) vit-jax train --distributed $*" >>"$log"
     nohup setsid .venv/bin/vit-jax train --distributed "$@" >>"$log" 2>&1 </dev/null &
     echo $! >"$pidfile"
-    echo "started (pid $!), log ~/vit_jax/$log"
+    # A mistake in the flags or the config ends the run within seconds.
+    sleep "${VIT_JAX_START_SECONDS:-20}"
+    if ! running; then
+      echo "error: the run ended at once: $(last_line)" >&2
+      exit 1
+    fi
+    echo "running (pid $(cat "$pidfile")), log ~/vit_jax/$log"
     ;;
   status)
     if running; then
@@ -65,7 +71,7 @@ print(f"Python {platform.python_version()}, JAX {jax.__version__},",
       exit 0
     fi
     pid=$(cat "$pidfile")
-    kill -TERM "$pid"
+    kill -TERM "$pid" || true  # It may have ended since.
     for ((waited = 0; waited < limit; waited += 2)); do
       if ! running; then
         echo "stopped after ${waited} s: $(last_line)"

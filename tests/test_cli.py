@@ -8,6 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from absl import app
+
+from vit_jax import cli
+from vit_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,3 +73,14 @@ def test_verbose_shows_the_traceback():
   done = _run(args + ["--verbose"])
   assert done.returncode != 0
   assert "Traceback" in done.stderr and "WeightsError" in done.stderr
+
+
+@pytest.mark.parametrize("error, status", [
+    (UserError("bad value"), 2), (app.UsageError("no such flag"), 2),
+    (FileNotFoundError("/no/such/file"), 2), (PermissionError("denied"), 2),
+    (ConnectionResetError("reset by peer"), 75), (TimeoutError("slow"), 75),
+    (OSError("storage did not answer"), 75)])
+def test_mistakes_exit_2_and_storage_errors_that_may_pass_exit_75(error,
+                                                                  status):
+  """A scheduler retries 75 (EX_TEMPFAIL), not 2: a mistake recurs."""
+  assert cli.exit_status(error) == status

@@ -5,6 +5,7 @@ against Kubernetes' own schema (kubernetes-validate, strict, offline: a
 client's --dry-run=client needs a cluster to read the schema from), and
 its arguments against the flags `vit-jax train` defines."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -12,7 +13,6 @@ import sys
 import kubernetes_validate
 import pytest
 import yaml
-from absl import flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = "us-docker.pkg.dev/my-project/vit/vit-jax:tpu"
@@ -43,7 +43,7 @@ def _container(jobset):
   return container
 
 
-def _check_common(jobset, name, hosts, workdir):
+def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
   assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
   assert jobset["metadata"]["name"] == name
   spec = jobset["spec"]
@@ -53,7 +53,7 @@ def _check_common(jobset, name, hosts, workdir):
   job = _job(jobset)
   assert job["parallelism"] == job["completions"] == hosts
   assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
-  assert spec["failurePolicy"]["maxRestarts"] == 10
+  assert spec["failurePolicy"]["maxRestarts"] == restarts
   # ... except after a mistake in the command (exit 2), which would recur.
   [rule] = job["podFailurePolicy"]["rules"]
   assert rule == {"action": "FailJob", "onExitCodes": {
@@ -63,7 +63,7 @@ def _check_common(jobset, name, hosts, workdir):
       "onJobFailureReasons": ["PodFailurePolicy"]}]
   pod = job["template"]["spec"]
   assert pod["restartPolicy"] == "Never"
-  assert pod["terminationGracePeriodSeconds"] == 120
+  assert pod["terminationGracePeriodSeconds"] == grace
   container = _container(jobset)
   assert container["args"][:4] == [
       "train", "--config=configs/pretrain.py:i1k", f"--workdir={workdir}",
@@ -77,13 +77,24 @@ def _check_common(jobset, name, hosts, workdir):
     kubernetes_validate.validate(batch_job, version, strict=True)
 
 
+@functools.cache
+def _train_flags() -> frozenset[str]:
+  """The flags `vit-jax train` defines (read in a process of its own: the
+  command's module defines them globally)."""
+  done = subprocess.run(
+      [sys.executable, "-c", "import vit_jax.train; from absl import flags; "
+       "print(' '.join(flags.FLAGS))"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  return frozenset(done.stdout.split())
+
+
 def _check_train_flags(args):
-  """Every --flag exists in `vit-jax train` (its module defines them)."""
-  import vit_jax.train  # noqa: F401  (defines the command's flags)
+  """Every --flag of the manifest's command exists in `vit-jax train`."""
   for arg in args[1:]:
     name = arg[2:].split("=")[0]
     if not name.startswith("config."):
-      assert name in flags.FLAGS, arg
+      assert name in _train_flags(), arg
 
 
 def test_a_v5e_16_slice_is_4_pods_of_4_chips():
@@ -98,7 +109,8 @@ def test_a_v5e_16_slice_is_4_pods_of_4_chips():
   pod = _job(jobset)["template"]["spec"]
   assert pod["nodeSelector"] == {
       "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-      "cloud.google.com/gke-tpu-topology": "4x4"}
+      "cloud.google.com/gke-tpu-topology": "4x4",
+      "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t"}
   container = _container(jobset)
   assert container["image"] == IMAGE
   assert container["resources"] == {"limits": {"google.com/tpu": 4},
@@ -117,14 +129,31 @@ def test_a_v5p_64_slice_is_8_pods():
   text, jobset = _manifest(
       "--name=vit-h14", "--tpu=v5p:2x4x4", f"--image={IMAGE}",
       "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/h14",
-      "--grace_seconds=120")
-  _check_common(jobset, "vit-h14", 8, "gs://bucket/runs/h14")
+      "--grace_seconds=300", "--max_restarts=50")
+  _check_common(jobset, "vit-h14", 8, "gs://bucket/runs/h14", grace=300,
+                restarts=50)
   pod = _job(jobset)["template"]["spec"]
   assert pod["nodeSelector"] == {
       "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
-      "cloud.google.com/gke-tpu-topology": "2x4x4"}
+      "cloud.google.com/gke-tpu-topology": "2x4x4",
+      "node.kubernetes.io/instance-type": "ct5p-hightpu-4t"}
   assert _container(jobset)["resources"]["limits"] == {"google.com/tpu": 4}
   assert "--machine-type=ct5p-hightpu-4t --tpu-topology=2x4x4" in text
+
+
+def test_a_v5e_8_slice_is_one_host_of_8_chips_without_distributed():
+  _, jobset = _manifest(
+      "--name=vit-s16", "--tpu=v5e:2x4", f"--image={IMAGE}",
+      "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/s16")
+  _check_common(jobset, "vit-s16", 1, "gs://bucket/runs/s16")
+  pod = _job(jobset)["template"]["spec"]
+  # Not two hosts of 4 chips: a 2x4 node pool of either shape matches the
+  # other labels.
+  assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == \
+      "ct5lp-hightpu-8t"
+  container = _container(jobset)
+  assert container["resources"]["limits"] == {"google.com/tpu": 8}
+  assert container["args"][4:] == []  # One process: nothing to find.
 
 
 def test_two_nodes_of_8_gpus_find_pod_0_by_its_jobset_host_name():
@@ -167,6 +196,10 @@ def test_two_nodes_of_8_gpus_find_pod_0_by_its_jobset_host_name():
      "the generation must be one of v4, v5e, v5p, v6e, tpu7x"),
     (["--tpu=v5p:4x4", "--workdir=gs://b/r"],
      "a v5p topology has 3 sizes, e.g. v5p:2x2x2"),
+    (["--tpu=v5p:1x1x1", "--workdir=gs://b/r"],
+     "1 chips are neither one v5p host (4 chips) nor hosts of 4"),
+    (["--tpu=v6e:3x3", "--workdir=gs://b/r"],
+     "9 chips are neither one v6e host (1, 4, 8 chips) nor hosts of 4"),
     (["--gpu=nvidia-h100-80gb:8", "--workdir=gs://b/r"],
      "--gpu needs --hosts, the number of nodes"),
     (["--tpu=v5e:4x4", "--hosts=4", "--workdir=gs://b/r"],
@@ -191,3 +224,13 @@ def test_names_that_kubernetes_host_names_cannot_hold_are_refused():
                         "--tpu=v6e:1x1", "--config=configs/digits.py",
                         "--workdir=gs://b/r")
   assert _container(jobset)["resources"]["limits"] == {"google.com/tpu": 1}
+
+
+def test_one_gpu_node_needs_no_coordinator():
+  _, jobset = _manifest(
+      "--name=vit-gpu", "--gpu=nvidia-l4:4", "--hosts=1", "--image=i:cuda",
+      "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/gpu")
+  _check_common(jobset, "vit-gpu", 1, "gs://bucket/runs/gpu")
+  container = _container(jobset)
+  assert container["args"][4:] == []
+  assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}

@@ -25,13 +25,16 @@ class Slice:
 
   def __init__(self, root, workers, python_version):
     self.root, self.workers = root, workers
-    (root / "home").mkdir(parents=True)
+    # gcloud's ssh key, as after a first use (see the first-contact test).
+    (root / "home" / ".ssh").mkdir(parents=True)
+    (root / "home" / ".ssh" / "google_compute_engine").write_text("")
     self.log = root / "calls.log"
     self.env = {
         "PATH": f"{FAKES}/bin:/usr/bin:/bin", "HOME": str(root / "home"),
         "FAKES_DIR": FAKES, "FAKE_LOG": str(self.log),
         "FAKE_ROOT": str(root / "slice"), "FAKE_WORKERS": str(workers),
-        "FAKE_PYTHON_VERSION": python_version}
+        "FAKE_PYTHON_VERSION": python_version,
+        "VIT_JAX_START_SECONDS": "1"}  # How long `start` watches a run.
 
   def run(self, *args, ok=True, **env):
     done = subprocess.run(
@@ -82,7 +85,6 @@ def test_setup_on_a_python_3_10_image_fetches_python_3_11_with_uv(make_slice):
             "here, 8 in 2 processes") in done.stdout
     assert fake.calls(f"worker{w}: ") == [
         f"worker{w}: python3 --version",
-        f"worker{w}: python3 --version",
         f"worker{w}: python3 -m pip install --quiet --user uv",
         f"worker{w}: uv python install 3.11",
         f"worker{w}: uv venv --seed --python 3.11 .venv",
@@ -95,7 +97,7 @@ def test_setup_on_a_python_3_10_image_fetches_python_3_11_with_uv(make_slice):
   gcloud = fake.calls("gcloud ")
   assert gcloud[0] == ("gcloud compute tpus tpu-vm describe my-tpu "
                        "--zone=us-central2-b "
-                       "--format=value(networkEndpoints.len())")
+                       "--format=value(state,networkEndpoints.len())")
   assert gcloud[1].startswith("gcloud compute tpus tpu-vm scp ")
   assert gcloud[1].endswith("my-tpu:~/vit_jax.tar.gz --zone=us-central2-b "
                             "--worker=all --quiet")
@@ -152,7 +154,7 @@ def test_train_runs_detached_on_every_worker_then_stop_saves_and_resumes(
   flags = ["--config=configs/pretrain.py:i1k", "--workdir=gs://b/run one"]
   done = fake.run("train", "my-tpu", "us-central2-b", *flags)
   for w in range(2):
-    assert f"worker {w}: started (pid " in done.stdout
+    assert f"worker {w}: running (pid " in done.stdout
     args = fake.home(w) / "vit_jax_args"
     _wait_for(args.exists)
     # Every worker gets the same flags, quoting intact, and --distributed.
@@ -182,6 +184,41 @@ def test_train_runs_detached_on_every_worker_then_stop_saves_and_resumes(
   fake.run("train", "my-tpu", "us-central2-b", *flags)
   _wait_for(lambda: log.read_text().count("vit-jax train --distributed") == 2)
   fake.run("stop", "my-tpu", "us-central2-b")
+
+
+def test_a_run_that_fails_at_once_is_named_and_the_others_stopped(
+    make_slice):
+  fake = make_slice(workers=2)
+  fake.run("setup", "my-tpu", "z")
+  done = fake.run("train", "my-tpu", "z", "--config.totl_steps=5", ok=False,
+                  FAKE_FAILING_WORKER="1")
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines() == [
+      "error: train failed on worker 1 of 2 (worker 1: error: the run ended "
+      "at once: error: the config has no field 'totl_steps'); each worker's "
+      f"output is in {done.stderr.strip().rsplit(' ', 1)[1]}"]
+  # Worker 0 had started; it is stopped rather than left waiting for 1.
+  status = fake.run("status", "my-tpu", "z")
+  assert "worker 0: not running: Stopped at step" in status.stdout
+
+
+def test_a_tpu_that_is_not_ready_is_refused(make_slice):
+  fake = make_slice(workers=4)
+  done = fake.run("status", "my-tpu", "z", ok=False, FAKE_STATE="CREATING")
+  assert done.returncode == 1
+  assert done.stderr.startswith("error: my-tpu is CREATING, not READY")
+  assert fake.calls("gcloud ") == [
+      "gcloud compute tpus tpu-vm describe my-tpu --zone=z "
+      "--format=value(state,networkEndpoints.len())"]
+
+
+def test_the_first_ssh_goes_alone_so_gcloud_makes_its_key_once(make_slice):
+  fake = make_slice(workers=3, python_version="3.11.9")
+  os.remove(fake.env["HOME"] + "/.ssh/google_compute_engine")
+  fake.run("status", "my-tpu", "z", ok=False)  # Nothing set up there yet.
+  ssh = [c for c in fake.calls("gcloud ") if " ssh " in c]
+  assert ssh[0].endswith("--worker=0 --quiet --command=true")
+  assert len(ssh) == 4
 
 
 def test_usage_and_unknown_commands(make_slice):

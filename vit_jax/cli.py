@@ -8,7 +8,9 @@ Commands that read data call `import_tensorflow_quietly()` right after.
 `run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
 flag or config value, a missing file, a refused checkpoint: a `UserError`)
 prints `error: ...` on stderr and exits with status 2, without a traceback;
-`--verbose` (or VIT_JAX_VERBOSE=1) shows it. Any other exception is a bug
+`--verbose` (or VIT_JAX_VERBOSE=1) shows it. A storage error that may pass
+(a reset connection, a timeout) prints the same line and exits with 75
+(EX_TEMPFAIL: worth a retry). Any other exception is a bug
 and keeps its traceback. The console shows our own lines
 (`vit_jax.console`), warnings and errors; `--log_level=info` (or
 `--verbose`) brings back every INFO line of ours and of the libraries.
@@ -80,6 +82,16 @@ flags.DEFINE_bool("offline", False,
 # OSError: a missing file, a config file that failed to load, storage that
 # cannot be reached.
 USER_ERRORS = (UserError, OSError, app.UsageError)
+# Of those, the ones a retry meets again (exit status 2). Other OSErrors (a
+# reset connection, storage that timed out) may pass: they exit with 75,
+# EX_TEMPFAIL, which a scheduler may retry (launch/gke.py's JobSet does).
+MISTAKES = (UserError, app.UsageError, FileNotFoundError, FileExistsError,
+            IsADirectoryError, NotADirectoryError, PermissionError)
+TEMPORARY_FAILURE = 75
+
+
+def exit_status(error: BaseException) -> int:
+  return 2 if isinstance(error, MISTAKES) else TEMPORARY_FAILURE
 
 
 def define_checkpoint_flags(use: str):
@@ -165,13 +177,13 @@ def _message(error) -> str:
   return text
 
 
-def _fail(error):
+def _fail(error, status: int = 2):
   """`error: FIRST LINE` (details, such as a load report, indented below)."""
   text = error if isinstance(error, str) else _message(error)
   first, *rest = text.splitlines()
   print("\n".join([f"error: {first}"] + [f"  {l}" for l in rest]),
         file=sys.stderr, flush=True)
-  sys.exit(2)
+  sys.exit(status)
 
 
 def _parse_flags(argv):
@@ -214,7 +226,7 @@ def run(main):
     except USER_ERRORS as e:
       if _verbose():
         raise
-      _fail(e)
+      _fail(e, exit_status(e))
     if jax.distributed.is_initialized():
       # Leave the multi-process runtime together, before interpreter
       # teardown: a process still exiting when process 0 takes the
