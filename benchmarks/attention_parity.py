@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from vit_jax import config_defaults, models
+from vit_jax import models
+from vit_jax.config import defaults
 
 
 def main():
@@ -32,7 +33,7 @@ def main():
   labels = jax.nn.one_hot(jnp.arange(args.batch) % 10, 10)
 
   def run(attention, params=None):
-    config = config_defaults.get_model_config()
+    config = defaults.get_model_config()
     config.update(dict(variant=args.variant, dtype=args.dtype,
                        attention=attention))
     model = models.build_model(config, 10)

@@ -4,7 +4,7 @@ r"""Training speed of ours against timm on this machine, in one run.
     .venv/bin/python benchmarks/compare_cpu.py --runs=3 --steps=8 \
         --ours_env=XLA_FLAGS=--xla_cpu_use_onednn=true
 
-Each run is a fresh process: ours is `python -m vit_jax.benchmark` (the
+Each run is a fresh process: ours is `python3 -m vit_jax benchmark` (the
 train step of `vit-jax train`: fp32, Adam, softmax cross-entropy, synthetic
 data), timm's the same model (`vit_tiny_patch16_224` and kin, erf GELU as
 timm has it) with torch.optim.Adam. The two alternate, `--runs` times each,
@@ -56,7 +56,7 @@ print(json.dumps({"images_per_sec": batch / statistics.median(times),
 def run_ours(args, env) -> float:
   with tempfile.NamedTemporaryFile(suffix=".json") as out:
     subprocess.run(
-        [sys.executable, "-m", "vit_jax.benchmark", f"--variant={args.variant}",
+        [sys.executable, "-m", "vit_jax", "benchmark", f"--variant={args.variant}",
          f"--batch={args.batch}", f"--image_size={args.image_size}",
          f"--steps={args.steps}", f"--out={out.name}", *args.ours_flag],
         cwd=REPO, env=env, check=True, capture_output=True)
@@ -81,7 +81,7 @@ def main():
   parser.add_argument("--ours_env", action="append", default=[],
                       help="NAME=VALUE for our runs (e.g. XLA_FLAGS=...).")
   parser.add_argument("--ours_flag", action="append", default=[],
-                      help="An extra flag of vit_jax.benchmark.")
+                      help="An extra flag of vit-jax benchmark.")
   parser.add_argument("--skip_timm", action="store_true")
   parser.add_argument("--out", help="Also write the result as JSON here.")
   args = parser.parse_args()

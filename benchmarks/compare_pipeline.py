@@ -7,8 +7,8 @@ r"""Input pipeline images/s, old path against new, on this machine in one run.
 Without `--folder` it writes an ImageNet-like JPEG folder once (default
 `/tmp/vit_jax_jpeg_folder`: 10 classes x 100 images, 300-500 px a side,
 quality 75-95, cut from matplotlib's sample photograph at random scales and
-positions) and reuses it. Each run is a fresh `python -m
-vit_jax.data.benchmark` at 224 px with `inception_crop|flip_lr|value_range`;
+positions) and reuses it. Each run is a fresh `python -m vit_jax
+benchmark-input` at 224 px with `inception_crop|flip_lr|value_range`;
 the variants (`--variant NAME=FLAGS`; by default the old path, then each
 of the new options added in turn: decoding only the crop, uint8 hand-over,
 bilinear crop resizing without antialias = today's defaults) alternate,
@@ -59,7 +59,7 @@ def build_folder(root: str, classes: int = 10, per_class: int = 100):
 
 def run_pipeline(folder: str, batches: int, flags: list[str]) -> float:
   done = subprocess.run(
-      [sys.executable, "-m", "vit_jax.data.benchmark",
+      [sys.executable, "-m", "vit_jax", "benchmark-input",
        "--config=configs/digits.py", f"--config.dataset=folder:{folder}",
        "--config.image_size=224", "--config.cache=False",
        "--config.shuffle_buffer=1000", "--config.batch_size=64",
@@ -75,7 +75,7 @@ def main():
   parser.add_argument("--runs", type=int, default=3)
   parser.add_argument("--batches", type=int, default=40)
   parser.add_argument("--variant", action="append",
-                      help="NAME=FLAG[ FLAG...] of vit_jax.data.benchmark.")
+                      help="NAME=FLAG[ FLAG...] of vit-jax benchmark-input.")
   parser.add_argument("--out", help="Also write the result as JSON here.")
   args = parser.parse_args()
   folder = args.folder or "/tmp/vit_jax_jpeg_folder"

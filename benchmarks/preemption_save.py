@@ -23,7 +23,8 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from vit_jax import checkpoint, optim, paths, sharding, steps
+from vit_jax import paths, sharding
+from vit_jax.training import checkpoint, optim, steps
 
 config_flags.DEFINE_config_file("config", None, "Config file[:ARG].",
                                 lock_config=True)

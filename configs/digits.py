@@ -7,11 +7,11 @@ about 98% test accuracy in about two minutes on 2 CPU cores.
 The argument `runlocal` shrinks it to a few steps of the `testing` model.
 """
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.dataset = "digits"
   config.image_size = 16
   # Digits are not mirror-symmetric: no flip; a milder crop than ImageNet's.

@@ -21,15 +21,15 @@ periodically with `fewshot=standard` (configs/pretrain.py).
 the tests run).
 """
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.fewshot import bundles
 
 
 def get_config(arg=None):
-  args = config_defaults.parse_arg(arg, first="digits", variant="ViT-B/16",
+  args = defaults.parse_arg(arg, first="digits", variant="ViT-B/16",
                                    imagenet="1")
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.eval_batch_size = 512
   config.fewshot.shots = (1, 5, 10, 25)
   config.fewshot.seeds = 3

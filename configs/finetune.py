@@ -32,7 +32,7 @@ The weights to start from: `init=PATH` in the argument or
 the new resolution; the head is re-initialised (`config.init.dont_load`).
 """
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 
 from vit_jax.errors import UserError
 
@@ -59,12 +59,12 @@ PRESETS = {
 
 
 def get_config(arg=None):
-  args = config_defaults.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
+  args = defaults.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
   if args.first not in PRESETS:
     raise UserError(f"Unknown fine-tuning preset {args.first!r}; use one of "
                      f"{', '.join(PRESETS)}.")
-  config = config_defaults.get_config()
-  config_defaults.paper_transfer(config, args.variant, args.init)
+  config = defaults.get_config()
+  defaults.paper_transfer(config, args.variant, args.init)
   config.pp_train = "inception_crop|flip_lr|value_range"
   config.pp_eval = "resize|value_range"
   config.shuffle_buffer = 50_000
@@ -80,6 +80,6 @@ def get_config(arg=None):
     config.model.dtype = "float32"
     config.eval_every_steps = 100
   if args.runlocal:
-    config_defaults.runlocal(config, image_size=32)
+    defaults.runlocal(config, image_size=32)
     config.real.enabled = config.v2.enabled = False  # Digits: 10 classes.
   return config.lock()

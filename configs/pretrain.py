@@ -45,7 +45,7 @@ On pods, shard the parameters with `--config.sharding.params="(('.*',
 'fsdp'),)"` for L and H models.
 """
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.fewshot import bundles
 from vit_jax.models import variants
@@ -104,7 +104,7 @@ def _augreg(config, recipe: str, args):
 
 
 def get_config(arg=None):
-  args = config_defaults.parse_arg(arg, first="i1k", variant="ViT-B/16",
+  args = defaults.parse_arg(arg, first="i1k", variant="ViT-B/16",
                                    aug=None, reg=None, fewshot=None)
   if args.first not in RECIPES:
     raise UserError(f"Unknown pre-training recipe {args.first!r}; use one of "
@@ -112,7 +112,7 @@ def get_config(arg=None):
   if (args.aug or args.reg) and not args.first.startswith("augreg"):
     raise UserError("aug= and reg= belong to the AugReg recipes "
                     "(augreg_i1k, augreg_i21k).")
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.update(RECIPES[args.first])
   config.train_split = "train[:99%]"
   config.eval_split = "train[99%:]"  # The paper's minival.
@@ -146,7 +146,7 @@ def get_config(arg=None):
     bundles.use_standard(config, every_steps=10_000)
   if args.runlocal:
     pp_train = config.pp_train
-    config_defaults.runlocal(config)
+    defaults.runlocal(config)
     if "randaug" in pp_train:  # Keep the recipe's regularisers.
       config.pp_train = "inception_crop(0.5)|randaug(2,10)|value_range"
     config.loss = "softmax_xent"

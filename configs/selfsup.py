@@ -31,14 +31,14 @@ without the [mask] token and the prediction head. Arguments:
 the model; `runlocal` shrinks any preset to a few CPU steps (what CI runs).
 """
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 from vit_jax.errors import UserError
 
 
 def get_config(arg=None):
-  args = config_defaults.parse_arg(arg, first="digits", variant=None,
+  args = defaults.parse_arg(arg, first="digits", variant=None,
                                    dataset="imagenet2012", target="mean_color")
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.objective = "masked_patch"
   config.masked_patch.target = args.target
   if args.first == "jft":
@@ -87,5 +87,5 @@ def get_config(arg=None):
     raise UserError(f"Unknown self-supervision preset {args.first!r}; use "
                     "jft or digits.")
   if args.runlocal:
-    config_defaults.runlocal(config)
+    defaults.runlocal(config)
   return config.lock()

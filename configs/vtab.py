@@ -33,21 +33,21 @@ full size. The datasets must be prepared in config.data_dir (Retinopathy
 and RESISC45 need manual downloads, see TFDS).
 """
 
-from vit_jax import config_defaults
-from vit_jax.data import vtab_tasks
+from vit_jax.config import defaults
+from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.errors import UserError
 
 
 def get_config(arg=None):
-  args = config_defaults.parse_arg(arg, first="cifar100", split="test",
+  args = defaults.parse_arg(arg, first="cifar100", split="test",
                                    variant="ViT-B/16", init=None)
   task = vtab_tasks.get(args.first)
   if args.split not in vtab_tasks.PROTOCOLS:
     raise UserError(f"split={args.split} is not one of "
                     f"{', '.join(vtab_tasks.PROTOCOLS)} (test: train800val200 "
                     "-> test; val: train800 -> val200).")
-  config = config_defaults.get_config()
-  config_defaults.paper_transfer(config, args.variant, args.init)
+  config = defaults.get_config()
+  defaults.paper_transfer(config, args.variant, args.init)
   config.total_steps = 2_500
   config.lr = 0.01
   config.shuffle_buffer = vtab_tasks.TRAIN_SIZE + vtab_tasks.VAL_SIZE
@@ -56,7 +56,7 @@ def get_config(arg=None):
   config.checkpoint_every_steps = 500
   config.keep_checkpoints = 1  # 19 tasks: only what a resume needs.
   if args.runlocal:
-    config_defaults.runlocal(config, image_size=16)
+    defaults.runlocal(config, image_size=16)
   # After runlocal, which would read the digits: the task stays the data.
   config.dataset = f"vtab:{task.name}"
   config.train_split, config.eval_split = vtab_tasks.PROTOCOLS[args.split]

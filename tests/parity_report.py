@@ -22,13 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 from tests import numpy_reference, torch_reference
 from vit_jax import models, weights
 
 
 def build(variant: str, gelu_approximate: bool, num_classes: int = 1000):
-  config = config_defaults.get_model_config()
+  config = defaults.get_model_config()
   config.variant = variant
   config.gelu_approximate = gelu_approximate
   return models.build_model(config, num_classes)

@@ -1,4 +1,4 @@
-"""The paper's analyses (vit_jax/analysis.py) on attention and embeddings
+"""The paper's analyses (vit_jax/analysis/measures.py) on attention and embeddings
 with known answers, a hybrid's grid, and the analyze command end to end."""
 
 import itertools
@@ -12,7 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax import analysis, config_defaults, figures, inference, models
+from vit_jax import inference, models
+from vit_jax.analysis import figures, measures
+from vit_jax.config import defaults
 from vit_jax.weights import architecture, writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,9 +30,9 @@ def _attention(layers, batch, heads, tokens, rows):
 def test_attention_to_itself_is_at_distance_zero(prefix):
   grid, stride = (3, 4), 16
   tokens = prefix + 12
-  distance = analysis.mean_attention_distance(
+  distance = measures.mean_attention_distance(
       _attention(2, 3, 4, tokens, np.eye(tokens)),
-      analysis.patch_distances(grid, stride), prefix)
+      measures.patch_distances(grid, stride), prefix)
   assert distance.shape == (2, 3, 4)
   np.testing.assert_array_equal(distance, 0.0)
 
@@ -45,9 +47,9 @@ def test_uniform_attention_gives_the_grids_mean_distance():
            for (r1, c1), (r2, c2) in itertools.product(cells, cells)]
   expected = sum(pairs) / len(pairs)
   tokens = g * g + 1
-  distance = analysis.mean_attention_distance(
+  distance = measures.mean_attention_distance(
       _attention(3, 2, 2, tokens, np.full((tokens, tokens), 1 / tokens)),
-      analysis.patch_distances((g, g), stride), num_prefix=1)
+      measures.patch_distances((g, g), stride), num_prefix=1)
   np.testing.assert_allclose(distance, expected, rtol=1e-5)
   assert 40 < expected < 45  # 2.6 cells of 16 px on a 5 x 5 grid.
 
@@ -55,13 +57,13 @@ def test_uniform_attention_gives_the_grids_mean_distance():
 def test_rollout_of_identity_attention_stays_on_the_class_token():
   tokens = 10
   attention = _attention(4, 2, 3, tokens, np.eye(tokens))
-  rollout = analysis.rollout_matrix(attention)
+  rollout = measures.rollout_matrix(attention)
   np.testing.assert_allclose(rollout, jnp.broadcast_to(jnp.eye(tokens),
                                                        rollout.shape))
   class_row = rollout[:, 0]
   np.testing.assert_allclose(class_row, np.eye(tokens)[[0, 0]])
-  reads = analysis.head_reads("token", tokens, batch=2)
-  np.testing.assert_allclose(analysis.attention_rollout(attention, reads, 1),
+  reads = measures.head_reads("token", tokens, batch=2)
+  np.testing.assert_allclose(measures.attention_rollout(attention, reads, 1),
                              0.0)
 
 
@@ -74,15 +76,15 @@ def test_rollout_matches_the_recipe_computed_by_hand():
     mixed = 0.5 * attention[layer, 0].mean(axis=0) + 0.5 * np.eye(tokens)
     product = mixed @ product
   attention = jnp.asarray(attention, jnp.float32)
-  token = analysis.attention_rollout(
-      attention, analysis.head_reads("token", tokens, 1), 1)
+  token = measures.attention_rollout(
+      attention, measures.head_reads("token", tokens, 1), 1)
   np.testing.assert_allclose(token[0], product[0, 1:], rtol=1e-5)
-  gap = analysis.attention_rollout(
-      attention, analysis.head_reads("gap", tokens, 1), 0)
+  gap = measures.attention_rollout(
+      attention, measures.head_reads("gap", tokens, 1), 0)
   np.testing.assert_allclose(gap[0], product.mean(axis=0), rtol=1e-5)
   probe = rng.dirichlet(np.ones(tokens), (1, heads, 1))  # B x H x 1 x T
-  map_head = analysis.attention_rollout(
-      attention, analysis.head_reads("map", tokens, 1, jnp.asarray(probe)), 0)
+  map_head = measures.attention_rollout(
+      attention, measures.head_reads("map", tokens, 1, jnp.asarray(probe)), 0)
   np.testing.assert_allclose(map_head[0], probe[0, :, 0].mean(0) @ product,
                              rtol=1e-5)
   np.testing.assert_allclose(map_head.sum(), 1.0, rtol=1e-5)
@@ -93,7 +95,7 @@ def test_principal_components_are_orthonormal_and_ordered():
   scales = np.array([5.0, 3.0, 2.0, 1.0] + [0.1] * 44)  # 4 x 4 x 3 filters.
   filters = rng.normal(size=(200, 48)) * scales[rng.permutation(48)]
   kernel = filters.T.reshape(4, 4, 3, 200)
-  components, ratio = analysis.embedding_filters_pca(kernel, 10)
+  components, ratio = measures.embedding_filters_pca(kernel, 10)
   assert components.shape == (10, 4, 4, 3)
   flat = components.reshape(10, -1)
   np.testing.assert_allclose(flat @ flat.T, np.eye(10), atol=1e-10)
@@ -109,7 +111,7 @@ def test_principal_components_are_orthonormal_and_ordered():
 
 def test_position_similarity_is_one_with_itself():
   posemb = np.random.default_rng(2).normal(size=(16, 8)) * 7
-  similarity = analysis.position_similarity(posemb)
+  similarity = measures.position_similarity(posemb)
   np.testing.assert_allclose(np.diag(similarity), 1.0)
   np.testing.assert_allclose(similarity, similarity.T)
   assert np.all(np.abs(similarity) <= 1 + 1e-12)
@@ -126,7 +128,7 @@ def _random_batches(size, count, batch=8):
 def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   """A released-style hybrid file, read without a config: the analysis's
   grid is what its ResNet stem outputs, and every map has that shape."""
-  config = config_defaults.get_model_config()
+  config = defaults.get_model_config()
   config.variant = "testing-hybrid"
   model = models.build_model(config, num_classes=5)
   x = jnp.zeros((1, 32, 32, 3))
@@ -140,7 +142,7 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   stem_grid = [s // model.patch_size for s in stem.shape[1:3]]
 
   loaded = inference.load(path)
-  result = analysis.run(loaded, _random_batches(32, 2), max_images=7,
+  result = measures.run(loaded, _random_batches(32, 2), max_images=7,
                         num_shown=2)
   assert result["grid"] == stem_grid == [4, 4]
   assert result["num_images"] == 7  # 5 real images, then 2 of the next.
@@ -157,7 +159,7 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
 def test_models_without_a_class_token(tmp_path, classifier):
   """No prefix token: every position embedding is a patch's, and the
   rollout of what the head reads spreads a total of 1 over the patches."""
-  config = config_defaults.get_model_config()
+  config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
   model = models.build_model(config, num_classes=3)
   params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))["params"]
@@ -165,7 +167,7 @@ def test_models_without_a_class_token(tmp_path, classifier):
   writers.save_npz(params, path)
   loaded = inference.load(path)
   assert loaded.config.model.classifier == classifier
-  result = analysis.run(loaded, _random_batches(16, 1), max_images=5)
+  result = measures.run(loaded, _random_batches(16, 1), max_images=5)
   assert result["grid"] == [4, 4]
   assert result["position_embedding_similarity"].shape == (16, 16)
   for shown in result["attention_rollout"]:
@@ -190,7 +192,7 @@ def test_the_upsampled_map_keeps_each_cell_over_its_pixels():
 def test_analyze_writes_the_figures_and_numbers(trained_digits, tmp_path):
   out = tmp_path / "analysis"
   done = subprocess.run(
-      [sys.executable, "-m", "vit_jax.analyze",
+      [sys.executable, "-m", "vit_jax", "analyze",
        f"--checkpoint={trained_digits}", "--num_images=40", "--num_shown=3",
        f"--out={out}"], cwd=REPO, env={**os.environ, "XLA_FLAGS": ""},
       capture_output=True, text=True, timeout=300)
@@ -198,7 +200,7 @@ def test_analyze_writes_the_figures_and_numbers(trained_digits, tmp_path):
   for name in ("embedding_filters.png", "position_embedding_similarity.png",
                "mean_attention_distance.png", "attention_rollout.png"):
     assert (out / name).read_bytes().startswith(b"\x89PNG"), name
-  numbers = json.loads((out / "analysis.json").read_text())
+  numbers = json.loads((out / "measures.json").read_text())
   assert numbers["num_images"] == 40 and numbers["grid"] == [4, 4]
   distance = np.array(numbers["mean_attention_distance"])
   assert distance.shape == (4, 4)  # digits: 4 layers of 4 heads.

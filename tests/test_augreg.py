@@ -9,7 +9,9 @@ from PIL import Image, ImageEnhance, ImageOps
 
 from configs import pretrain
 from tests.test_models import images, random_params, tiny_model
-from vit_jax import config_checks, mixup, sharding, steps
+from vit_jax import sharding
+from vit_jax.config import checks
+from vit_jax.training import mixup, steps
 from vit_jax.data import input_pipeline, preprocess, randaug
 from vit_jax.errors import UserError
 
@@ -272,15 +274,15 @@ def test_misplaced_regularisers_are_refused(digits_config):
   bad = digits_config.copy_and_resolve_references()
   bad.pp_train = "inception_crop|value_range|randaug(2,10)"
   with pytest.raises(UserError, match="before value_range"):
-    config_checks.check_config(bad, mesh)
+    checks.check_config(bad, mesh)
   bad = digits_config.copy_and_resolve_references()
   bad.pp_eval = "randaug(2,10)|resize|value_range"
   with pytest.raises(UserError, match="belongs in config.pp_train"):
-    config_checks.check_config(bad, mesh)
+    checks.check_config(bad, mesh)
   bad = digits_config.copy_and_resolve_references()
   bad.objective, bad.mixup.alpha = "masked_patch", 0.2
   with pytest.raises(UserError, match="config.mixup.alpha"):
-    config_checks.check_config(bad, mesh)
+    checks.check_config(bad, mesh)
   with pytest.raises(UserError, match="choose one with aug="):
     pretrain.get_config("augreg_i1k,variant=ViT-H/14")
 
@@ -309,7 +311,7 @@ def test_augreg_presets(setting, magnitude, alpha, data, bias):
 
 def test_augreg_preset_trains_locally(tfds_data_dir, tmp_path):
   """randaug, mixup and drop-path together, end to end on digits."""
-  from vit_jax import trainer  # pylint: disable=g-import-not-at-top
+  from vit_jax.training import trainer  # pylint: disable=g-import-not-at-top
   config = pretrain.get_config("augreg_i1k,aug=strong2,reg=0.1,runlocal")
   assert "randaug" in config.pp_train and config.mixup.alpha > 0
   assert config.model.drop_path_rate > 0

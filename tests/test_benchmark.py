@@ -3,8 +3,9 @@
 import jax
 import pytest
 
-from vit_jax import config_defaults
-from vit_jax import benchmark, flops, models, profiling
+from vit_jax.config import defaults
+from vit_jax import models
+from vit_jax.performance import flops, profiling, speed
 
 
 def _vit_macs(width, mlp, layers, heads, patch, size, classes):
@@ -19,7 +20,7 @@ def _vit_macs(width, mlp, layers, heads, patch, size, classes):
 
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_forward_macs_match_the_paper_formula(scan_layers):
-  config = config_defaults.get_model_config()
+  config = defaults.get_model_config()
   config.variant = "ViT-B/16"
   config.scan_layers = scan_layers
   macs = flops.forward_macs(models.build_model(config, 1000), 224)
@@ -27,7 +28,7 @@ def test_forward_macs_match_the_paper_formula(scan_layers):
 
 
 def test_benchmark_reports_speed_and_mfu():
-  result = benchmark.run("testing", batch=8, image_size=32, num_steps=2,
+  result = speed.run("testing", batch=8, image_size=32, num_steps=2,
                          peak_tflops=1.0)
   assert result["images_per_sec"] == pytest.approx(8 / result["step_s"])
   assert result["compile_s"] > 0 and result["peak_host_rss_gib"] > 0
@@ -38,7 +39,7 @@ def test_benchmark_reports_speed_and_mfu():
 
 
 def test_profile_says_where_the_time_goes():
-  result = benchmark.run("testing", batch=8, image_size=32, num_steps=1,
+  result = speed.run("testing", batch=8, image_size=32, num_steps=1,
                          profile_steps=2)
   profile = result["profile"]
   assert profile["device_ms_per_step"] > 0

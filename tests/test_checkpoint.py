@@ -11,14 +11,15 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from vit_jax import checkpoint, models, optim, sharding, steps
+from vit_jax import models, sharding
+from vit_jax.training import checkpoint, optim, steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOTAL_STEPS = 100
 
 
 def _command(workdir, data_dir):
-  return [sys.executable, "-m", "vit_jax.train",
+  return [sys.executable, "-m", "vit_jax", "train",
           "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
           f"--config.data_dir={data_dir}", "--config.model.variant=digits",
           f"--config.total_steps={TOTAL_STEPS}",

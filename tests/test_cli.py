@@ -17,37 +17,37 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MISTAKES = {
     "main: bad value": (
-        ["vit_jax.train", "--config=configs/digits.py:runlocal",
+        ["vit_jax", "train", "--config=configs/digits.py:runlocal",
          "--workdir=/tmp/unused", "--config.lr=-1"],
         "error: config.lr=-1.0 must be positive."),
     "main: misspelt field": (
-        ["vit_jax.train", "--config=configs/digits.py:runlocal",
+        ["vit_jax", "train", "--config=configs/digits.py:runlocal",
          "--workdir=/tmp/unused", "--config.totl_steps=5"],
         "error: the config has no field 'totl_steps'; Did you mean "
         "\"total_steps\""),
     "main: unknown preset": (
-        ["vit_jax.train", "--config=configs/finetune.py:nosuch",
+        ["vit_jax", "train", "--config=configs/finetune.py:nosuch",
          "--workdir=/tmp/unused"],
         "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
         "preset 'nosuch'"),
     "fewshot: missing checkpoint": (
-        ["vit_jax.fewshot", "--config=configs/fewshot.py:runlocal",
+        ["vit_jax", "fewshot", "--config=configs/fewshot.py:runlocal",
          "--checkpoints=/no/such/weights.npz"],
         "error: No weights at /no/such/weights.npz"),
     "export: missing checkpoint": (
-        ["vit_jax.export", "--checkpoint=/no/such.npz", "--out=/tmp/x.npz"],
+        ["vit_jax", "export", "--checkpoint=/no/such.npz", "--out=/tmp/x.npz"],
         "error: No weights at /no/such.npz"),
     "inspect: missing checkpoint": (
-        ["vit_jax.inspect", "/no/such.npz"],
+        ["vit_jax", "inspect", "/no/such.npz"],
         "error: No weights at /no/such.npz"),
     "predict: missing checkpoint": (
-        ["vit_jax.predict", "--checkpoint=/no/such.npz", "docs/digits"],
+        ["vit_jax", "predict", "--checkpoint=/no/such.npz", "docs/digits"],
         "error: No weights at /no/such.npz"),
     "analyze: images as arguments": (
-        ["vit_jax.analyze", "--checkpoint=/no/such.npz", "docs/digits"],
+        ["vit_jax", "analyze", "--checkpoint=/no/such.npz", "docs/digits"],
         "error: Unexpected arguments ['docs/digits']"),
     "benchmark: unknown variant": (
-        ["vit_jax.benchmark", "--variant=ViT-X/1"],
+        ["vit_jax", "benchmark", "--variant=ViT-X/1"],
         "error: Unknown model variant 'ViT-X/1'"),
 }
 

@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from vit_jax import config_checks, config_defaults, sharding, trainer
+from vit_jax import sharding
+from vit_jax.config import checks, defaults
+from vit_jax.training import trainer
 
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
 CONFIGS = sorted(
@@ -21,13 +23,13 @@ def test_config_is_valid_and_locked(name, arg):
   assert config.is_locked
   with pytest.raises(AttributeError):
     config.not_a_field = 1
-  config_checks.check_config(config, sharding.make_mesh())
+  checks.check_config(config, sharding.make_mesh())
 
 
 def test_every_default_is_documented():
-  """Each field of vit_jax/config_defaults.py carries a comment saying what
+  """Each field of vit_jax/config/defaults.py carries a comment saying what
   it does."""
-  with open(config_defaults.__file__) as f:
+  with open(defaults.__file__) as f:
     lines = [l for l in f if l.strip().startswith(("config.", "model."))]
   undocumented = [l.strip() for l in lines if "#" not in l
                   and "get_model_config" not in l]

@@ -12,7 +12,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from vit_jax import sharding, steps
+from vit_jax import sharding
+from vit_jax.training import steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.evaluators import classification
 

@@ -10,7 +10,9 @@ import pytest
 from PIL import Image
 
 from configs import fewshot as fewshot_configs
-from vit_jax import config_checks, models, sharding, steps, trainer, weights
+from vit_jax import models, sharding, weights
+from vit_jax.config import checks
+from vit_jax.training import steps, trainer
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import features, solver, sweep
 from vit_jax.weights import writers
@@ -182,7 +184,7 @@ def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
       fewshot_evaluator.FewShotEvaluator(model, bad, sharding.make_mesh(),
                                          None)
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
-      config_checks.check_config(bad, sharding.make_mesh())
+      checks.check_config(bad, sharding.make_mesh())
   with pytest.raises(ValueError, match="available: pre_logits.*block_1"):
     features.check_layer("block_7", 2)
   config.fewshot.datasets = ()
@@ -300,7 +302,7 @@ def test_the_standard_bundle_is_big_visions():
   periodic = pretrain.get_config("augreg_i1k,fewshot=standard")
   assert periodic.fewshot.datasets == config.fewshot.datasets
   assert periodic.fewshot.every_steps == 10_000
-  config_checks.check_config(periodic, sharding.make_mesh())
+  checks.check_config(periodic, sharding.make_mesh())
   for bad in (("digits", "train"), 3):
     config.fewshot.datasets = (bad,)
     with pytest.raises(ValueError, match="neither a dataset name"):

@@ -82,7 +82,7 @@ def _train_flags() -> frozenset[str]:
   """The flags `vit-jax train` defines (read in a process of its own: the
   command's module defines them globally)."""
   done = subprocess.run(
-      [sys.executable, "-c", "import vit_jax.train; from absl import flags; "
+      [sys.executable, "-c", "import vit_jax.commands.train; from absl import flags; "
        "print(' '.join(flags.FLAGS))"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-2000:]

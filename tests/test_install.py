@@ -77,17 +77,17 @@ def test_runlocal_from_another_directory_prints_a_short_console(
 def test_a_users_own_config_file_and_python_m(installed, tfds_data_dir,
                                               tmp_path):
   """A config anywhere on disk starts from the installed defaults; the
-  `python -m vit_jax.NAME` form works as well as `vit-jax NAME`."""
+  `python -m vit_jax NAME` form works as well as `vit-jax NAME`."""
   bin_dir, elsewhere = installed
   config_file = tmp_path / "my_config.py"
   config_file.write_text(
-      "from vit_jax import config_defaults\n\n\n"
+      "from vit_jax.config import defaults\n\n\n"
       "def get_config(arg=None):\n"
-      "  config = config_defaults.get_config()\n"
-      "  config_defaults.runlocal(config)\n"
+      "  config = defaults.get_config()\n"
+      "  defaults.runlocal(config)\n"
       "  config.total_steps = 2\n"
       "  return config.lock()\n")
-  done = _run([str(bin_dir / "python"), "-m", "vit_jax.train",
+  done = _run([str(bin_dir / "python"), "-m", "vit_jax", "train",
                f"--config={config_file}", f"--workdir={tmp_path / 'run'}",
                f"--config.data_dir={tfds_data_dir}"], elsewhere)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -238,7 +238,7 @@ def test_the_archive_is_the_committed_tree(make_slice):
                           text=True, check=True).stdout.split()
   copy = fake.home(0) / "vit_jax"
   for name in ("setup.py", "constraints.txt", "launch/setup_host.sh",
-               "vit_jax/train.py", "configs/pretrain.py"):
+               "vit_jax/commands/train.py", "configs/pretrain.py"):
     assert name in listed and (copy / name).is_file(), name
 
 

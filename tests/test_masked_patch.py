@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from vit_jax import (config_checks, config_defaults, models, optim, planning,
-                     sharding, steps, weights)
+from vit_jax import models, sharding, weights
+from vit_jax.config import checks, defaults
+from vit_jax.performance import planning
+from vit_jax.training import optim, steps
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch as mp
@@ -23,7 +25,7 @@ TINY = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1,
 
 
 def _mp_config(**overrides):
-  config = config_defaults.get_config().masked_patch
+  config = defaults.get_config().masked_patch
   config.update(overrides)
   return config
 
@@ -223,7 +225,7 @@ def test_bad_masked_patch_config_fails_before_compiling(selfsup_config, field,
   section, _, name = field.rpartition(".")
   (config[section] if section else config)[name] = value
   with pytest.raises(UserError, match=message):
-    config_checks.check_config(config, sharding.make_mesh())
+    checks.check_config(config, sharding.make_mesh())
 
 
 def test_plan_compiles_the_masked_patch_step(selfsup_config):
@@ -268,7 +270,7 @@ def test_presets_pass_the_config_checks(arg):
   from configs import selfsup
   config = selfsup.get_config(arg)
   assert config.objective == "masked_patch"
-  config_checks.check_config(config, sharding.make_mesh())
+  checks.check_config(config, sharding.make_mesh())
 
 
 def test_masked_patch_step_without_class_token_and_with_accumulation(
@@ -278,7 +280,7 @@ def test_masked_patch_step_without_class_token_and_with_accumulation(
   (with the zero-initialised head the loss is ln(512) in each)."""
   selfsup_config.model.classifier = "gap"
   selfsup_config.accum_steps = 2
-  config_checks.check_config(selfsup_config, sharding.make_mesh())
+  checks.check_config(selfsup_config, sharding.make_mesh())
   model = steps.model_for_config(selfsup_config, None)
   tx, schedule = optim.make_optimizer(selfsup_config, 10)
   mesh = sharding.make_mesh()

@@ -20,7 +20,8 @@ import orbax.checkpoint as ocp
 import pytest
 from PIL import Image
 
-from vit_jax import models, optim, sharding, steps
+from vit_jax import models, sharding
+from vit_jax.training import optim, steps
 from vit_jax.data import input_pipeline
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +48,7 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
          "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
   procs = []
   for process_id in range(2):
-    cmd = [sys.executable, "-m", "vit_jax.train",
+    cmd = [sys.executable, "-m", "vit_jax", "train",
            "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
            f"--config.data_dir={data_dir}",
            f"--coordinator_address=localhost:{port}", "--num_processes=2",

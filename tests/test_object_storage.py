@@ -42,7 +42,7 @@ def gcs():
 def _train(gcs, workdir, data_dir, kill_after_checkpoint=None):
   """Runs main on `workdir`; SIGKILLs it once that checkpoint is committed
   in the bucket. Returns (returncode, stdout, stderr)."""
-  cmd = [sys.executable, "-m", "vit_jax.train",
+  cmd = [sys.executable, "-m", "vit_jax", "train",
          "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
          f"--config.data_dir={data_dir}", "--config.model.variant=digits",
          f"--config.total_steps={STEPS}", "--config.checkpoint_every_steps=20",

@@ -8,8 +8,9 @@ import numpy as np
 import optax
 import pytest
 
-from vit_jax import config_defaults
-from vit_jax import optim, sharding, steps
+from vit_jax.config import defaults
+from vit_jax import sharding
+from vit_jax.training import optim, steps
 
 PARAMS = {"head": {"kernel": jnp.ones((4, 3)), "bias": jnp.ones((3,))},
           "Transformer": {"encoder_norm": {"scale": jnp.ones((4,))}}}
@@ -17,7 +18,7 @@ GRADS = jax.tree.map(lambda p: 0.5 * jnp.ones_like(p), PARAMS)
 
 
 def _config(**overrides) -> ml_collections.ConfigDict:
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.update(dict(warmup_steps=0, decay_type="constant", lr=0.1,
                      grad_clip_norm=0.0, **overrides))
   return config

@@ -1,4 +1,4 @@
-"""`vit_jax.plan`: the train step compiled for CPU devices and for TPU
+"""`vit-jax plan`: the train step compiled for CPU devices and for TPU
 topologies that are not attached (libtpu from the `tpu` extra), and the
 pre-flight memory check inside training."""
 
@@ -10,7 +10,8 @@ import sys
 import jax
 import pytest
 
-from vit_jax import planning, steps, trainer
+from vit_jax.performance import planning
+from vit_jax.training import steps, trainer
 from vit_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +114,7 @@ def test_unknown_topology_is_a_clear_error(digits_config):
 def test_plan_command_writes_json(tmp_path, tfds_data_dir):
   out = tmp_path / "plan.json"
   done = subprocess.run(
-      [sys.executable, "-m", "vit_jax.plan",
+      [sys.executable, "-m", "vit_jax", "plan",
        "--config=configs/digits.py:runlocal", f"--config.data_dir={tfds_data_dir}",
        "--topology=cpu:2", f"--out={out}"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -138,7 +139,7 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
     ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
 ])
 def test_chip_table_matches_reported_device_kinds(kind, per_chip, gib, tflops):
-  from vit_jax import hardware
+  from vit_jax.performance import hardware
   assert hardware.hbm_bytes(kind, per_chip) == gib * 2**30
   assert hardware.peak_flops(kind, per_chip) == tflops * 1e12
   assert hardware.hbm_bytes("cpu") is None

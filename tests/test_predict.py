@@ -15,7 +15,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vit_jax import config_defaults, inference, models, steps
+from vit_jax import inference, models
+from vit_jax.config import defaults
+from vit_jax.training import steps
 from vit_jax.data import image_files, input_pipeline, sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
@@ -85,7 +87,7 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
   (folder / "cut.png").write_bytes(good[:len(good) // 2])
   out = tmp_path / "predictions.csv"
   done = subprocess.run(
-      [sys.executable, "-m", "vit_jax.predict",
+      [sys.executable, "-m", "vit_jax", "predict",
        f"--checkpoint={trained_digits}", "--top_k=2", "--batch_size=4",
        f"--out={out}", str(folder)], cwd=REPO,
       env={**os.environ, "XLA_FLAGS": ""}, capture_output=True, text=True,
@@ -115,7 +117,7 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
 
 
 def _testing_model(num_classes, classifier="token"):
-  config = config_defaults.get_model_config()
+  config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
   model = models.build_model(config, num_classes)
   return model, model.init(jax.random.key(0), jnp.zeros((1, 24, 24, 3)))[

@@ -12,7 +12,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from configs import finetune
-from vit_jax import config_defaults, evaluators, sharding, steps
+from vit_jax import evaluators, sharding
+from vit_jax.config import defaults
+from vit_jax.training import steps
 from vit_jax.data import sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification, imagenet_variants
@@ -84,8 +86,8 @@ def _examples(builder, split):
 def imagenet_model(tmp_path):
   """A `testing` model with 1,000 classes that predicts PREDICTED, its
   config (ReaL and v2 on) and mocked imagenet2012_real and imagenet_v2."""
-  config = config_defaults.get_config()
-  config_defaults.runlocal(config)
+  config = defaults.get_config()
+  defaults.runlocal(config)
   config.data_dir = str(tmp_path)
   config.eval_batch_size = 8
   config.real.enabled = config.v2.enabled = True

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests import gcs_server
-from vit_jax import config_defaults, inference, models, paths, weights
+from vit_jax import inference, models, paths, weights
+from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.weights import cache, describe, formats, released, writers
@@ -43,7 +44,7 @@ def gcs():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[bytes, dict]:
   """(the .npz bytes, its flat params) of a `testing` model with a head."""
-  model_config = config_defaults.get_model_config()
+  model_config = defaults.get_model_config()
   model_config.variant = "testing"
   model = models.build_model(model_config, num_classes=7)
   params = models.init_on_zeros(model, jax.random.key(0), 16)
@@ -143,7 +144,7 @@ def test_a_released_name_loads_and_predicts_without_a_config(named, tiny,
 
 def test_a_name_for_another_variant_is_refused_before_downloading(
     named, tmp_path):
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.init.checkpoint = NAME
   config.init.cache_dir = str(tmp_path / "own_cache")
   with pytest.raises(weights.WeightsError, match=(
@@ -183,7 +184,7 @@ def test_offline_mode_refuses_to_download_but_reads_the_cache(
 def test_the_offline_flag_reaches_the_command(gcs, tiny, tmp_path):
   url = upload(tiny[0], "imagenet21k/flag/testing.npz")
   result = subprocess.run(
-      [sys.executable, "-m", "vit_jax.inspect", "--offline", url],
+      [sys.executable, "-m", "vit_jax", "inspect", "--offline", url],
       cwd=REPO, capture_output=True, text=True, timeout=120,
       env={**gcs.env(), cache.CACHE_VARIABLE: str(tmp_path / "cache")})
   assert result.returncode == 2, result.stderr[-2000:]
@@ -255,7 +256,7 @@ def no_downloads(monkeypatch):
 def test_commands_refuse_a_name_for_another_variant_before_downloading(
     no_downloads):
   """predict/analyze (`inference`) and `inspect NAME --config`."""
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.model.variant = "testing"
   refused = ("ViT-L/16@i21k is a ViT-L/16 checkpoint but config.model.variant "
              "is testing; set --config.model.variant=ViT-L/16")

@@ -9,9 +9,10 @@ import pytest
 
 from configs import fewshot as fewshot_configs
 from configs import finetune, selfsup
-from vit_jax import models, sharding, steps, trainer, weights
+from vit_jax import models, sharding, weights
+from vit_jax.training import steps, trainer
 from vit_jax.data import input_pipeline
-from vit_jax.evaluators import masked_patch as masked_patch_evaluator
+from vit_jax.evaluators import patch_prediction as masked_patch_evaluator
 from vit_jax.fewshot import sweep
 from vit_jax.weights import convert, writers
 from tests.test_masked_patch import MASKED_PARTS

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from vit_jax import models, optim, sharding, steps
+from vit_jax import models, sharding
+from vit_jax.training import optim, steps
 from vit_jax.data import input_pipeline
 
 
@@ -148,8 +149,8 @@ def test_gradient_accumulation_under_fsdp_equals_the_big_batch(setup):
 
 def test_core_modules_import_no_tensorflow():
   """The model, the step and the benchmark run where TensorFlow is absent."""
-  code = ("import sys; import vit_jax.models, vit_jax.steps, vit_jax.optim, "
-          "vit_jax.benchmark; "
+  code = ("import sys; import vit_jax.models, vit_jax.training.steps, "
+          "vit_jax.training.optim, vit_jax.performance.speed; "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   done = subprocess.run([sys.executable, "-c", code], cwd=repo,

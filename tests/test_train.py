@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-from vit_jax import config_checks, sharding, trainer
+from vit_jax import sharding
+from vit_jax.config import checks
+from vit_jax.training import trainer
 from vit_jax.errors import NonFiniteLossError, UserError
 
 
@@ -50,13 +52,13 @@ def test_bad_config_fails_before_compiling(digits_config, field, value,
                                           message):
   digits_config[field] = value
   with pytest.raises(UserError, match=message):
-    config_checks.check_config(digits_config, sharding.make_mesh())
+    checks.check_config(digits_config, sharding.make_mesh())
 
 
 def test_zero_steps_is_allowed_to_evaluate_a_checkpoint(digits_config):
   digits_config.total_steps = 0
   digits_config.init.checkpoint = "/some/weights.npz"
-  config_checks.check_config(digits_config, sharding.make_mesh())
+  checks.check_config(digits_config, sharding.make_mesh())
 
 
 def test_a_diverged_state_is_never_saved(digits_config, tmp_path):
@@ -79,7 +81,7 @@ def test_a_workdir_that_is_a_file_is_refused(digits_config, tmp_path):
 def test_unknown_variant_lists_the_known_ones(digits_config):
   digits_config.model.variant = "ViT-X/99"
   with pytest.raises(ValueError, match="Unknown model variant.*ViT-B/16"):
-    config_checks.check_config(digits_config, sharding.make_mesh())
+    checks.check_config(digits_config, sharding.make_mesh())
 
 
 def test_mesh_must_fit_the_devices():
@@ -96,7 +98,8 @@ def test_mesh_must_fit_the_devices():
 ])
 def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
                                                        mesh_shape, message):
-  from vit_jax import models, optim, steps
+  from vit_jax import models
+  from vit_jax.training import optim, steps
   digits_config.sharding.params = rules
   model = models.build_model(digits_config.model, 10)
   tx, _ = optim.make_optimizer(digits_config, 10)

@@ -9,8 +9,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from configs import vtab as vtab_config
-from vit_jax import vtab_runner
-from vit_jax.data import input_pipeline, sources, vtab_tasks
+from vit_jax.vtab import runner
+from vit_jax.data import input_pipeline, sources
+from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.errors import UserError
 
 from tests import tfds_fakes
@@ -171,20 +172,20 @@ def test_group_means_and_the_vtab_score():
                      "structured": 0.5}[t.group]
               for name, t in vtab_tasks.TASKS.items()}
   accuracy["dtd"] = 0.2  # Natural: (6 * 0.9 + 0.2) / 7 = 0.8.
-  summary = vtab_runner.summarize(accuracy)
+  summary = runner.summarize(accuracy)
   assert summary["groups"] == pytest.approx(
       {"natural": 0.8, "specialized": 0.8, "structured": 0.5})
   # The score is the mean over the 19 tasks, not over the three groups.
   assert summary["mean"] == pytest.approx((7 * 0.8 + 4 * 0.8 + 8 * 0.5) / 19)
   assert summary["complete"] and summary["tasks"]["dtd"] == {
       "group": "natural", "accuracy": 0.2}
-  table = vtab_runner.format_table(summary)
+  table = runner.format_table(summary)
   assert "mean (all 19 tasks)" in table and "mean natural" in table
 
-  part = vtab_runner.summarize({"dtd": 0.5, "dmlab": 0.25, "svhn": 0.75})
+  part = runner.summarize({"dtd": 0.5, "dmlab": 0.25, "svhn": 0.75})
   assert part["groups"] == {"natural": 0.625, "structured": 0.25}
   assert part["mean"] == pytest.approx(0.5) and not part["complete"]
-  assert "mean (3 of 19 tasks)" in vtab_runner.format_table(part)
+  assert "mean (3 of 19 tasks)" in runner.format_table(part)
 
 
 def test_runner_fine_tunes_each_task_once(fake_vtab_dir, tmp_path,
@@ -194,7 +195,7 @@ def test_runner_fine_tunes_each_task_once(fake_vtab_dir, tmp_path,
   config.total_steps, config.warmup_steps, config.log_every_steps = 2, 1, 1
   workdir = str(tmp_path / "vtab")
   with tfds_fakes.mock_tfds(fake_vtab_dir, tfds_fakes.random_examples(16)):
-    accuracy = vtab_runner.run_tasks(config, workdir, tasks)
+    accuracy = runner.run_tasks(config, workdir, tasks)
     assert list(accuracy) == tasks
     assert all(0.0 <= a <= 1.0 for a in accuracy.values())
     for task in tasks:
@@ -205,15 +206,15 @@ def test_runner_fine_tunes_each_task_once(fake_vtab_dir, tmp_path,
 
     def no_training(*args):
       raise AssertionError(f"trained again: {args}")
-    monkeypatch.setattr(vtab_runner.trainer, "train_and_evaluate", no_training)
-    assert vtab_runner.run_tasks(config, workdir, tasks) == accuracy
+    monkeypatch.setattr(runner.trainer, "train_and_evaluate", no_training)
+    assert runner.run_tasks(config, workdir, tasks) == accuracy
 
     config.train_split, config.eval_split = vtab_tasks.PROTOCOLS["val"]
     with pytest.raises(UserError, match="Use another --workdir"):
-      vtab_runner.run_tasks(config, workdir, tasks[:1])
+      runner.run_tasks(config, workdir, tasks[:1])
 
   assert not list((tmp_path / "vtab").glob("**/*.part"))  # Renamed.
-  path = vtab_runner.write(vtab_runner.summarize(accuracy), config, workdir)
+  path = runner.write(runner.summarize(accuracy), config, workdir)
   written = json.loads(open(path).read())
   assert written["groups"]["structured"] == pytest.approx(
       np.mean(list(accuracy.values())))
@@ -227,22 +228,22 @@ def _no_training(*args):
 def test_a_finished_task_of_other_settings_is_refused(tmp_path, monkeypatch):
   """A result.json written by hand: reused only for the same settings (the
   split=val lr sweep in one workdir must not reuse the first lr's)."""
-  monkeypatch.setattr(vtab_runner.trainer, "train_and_evaluate", _no_training)
+  monkeypatch.setattr(runner.trainer, "train_and_evaluate", _no_training)
   config = _vtab_config("cifar100", "/unused", ",split=val")
-  done = {"settings": vtab_runner.settings(
-      vtab_runner.task_config(config, "dtd")),
+  done = {"settings": runner.settings(
+      runner.task_config(config, "dtd")),
           "metrics": {"test/accuracy": 0.5}}
   (tmp_path / "dtd").mkdir()
   (tmp_path / "dtd" / "result.json").write_text(json.dumps(done))
   # Logging and checkpoint intervals and data locations do not matter.
   config.log_every_steps, config.checkpoint_every_steps = 7, 3
   config.data_dir = str(tmp_path)
-  assert vtab_runner.run_tasks(config, str(tmp_path), ["dtd"]) == {
+  assert runner.run_tasks(config, str(tmp_path), ["dtd"]) == {
       "dtd": 0.5}
 
   config.lr, config.init.dont_load = 0.03, ()
   with pytest.raises(UserError) as error:
-    vtab_runner.run_tasks(config, str(tmp_path), ["dtd"])
+    runner.run_tasks(config, str(tmp_path), ["dtd"])
   message = str(error.value)
   assert ("(recorded -> now): init.dont_load [\"head/.*\"] -> []; "
           "lr 0.01 -> 0.03. Use another --workdir (or delete "
@@ -253,23 +254,23 @@ def test_an_unfinished_task_resumes_only_with_its_settings(tmp_path,
                                                           monkeypatch):
   """config.json as the trainer writes it (GELU decided)."""
   config = _vtab_config("cifar100", "/unused")
-  recorded = vtab_runner.task_config(config, "dtd")
+  recorded = runner.task_config(config, "dtd")
   recorded.model.gelu_approximate = True
   (tmp_path / "dtd").mkdir()
   (tmp_path / "dtd" / "config.json").write_text(
       recorded.to_json_best_effort(indent=2))
   calls = []
   monkeypatch.setattr(
-      vtab_runner.trainer, "train_and_evaluate",
+      runner.trainer, "train_and_evaluate",
       lambda *args: calls.append(args) or {"preempted_at_step": 1})
 
   config.batch_size = 16
   with pytest.raises(UserError, match=r"The unfinished task in .*dtd has "
                      r"other settings than this run \(recorded -> now\): "
                      r"batch_size 8 -> 16\. Use another --workdir"):
-    vtab_runner.run_tasks(config, str(tmp_path), ["dtd"])
+    runner.run_tasks(config, str(tmp_path), ["dtd"])
   assert not calls
 
   config.batch_size = 8  # As recorded: resumed.
-  assert vtab_runner.run_tasks(config, str(tmp_path), ["dtd"]) == {}
+  assert runner.run_tasks(config, str(tmp_path), ["dtd"]) == {}
   assert len(calls) == 1

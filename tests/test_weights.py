@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from vit_jax import config_defaults
+from vit_jax.config import defaults
 from tests import torch_reference
 from vit_jax import models, weights
 from vit_jax.weights import writers
@@ -56,7 +56,7 @@ def load_params(path, model, size=32, width=None, **kwargs):
 
 
 def tiny_hybrid():
-  model_config = config_defaults.get_model_config()
+  model_config = defaults.get_model_config()
   model_config.variant = "testing-hybrid"
   return models.build_model(model_config, num_classes=5)
 
@@ -263,7 +263,7 @@ def test_released_layout_of_current_flax_loads(tmp_path):
 
 
 def _config_for(path, gelu=None):
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.init.checkpoint = path
   config.model.gelu_approximate = gelu
   return config
@@ -468,10 +468,10 @@ def test_inspect_and_export_commands(tmp_path):
       [sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
       text=True, timeout=300)
   st = str(tmp_path / "m.safetensors")
-  done = run("vit_jax.export", f"--checkpoint={npz}", "--format=timm",
+  done = run("vit_jax", "export", f"--checkpoint={npz}", "--format=timm",
              f"--out={st}")
   assert done.returncode == 0, done.stderr[-2000:]
-  done = run("vit_jax.inspect", st,
+  done = run("vit_jax", "inspect", st,
              "--config=configs/finetune.py:digits,variant=testing",
              "--config.model.variant=testing")
   assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,24 @@
+"""vit_jax: Vision Transformers in JAX/Flax, from one CPU to a pod.
+
+The package, one line per folder (docs/layout.md has every module):
+
+  vit_jax/              cli (the commands' preamble and dispatcher), console,
+                        errors, paths (local and gs://), sharding (mesh and
+                        rules), inference (a checkpoint ready to apply)
+  vit_jax/commands/     one module per `vit-jax NAME`: flags and main only
+  vit_jax/config/       defaults (every field, once) and checks (mistakes
+                        caught before compiling)
+  vit_jax/models/       ViT, the hybrid stem, variants, layouts, logical axes
+  vit_jax/data/         TFDS and image-folder sources, preprocessing ops,
+                        the tf.data pipeline
+  vit_jax/training/     the loop (trainer), the jitted step, optimizer, mixup,
+                        checkpoints
+  vit_jax/evaluators/   what training evaluates: classification, ReaL/v2,
+                        masked patch prediction
+  vit_jax/fewshot/      the closed-form linear solver, features, sweeps
+  vit_jax/weights/      every weights format: read, convert, resize, load,
+                        write
+  vit_jax/performance/  plan for a topology, speed, profiling, FLOPs, chips
+  vit_jax/analysis/     the paper's analyses and their figures
+  vit_jax/vtab/         the VTAB-1k tasks and the runner over them
+"""

@@ -1,9 +1,10 @@
 """What every command shares: the preamble, flags, log level, error policy.
 
-A command is the module `vit_jax.NAME` (`python -m vit_jax.NAME`, or
-`vit-jax NAME` once installed; see `COMMANDS`). It imports this module
-first, defines its flags and `main(argv)`, and ends with `cli.run(main)`.
-Commands that read data call `import_tensorflow_quietly()` right after.
+A command is a module of `vit_jax/commands/` (`vit-jax NAME` once
+installed, or `python -m vit_jax NAME`; see `COMMANDS`). It imports this
+module first, defines its flags and `main(argv)`, and ends with
+`cli.run(main)`; nothing in the library imports it. Commands that read data
+call `import_tensorflow_quietly()` right after.
 
 `run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
 flag or config value, a missing file, a refused checkpoint: a `UserError`)
@@ -47,17 +48,19 @@ import jax  # noqa: E402
 from vit_jax import paths  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 
-# Subcommand -> (module, what it does). `vit-jax NAME ...` runs the module.
+# Subcommand -> (module in vit_jax/commands, what it does). `vit-jax NAME`
+# and `python -m vit_jax NAME` run the module.
 COMMANDS = {
-    "train": ("vit_jax.train", "pre-train or fine-tune (the main job)"),
-    "fewshot": ("vit_jax.fewshot.__main__", "few-shot sweeps of checkpoints"),
-    "inspect": ("vit_jax.inspect", "what a weights file holds; a load report"),
-    "export": ("vit_jax.export", "weights to the released .npz or timm"),
-    "plan": ("vit_jax.plan", "memory and fit of a config on a topology"),
-    "benchmark": ("vit_jax.benchmark", "train-step images/s and MFU"),
-    "predict": ("vit_jax.predict", "top classes of image files"),
-    "analyze": ("vit_jax.analyze", "the paper's figures of what a model learnt"),
-    "vtab": ("vit_jax.vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),
+    "train": ("train", "pre-train or fine-tune (the main job)"),
+    "fewshot": ("fewshot", "few-shot sweeps of checkpoints"),
+    "inspect": ("inspect_weights", "what a weights file holds; a load report"),
+    "export": ("export", "weights to the released .npz or timm"),
+    "plan": ("plan", "memory and fit of a config on a topology"),
+    "benchmark": ("benchmark", "train-step images/s and MFU"),
+    "benchmark-input": ("benchmark_input", "input pipeline images/s"),
+    "predict": ("predict", "top classes of image files"),
+    "analyze": ("analyze", "the paper's figures of what a model learnt"),
+    "vtab": ("vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),
 }
 
 FLAGS = flags.FLAGS
@@ -248,4 +251,6 @@ def dispatch():
     sys.exit(0 if name in ("-h", "--help", "help") else 2)
   module_name, _ = COMMANDS[name]
   sys.argv = [f"vit-jax {name}"] + sys.argv[2:]
-  run(importlib.import_module(module_name).main)
+  command = importlib.import_module(f"vit_jax.commands.{module_name}")
+  sys.modules["__main__"].__doc__ = command.__doc__  # What --help shows.
+  run(command.main)

@@ -24,8 +24,9 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from vit_jax import (config_defaults, console, models, paths, sharding, steps,
-                     weights)
+from vit_jax import console, models, paths, sharding, weights
+from vit_jax.config import defaults
+from vit_jax.training import steps
 from vit_jax.errors import UserError
 from vit_jax.weights import architecture, cache, loader
 
@@ -91,7 +92,7 @@ def config_for(checkpoint: str, config=None, image_size=None,
   if config is not None:
     config = config.copy_and_resolve_references()
   else:
-    config = config_defaults.get_config()
+    config = defaults.get_config()
     if recorded is not None:
       _merge(config, recorded)
     else:

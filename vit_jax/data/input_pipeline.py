@@ -21,7 +21,8 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import sharding, steps
+from vit_jax import sharding
+from vit_jax.training import steps
 from vit_jax.data import preprocess, sources
 from vit_jax.errors import UserError
 

@@ -20,7 +20,8 @@ from jax.experimental import multihost_utils
 
 from vit_jax import console, paths
 from vit_jax.data import digits  # Registers the built-in `digits` builder.
-from vit_jax.data import image_folder, preprocess, vtab_tasks
+from vit_jax.data import image_folder, preprocess
+from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.errors import UserError
 
 del digits

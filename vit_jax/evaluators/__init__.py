@@ -8,13 +8,14 @@ or None where the config leaves it off. The loop runs each one every
 metrics as `NAME/metric` scalars.
 """
 
-from vit_jax.evaluators import classification, imagenet_variants, masked_patch
+from vit_jax.evaluators import (classification, imagenet_variants,
+                                patch_prediction)
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 
 EVALUATORS = {
     "test": classification.from_config,  # Accuracy and loss on eval_split.
     # Self-supervised: per-patch accuracy and loss on eval_split.
-    "masked_patch": masked_patch.from_config,
+    "masked_patch": patch_prediction.from_config,
     "fewshot": fewshot_evaluator.from_config,  # config.fewshot's protocol.
     # An ImageNet model on ImageNet ReaL labels (config.real) and on
     # ImageNet-v2 (config.v2).

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from vit_jax import sharding, steps
+from vit_jax import sharding
+from vit_jax.training import steps
 from vit_jax.data import input_pipeline
 
 

@@ -24,7 +24,7 @@ yes/no questions, it is against the multi-hot set itself.
 
 import jax.numpy as jnp
 
-from vit_jax import steps
+from vit_jax.training import steps
 from vit_jax.data import input_pipeline, sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification

@@ -21,7 +21,8 @@ from absl import logging
 import ml_collections
 import optax
 
-from vit_jax import models, paths, sharding, steps, weights
+from vit_jax import models, paths, sharding, weights
+from vit_jax.training import steps
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 

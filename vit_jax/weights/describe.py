@@ -1,7 +1,8 @@
 """What a weights file holds, and how it loads into a config's model: the
-text the `inspect` command prints (`vit_jax/inspect.py`)."""
+text the `inspect` command prints (`vit_jax/commands/inspect_weights.py`)."""
 
-from vit_jax import models, steps
+from vit_jax import models
+from vit_jax.training import steps
 from vit_jax.weights import formats, loader
 
 

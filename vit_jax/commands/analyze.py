@@ -3,8 +3,8 @@ r"""The analyze command: the paper's figures of what a ViT learnt.
     vit-jax analyze --checkpoint=workdirs/demo/pretrain
     vit-jax analyze --checkpoint=ViT-B_16.npz --images=photos/ --out=fig/
 
-(or `python -m vit_jax.analyze ...`). Writes four PNGs into `--out` and
-`analysis.json` with the numbers behind them (`vit_jax/analysis.py` says
+(or `python -m vit_jax analyze ...`). Writes four PNGs into `--out` and
+`analysis.json` with the numbers behind them (`vit_jax/analysis/measures.py` says
 how each is computed):
 
   embedding_filters.png              principal components of the patch
@@ -31,7 +31,8 @@ cli.import_tensorflow_quietly()
 from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from vit_jax import analysis, console, figures, inference, paths  # noqa: E402
+from vit_jax import console, inference, paths  # noqa: E402
+from vit_jax.analysis import figures, measures  # noqa: E402
 from vit_jax.data import image_files, input_pipeline, sources  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 from vit_jax.weights import loader  # noqa: E402
@@ -49,7 +50,7 @@ flags.DEFINE_integer("num_shown", 6, "Images in the attention rollout "
 flags.DEFINE_integer("batch_size", 8, "Images per batch (over all devices); "
                      "the attention of every layer is kept, so memory grows "
                      "with batch x layers x heads x tokens^2.")
-flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
+flags.DEFINE_string("out", None, "Folder for the figures and measures.json.")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
            "mean_attention_distance.png", "attention_rollout.png")
@@ -93,19 +94,19 @@ def to_json(result: dict, images: str, names) -> dict:
                                 "patch_pixels", "num_images")},
       "embedding_filters": {
           "layer": filters["layer"],
-          "explained_variance_ratio": analysis.rounded(
+          "explained_variance_ratio": measures.rounded(
               filters["explained_variance_ratio"]),
-          "components": analysis.rounded(filters["components"])},
-      "position_embedding_similarity": analysis.rounded(
+          "components": measures.rounded(filters["components"])},
+      "position_embedding_similarity": measures.rounded(
           result["position_embedding_similarity"]),
-      "mean_attention_distance": analysis.rounded(distance, 3),
-      "mean_attention_distance_definition": analysis.DISTANCE_DEFINITION,
+      "mean_attention_distance": measures.rounded(distance, 3),
+      "mean_attention_distance_definition": measures.DISTANCE_DEFINITION,
       "mean_attention_distance_by_layer": [
-          dict(zip(("min", "mean", "max"), analysis.rounded(np.array(r), 3)))
-          for r in analysis.summary_by_layer(distance)],
+          dict(zip(("min", "mean", "max"), measures.rounded(np.array(r), 3)))
+          for r in measures.summary_by_layer(distance)],
       "attention_rollout": [
           {"image": names(shown.index),
-           "map": analysis.rounded(shown.rollout_map)}
+           "map": measures.rounded(shown.rollout_map)}
           for shown in result["attention_rollout"]],
   }
 
@@ -132,7 +133,7 @@ def main(argv):
   console.say("Analysing %s (%s) over at most %d images of %s.",
               loaded.checkpoint, inference.describe(loaded), FLAGS.num_images,
               images)
-  result = analysis.run(loaded, batches, FLAGS.num_images, FLAGS.num_shown)
+  result = measures.run(loaded, batches, FLAGS.num_images, FLAGS.num_shown)
   result["checkpoint"] = loaded.checkpoint
   if FLAGS.images:
     failed = reader.failed
@@ -151,15 +152,15 @@ def main(argv):
   shown = result["attention_rollout"]
   figures.attention_rollout([(s.image, s.rollout_map) for s in shown],
                             [names(s.index) for s in shown], where(FIGURES[3]))
-  paths.resolve(where("analysis.json")).write_text(
+  paths.resolve(where("measures.json")).write_text(
       json.dumps(to_json(result, images, names), indent=1))
 
   console.say("Mean attention distance (pixels; min / mean / max over "
               "heads), over %d images:", result["num_images"])
   for layer, (low, mean, high) in enumerate(
-      analysis.summary_by_layer(result["mean_attention_distance"]), 1):
+      measures.summary_by_layer(result["mean_attention_distance"]), 1):
     console.say("  layer %2d  %6.2f / %6.2f / %6.2f", layer, low, mean, high)
-  console.say("Wrote %s and analysis.json to %s.", ", ".join(FIGURES), out)
+  console.say("Wrote %s and measures.json to %s.", ", ".join(FIGURES), out)
   for path, why in failed:
     console.say("Skipped %s: %s", path, why)
   return 1 if failed else 0

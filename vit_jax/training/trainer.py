@@ -1,5 +1,5 @@
 """The training loop: `train_and_evaluate(config, workdir)` (the `train`
-command, `vit_jax/train.py`, parses the flags and calls it).
+command, `vit_jax/commands/train.py`, parses the flags and calls it).
 
 config -> data (tf.data, per-process share) -> global sharded batch ->
 jit(train_step, donated state) -> clu metric writers + periodic evaluation.
@@ -19,8 +19,10 @@ from absl import logging
 from clu import metric_writers, periodic_actions
 from jax.experimental import multihost_utils
 
-from vit_jax import (checkpoint, config_checks, console, evaluators, optim,
-                     paths, planning, sharding, steps, weights)
+from vit_jax import console, evaluators, paths, sharding, weights
+from vit_jax.config import checks
+from vit_jax.performance import planning
+from vit_jax.training import checkpoint, optim, steps
 from vit_jax.data import input_pipeline
 from vit_jax.errors import NonFiniteLossError
 
@@ -73,7 +75,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict[str, float]:
   """Trains, evaluates periodically and at the end; returns final metrics."""
   mesh = sharding.mesh_from_config(config)
-  config_checks.check_config(config, mesh)
+  checks.check_config(config, mesh)
   workdir = paths.make_workdir(workdir)
   manager = checkpoint.make_manager(workdir, config)
   config = weights.resolve_gelu(config, _recorded_gelu(workdir, manager))
@@ -86,8 +88,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
   source = input_pipeline.make_source(config, index_dir=workdir)
   info = input_pipeline.get_info(config, source)
-  config_checks.check_labels(config, info)
-  config_checks.warn_if_loss_mismatches_labels(config, info)
+  checks.check_labels(config, info)
+  checks.warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
   model = steps.model_for_config(config, info.num_classes)
   tx, schedule = optim.make_optimizer(

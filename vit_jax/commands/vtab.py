@@ -3,10 +3,10 @@ r"""The vtab command: fine-tune one checkpoint on the VTAB-1k tasks.
     vit-jax vtab --config=configs/vtab.py --checkpoint=PATH \
         --workdir=workdirs/vtab [--tasks=dtd,clevr_count]
 
-(or `python -m vit_jax.vtab ...`). `--config=configs/vtab.py:split=val`
+(or `python -m vit_jax vtab ...`). `--config=configs/vtab.py:split=val`
 trains on train800 and evaluates on val200 instead of the reported
 train800val200 -> test. Runs the tasks one after the other, each in
-WORKDIR/TASK (see `vit_jax/vtab_runner.py`: a finished task is not rerun,
+WORKDIR/TASK (see `vit_jax/vtab/runner.py`: a finished task is not rerun,
 an interrupted one resumes), then prints each task's accuracy, the group
 means and the VTAB score, and writes them to WORKDIR/vtab.json. With
 `--distributed` every host runs each task together, as for training.
@@ -20,7 +20,8 @@ from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from vit_jax import console, vtab_runner  # noqa: E402
+from vit_jax import console  # noqa: E402
+from vit_jax.vtab import runner  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -47,11 +48,11 @@ def main(argv):
     raise UserError("VTAB fine-tunes pre-trained weights: pass "
                     "--checkpoint=PATH (or init=PATH in the config argument).")
   cli.initialize_distributed()
-  accuracy = vtab_runner.run_tasks(config, FLAGS.workdir, FLAGS.tasks)
+  accuracy = runner.run_tasks(config, FLAGS.workdir, FLAGS.tasks)
   if jax.process_index() == 0 and accuracy:
-    summary = vtab_runner.summarize(accuracy)
-    print(vtab_runner.format_table(summary))
-    path = vtab_runner.write(summary, config, FLAGS.workdir)
+    summary = runner.summarize(accuracy)
+    print(runner.format_table(summary))
+    path = runner.write(summary, config, FLAGS.workdir)
     console.say("Wrote the results to %s.", path)
 
 

@@ -3,7 +3,7 @@ r"""The predict command: the top classes of image files, by any checkpoint.
     vit-jax predict --checkpoint=workdirs/demo/finetune docs/digits \
         --top_k=3 --out=preds.csv
 
-(or `python -m vit_jax.predict ...`). PATHs are image files or folders
+(or `python -m vit_jax predict ...`). PATHs are image files or folders
 (searched recursively for .jpg, .jpeg and .png; any size, grey or RGB).
 Each is preprocessed with the config's evaluation pipeline at the
 checkpoint's resolution (see `vit_jax/inference.py`), batches are split over

@@ -16,7 +16,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from vit_jax import models, sharding, steps
+from vit_jax import models, sharding
+from vit_jax.training import steps
 from vit_jax.data import input_pipeline
 
 

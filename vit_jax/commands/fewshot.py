@@ -1,9 +1,9 @@
-"""The few-shot sweep command (see `vit_jax/fewshot/sweep.py`).
+"""The fewshot command: few-shot sweeps (see `vit_jax/fewshot/sweep.py`).
 
     vit-jax fewshot --config=configs/fewshot.py:digits \
         --checkpoints=workdirs/demo/pretrain --workdir=workdirs/fewshot
 
-(or `python -m vit_jax.fewshot ...`). With `--distributed` (as for
+(or `python -m vit_jax fewshot ...`). With `--distributed` (as for
 training) every host extracts its share of the features; process 0 prints
 and writes the results.
 """

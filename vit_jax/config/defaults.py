@@ -1,7 +1,7 @@
 """Every config field, declared once with its default and what it means.
 
 Config files (configs/*.py, or a user's own anywhere on disk) start from
-`vit_jax.config_defaults.get_config()` and override fields; code reads
+`vit_jax.config.defaults.get_config()` and override fields; code reads
 `config.field` directly. The returned config is locked, so a misspelt
 `--config.field=value` override is an error rather than a silent no-op.
 """

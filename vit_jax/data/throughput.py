@@ -1,40 +1,13 @@
-"""Measures the input pipeline alone: training images/s on this host's CPUs.
-
-    python -m vit_jax.data.benchmark --config=configs/digits.py \
-        --config.dataset=folder:/data/pets --config.image_size=224 \
-        --config.pp_train='inception_crop|flip_lr|value_range' --batches=50
-
-Prints one JSON line (images/s, batch, cores). If this is well above the
-model's training images/s, the step never waits on the host.
-
-    python -m vit_jax.data.benchmark --listing=2000x500 [--listing_root=DIR]
-
-times instead the listing of an image folder of 2,000 classes x 500 (empty)
-files, built in DIR (a temporary folder by default; reused if it exists).
+"""How fast the input pipeline alone runs on this host's CPUs: training
+images/s, and the time to list an image folder (`vit-jax benchmark-input`).
 """
 
-import json
 import os
 import tempfile
 import time
 
-from vit_jax import cli  # First: the commands' preamble.
-
-cli.import_tensorflow_quietly()
-
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from vit_jax.data import image_folder, input_pipeline  # noqa: E402
-from vit_jax.errors import UserError  # noqa: E402
-
-FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Config file (FILE.py:ARG).",
-                                lock_config=True)
-flags.DEFINE_integer("batches", 50, "Batches to time after two warm-up ones.")
-flags.DEFINE_string("listing", None,
-                    "CLASSESxFILES: time the listing of such a folder.")
-flags.DEFINE_string("listing_root", None, "Where to build that folder.")
+from vit_jax.data import image_folder, input_pipeline
+from vit_jax.errors import UserError
 
 
 def measure(config, num_batches: int) -> dict:
@@ -80,18 +53,3 @@ def measure_listing(spec: str, root=None) -> dict:
   return {"root": root, "classes": source.num_classes,
           "files": source.num_examples("train"), "listing_s": seconds,
           "cpu_cores": os.cpu_count()}
-
-
-def main(argv):
-  del argv
-  if FLAGS.listing:
-    print(json.dumps(measure_listing(FLAGS.listing, FLAGS.listing_root)))
-  elif FLAGS.config is None:
-    raise UserError("Pass --config=FILE.py (the pipeline to time) or "
-                    "--listing=CLASSESxFILES.")
-  else:
-    print(json.dumps(measure(FLAGS.config, FLAGS.batches)))
-
-
-if __name__ == "__main__":
-  cli.run(main)

@@ -5,7 +5,7 @@
     vit-jax export --checkpoint=/tmp/digits.npz \
         --format=timm --out=/tmp/digits.safetensors
 
-(or `python -m vit_jax.export ...`). `npz` is the released
+(or `python -m vit_jax export ...`). `npz` is the released
 google-research/vision_transformer layout, which its code and this project
 load; `timm` a safetensors file with the state dict of timm's
 `VisionTransformer` (see `vit_jax/weights/writers.py`). Imports no

@@ -3,7 +3,7 @@ r"""VTAB-1k: fine-tune one checkpoint on each task, then the benchmark's means.
     vit-jax vtab --config=configs/vtab.py --checkpoint=PATH \
         --workdir=workdirs/vtab [--tasks=dtd,clevr_count]
 
-(`vit_jax/vtab.py` is the command.) Each task is trained with
+(`vit_jax/commands/vtab.py` is the command.) Each task is trained with
 `trainer.train_and_evaluate` on the config with `config.dataset =
 "vtab:TASK"` (the config's splits, train800val200 -> test or train800 ->
 val200, are names every task resolves) in WORKDIR/TASK, which then holds
@@ -24,8 +24,10 @@ import uuid
 import jax
 import ml_collections
 
-from vit_jax import console, paths, trainer
-from vit_jax.data import sources, vtab_tasks
+from vit_jax import console, paths
+from vit_jax.training import trainer
+from vit_jax.data import sources
+from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.errors import UserError
 from vit_jax.weights import loader
 

@@ -3,7 +3,7 @@ r"""The plan command: memory, fit and time of a config on a target, no devices.
     vit-jax plan --config=configs/pretrain.py:i1k,variant=ViT-L/16 \
         --config.batch_size=256 --topology=v5e:4x4 --out=plan.json
 
-(or `python -m vit_jax.plan ...`). See `vit_jax/planning.py` for what is
+(or `python -m vit_jax plan ...`). See `vit_jax/performance/planning.py` for what is
 compiled and how the report is made.
 """
 
@@ -17,7 +17,8 @@ from absl import flags  # noqa: E402
 import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from vit_jax import paths, planning  # noqa: E402
+from vit_jax import paths  # noqa: E402
+from vit_jax.performance import planning  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",

@@ -1,43 +1,23 @@
-"""Training speed on synthetic data: images/s, step and compile time, memory, MFU.
+"""Training speed on synthetic data: images/s, step and compile time, memory,
+MFU (`vit-jax benchmark` prints `run`'s result).
 
-    vit-jax benchmark --variant=ViT-B/16 --batch=256 --dtype=bfloat16 \
-        --out=bench.json
-
-(or `python -m vit_jax.benchmark ...`). Needs only jax/flax/optax (no
-TensorFlow), so it runs on any accelerator host. Model FLOPs count 6 x
-forward multiply-adds per image (forward + backward), as the paper's compute
-figures do; MFU divides the achieved model FLOP/s by the device's peak
-(known accelerators, or --peak_tflops).
+Needs only jax/flax/optax (no TensorFlow), so it runs on any accelerator
+host. Model FLOPs count 6 x forward multiply-adds per image (forward +
+backward), as the paper's compute figures do; MFU divides the achieved model
+FLOP/s by the device's peak (known accelerators, or `peak_tflops`).
 """
 
-import json
 import resource
 import statistics
 import time
 
-from vit_jax import cli  # First: the commands' preamble.
-
-from absl import flags
 import jax
 import numpy as np
 
-from vit_jax import (config_defaults, flops, hardware, models, optim,
-                     profiling, sharding, steps)
-
-flags.DEFINE_string("variant", "ViT-B/16", "Model variant.")
-flags.DEFINE_integer("batch", 32, "Global batch size.")
-flags.DEFINE_integer("image_size", 224, "Input resolution.")
-flags.DEFINE_integer("num_classes", 1000, "Classes of the head.")
-flags.DEFINE_integer("steps", 10, "Timed steps (after one warm-up step).")
-flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
-flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
-flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
-flags.DEFINE_enum("attention", "auto", models.ATTENTION,
-                  "Attention implementation (config.model.attention).")
-flags.DEFINE_integer("profile_steps", 0, "Also trace this many steps and "
-                     "report where the device time goes.")
-flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
-flags.DEFINE_string("out", None, "Write the JSON result here as well.")
+from vit_jax import models, sharding
+from vit_jax.config import defaults
+from vit_jax.performance import flops, hardware, profiling
+from vit_jax.training import optim, steps
 
 
 def peak_flops(device, dtype: str, override_tflops):
@@ -50,11 +30,11 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, dtype: str = "float32", remat: str = "none",
         scan_layers: bool = False, peak_tflops=None, attention: str = "auto",
         profile_steps: int = 0) -> dict:
-  model_config = config_defaults.get_model_config()
+  model_config = defaults.get_model_config()
   model_config.update(dict(variant=variant, dtype=dtype, remat=remat,
                            scan_layers=scan_layers, attention=attention))
   model = models.build_model(model_config, num_classes)
-  config = config_defaults.get_config()
+  config = defaults.get_config()
   config.update(dict(optimizer="adam", warmup_steps=1))
   mesh = sharding.make_mesh()
   sharding.local_batch_size(batch, mesh, what="batch")
@@ -113,20 +93,3 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "final_loss": float(metrics["loss"]),
       "profile": profile,
   }
-
-
-def main(argv):
-  del argv
-  f = flags.FLAGS
-  result = run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
-               f.dtype, f.remat, f.scan_layers, f.peak_tflops, f.attention,
-               f.profile_steps)
-  text = json.dumps(result, indent=2)
-  print(text)
-  if f.out:
-    with open(f.out, "w") as out:
-      out.write(text + "\n")
-
-
-if __name__ == "__main__":
-  cli.run(main)

@@ -14,7 +14,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import mixup, models, optim, sharding
+from vit_jax import models, sharding
+from vit_jax.training import mixup, optim
 from vit_jax.models import layout, masked_patch
 
 
@@ -39,7 +40,7 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
                mixup_alpha: float = 0.0, mixup_p: float = 1.0) -> Objective:
   """Classification of `batch["labels"]`; label smoothing mixes the targets
   with the uniform distribution; with `mixup_alpha`, images and labels are
-  mixed first (`vit_jax/mixup.py`)."""
+  mixed first (`vit_jax/training/mixup.py`)."""
   def objective(apply, batch, rng):
     images, labels = batch["image"], batch["labels"]
     if mixup_alpha > 0:  # Its own key; without mixup, dropout's stays as was.
@@ -152,7 +153,7 @@ def abstract_train_state(model, tx, image_size: int, mesh: Mesh,
 
   Shapes come from `jax.eval_shape` and each leaf's sharding from the
   partitioning rules: nothing is allocated, so this also describes a state
-  for devices that are not attached (see `vit_jax.plan`).
+  for devices that are not attached (see `vit_jax/performance/planning.py`).
   """
   sharding_config = sharding_config or replicate_all()
   abstract = jax.eval_shape(_init_fn(model, tx, image_size, ema),

@@ -3,7 +3,7 @@ r"""The train command: flags -> config -> `trainer.train_and_evaluate`.
     vit-jax train --config=configs/digits.py --workdir=workdirs/digits \
         --config.total_steps=500
 
-(or `python -m vit_jax.train ...`). On several hosts, run the same command
+(or `python -m vit_jax train ...`). On several hosts, run the same command
 on every host with `--distributed` (TPU pods, SLURM and Open MPI are
 detected by `jax.distributed.initialize`; elsewhere also pass
 --coordinator_address, --num_processes and --process_id). The workdir may
@@ -18,7 +18,7 @@ from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from vit_jax import trainer  # noqa: E402
+from vit_jax.training import trainer  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(

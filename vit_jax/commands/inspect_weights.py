@@ -5,7 +5,7 @@
     vit-jax inspect ViT-B/16@i21k        # a released checkpoint, by name
     vit-jax inspect --list_released      # the names
 
-(or `python -m vit_jax.inspect ...`). Without --config: every array in the
+(or `python -m vit_jax inspect ...`). Without --config: every array in the
 file (name, shape, dtype) and the total count. With a config: the table of
 matching, resized, re-initialised, dropped, missing and unexpected
 parameters that loading it for that config would give (the number of

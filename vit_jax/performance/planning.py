@@ -1,6 +1,6 @@
 """Plan before you pay: compile the train step for a target, report memory.
 
-The library of the `plan` command (`vit_jax/plan.py`) and of training's
+The library of the `plan` command (`vit_jax/commands/plan.py`) and of training's
 pre-flight memory check (`preflight`). `plan(config, topology)` builds
 exactly what `trainer.train_and_evaluate` builds (model, optimizer, sharding
 rules, mesh, gradient accumulation, remat, scan, dtypes) from abstract
@@ -24,7 +24,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import config_checks, flops, hardware, optim, sharding, steps
+from vit_jax import sharding
+from vit_jax.config import checks
+from vit_jax.performance import flops, hardware
+from vit_jax.training import optim, steps
 from vit_jax.errors import UserError
 
 # Share of device memory the compiled step may use; the rest is left to the
@@ -83,7 +86,7 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   """Compiles the config's train step for `topology`; returns the report."""
   devices, chips = target_devices(topology)
   mesh = sharding.mesh_from_config(config, devices)
-  config_checks.check_config(config, mesh)
+  checks.check_config(config, mesh)
   supervised = config.objective == "supervised"  # Else no labels, no head.
   if supervised:
     num_classes = num_classes or _num_classes(config)
@@ -184,7 +187,7 @@ def preflight(train_step, state, batch) -> dict[str, int]:
         "config.batch_size or raise config.accum_steps, set "
         "config.model.remat='full', or shard the parameters "
         "(config.sharding.params=(('.*', 'fsdp'),)); `python -m "
-        "vit_jax.plan` tries a setting without devices.")
+        "vit-jax plan` tries a setting without devices.")
   return memory
 
 

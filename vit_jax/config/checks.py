@@ -8,7 +8,8 @@ import ml_collections
 from absl import logging
 from jax.sharding import Mesh
 
-from vit_jax import models, optim, sharding, steps
+from vit_jax import models, sharding
+from vit_jax.training import optim, steps
 from vit_jax.data import input_pipeline, preprocess
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
