@@ -9,7 +9,10 @@ TEST_STAMP := $(VENV)/.installed-test
 WORKDIR ?= workdirs/demo
 VIT_JAX := $(VENV)/bin/vit-jax
 
-.PHONY: setup demo test clean
+# Where the code style (pyproject.toml: yapf formats, ruff lints) applies.
+STYLED := setup.py vit_jax configs tests benchmarks launch
+
+.PHONY: setup demo test lint format clean
 
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +47,17 @@ demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	@echo "== 5/5 What the pre-trained model learnt: the paper's figures"
 	$(VIT_JAX) analyze --checkpoint=$(WORKDIR)/pretrain
 
-test: $(TEST_STAMP)
+# The style first (seconds), then the suite.
+test: lint
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
+
+lint: $(TEST_STAMP)
+	$(VENV)/bin/yapf --diff --recursive --parallel $(STYLED)
+	$(VENV)/bin/ruff check $(STYLED)
+
+format: $(TEST_STAMP)
+	$(VENV)/bin/ruff check --fix $(STYLED)
+	$(VENV)/bin/yapf --in-place --recursive --parallel $(STYLED)
 
 clean:
 	rm -rf $(VENV) workdirs

@@ -27,15 +27,15 @@ def main():
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--image_size", type=int, default=224)
   args = parser.parse_args()
-  images = jax.random.uniform(jax.random.key(1), (args.batch, args.image_size,
-                                                  args.image_size, 3),
+  images = jax.random.uniform(jax.random.key(1),
+                              (args.batch, args.image_size, args.image_size, 3),
                               minval=-1, maxval=1)
   labels = jax.nn.one_hot(jnp.arange(args.batch) % 10, 10)
 
   def run(attention, params=None):
     config = defaults.get_model_config()
-    config.update(dict(variant=args.variant, dtype=args.dtype,
-                       attention=attention))
+    config.update(
+        dict(variant=args.variant, dtype=args.dtype, attention=attention))
     model = models.build_model(config, 10)
     if params is None:
       params = model.init(jax.random.key(0), images)["params"]
@@ -47,23 +47,29 @@ def main():
       logits, _ = model.apply({"params": p}, images)
       return optax.softmax_cross_entropy(logits.astype(jnp.float32),
                                          labels).mean(), logits
-    (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(
-        params)
+
+    (value, logits), grads = jax.jit(jax.value_and_grad(loss,
+                                                        has_aux=True))(params)
     return params, logits.astype(jnp.float32), grads
 
   params, logits, grads = run("explicit")
   others = ["xla"] + (["cudnn"] if jax.default_backend() == "gpu" and
                       args.dtype != "float32" else [])
-  result = {"backend": jax.default_backend(), "variant": args.variant,
-            "dtype": args.dtype}
+  result = {
+      "backend": jax.default_backend(),
+      "variant": args.variant,
+      "dtype": args.dtype
+  }
   for name in others:
     _, other_logits, other_grads = run(name, params)
-    grad_diff = float(optax.global_norm(jax.tree.map(
-        jnp.subtract, grads, other_grads)) / optax.global_norm(grads))
+    grad_diff = float(
+        optax.global_norm(jax.tree.map(jnp.subtract, grads, other_grads)) /
+        optax.global_norm(grads))
     result[name] = {
         "logits_max_abs_diff": float(jnp.max(jnp.abs(logits - other_logits))),
         "logits_max_abs": float(jnp.max(jnp.abs(logits))),
-        "grads_relative_l2_diff": grad_diff}
+        "grads_relative_l2_diff": grad_diff
+    }
   print(json.dumps(result, indent=1))
 
 

@@ -22,9 +22,11 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMM_NAMES = {"ViT-Ti/16": "vit_tiny_patch16_224",
-              "ViT-S/16": "vit_small_patch16_224",
-              "ViT-B/16": "vit_base_patch16_224"}
+TIMM_NAMES = {
+    "ViT-Ti/16": "vit_tiny_patch16_224",
+    "ViT-S/16": "vit_small_patch16_224",
+    "ViT-B/16": "vit_base_patch16_224"
+}
 
 _TIMM_STEP = r"""
 import json, statistics, sys, time
@@ -32,7 +34,7 @@ sys.path.insert(0, sys.argv[5])
 from tests import torch_reference  # timm without the broken torchvision.
 timm = torch_reference.import_timm()
 import torch
-name, batch, size, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+name, (batch, size, steps) = sys.argv[1], map(int, sys.argv[2:5])
 torch.manual_seed(0)
 model = timm.create_model(name, num_classes=1000, img_size=size).train()
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -55,19 +57,22 @@ print(json.dumps({"images_per_sec": batch / statistics.median(times),
 
 def run_ours(args, env) -> float:
   with tempfile.NamedTemporaryFile(suffix=".json") as out:
-    subprocess.run(
-        [sys.executable, "-m", "vit_jax", "benchmark", f"--variant={args.variant}",
-         f"--batch={args.batch}", f"--image_size={args.image_size}",
-         f"--steps={args.steps}", f"--out={out.name}", *args.ours_flag],
-        cwd=REPO, env=env, check=True, capture_output=True)
+    subprocess.run([
+        sys.executable, "-m", "vit_jax", "benchmark",
+        f"--variant={args.variant}", f"--batch={args.batch}",
+        f"--image_size={args.image_size}", f"--steps={args.steps}",
+        f"--out={out.name}", *args.ours_flag
+    ], cwd=REPO, env=env, check=True, capture_output=True)
     return json.load(open(out.name))["images_per_sec"]
 
 
 def run_timm(args) -> float:
-  done = subprocess.run(
-      [sys.executable, "-c", _TIMM_STEP, TIMM_NAMES[args.variant],
-       str(args.batch), str(args.image_size), str(args.steps), REPO],
-      check=True, capture_output=True, text=True)
+  done = subprocess.run([
+      sys.executable, "-c", _TIMM_STEP, TIMM_NAMES[args.variant],
+      str(args.batch),
+      str(args.image_size),
+      str(args.steps), REPO
+  ], check=True, capture_output=True, text=True)
   return json.loads(done.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
@@ -91,13 +96,19 @@ def main():
     ours.append(run_ours(args, env))
     if not args.skip_timm:
       timm.append(run_timm(args))
-    print(f"run {i + 1}: ours {ours[-1]:.2f} img/s" +
-          (f", timm {timm[-1]:.2f} img/s" if timm else ""), flush=True)
-  result = {"variant": args.variant, "batch": args.batch,
-            "image_size": args.image_size, "runs": args.runs,
-            "ours_env": args.ours_env, "ours_flags": args.ours_flag,
-            "ours_images_per_sec": statistics.median(ours),
-            "ours_all": ours}
+    print(
+        f"run {i + 1}: ours {ours[-1]:.2f} img/s" +
+        (f", timm {timm[-1]:.2f} img/s" if timm else ""), flush=True)
+  result = {
+      "variant": args.variant,
+      "batch": args.batch,
+      "image_size": args.image_size,
+      "runs": args.runs,
+      "ours_env": args.ours_env,
+      "ours_flags": args.ours_flag,
+      "ours_images_per_sec": statistics.median(ours),
+      "ours_all": ours
+  }
   if timm:
     result.update(timm_images_per_sec=statistics.median(timm), timm_all=timm,
                   ratio=statistics.median(ours) / statistics.median(timm))

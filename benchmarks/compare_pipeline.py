@@ -29,11 +29,11 @@ from PIL import Image
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = ("--config.pp_crop_on_decode=False --config.pp_crop_antialias=True "
        "--config.pp_uint8=False")
-VARIANTS = [f"old={OLD}",
-            "crop on decode=--config.pp_crop_antialias=True "
-            "--config.pp_uint8=False",
-            "+ uint8=--config.pp_crop_antialias=True",
-            "new (defaults)="]
+VARIANTS = [
+    f"old={OLD}", "crop on decode=--config.pp_crop_antialias=True "
+    "--config.pp_uint8=False", "+ uint8=--config.pp_crop_antialias=True",
+    "new (defaults)="
+]
 
 
 def build_folder(root: str, classes: int = 10, per_class: int = 100):
@@ -58,14 +58,14 @@ def build_folder(root: str, classes: int = 10, per_class: int = 100):
 
 
 def run_pipeline(folder: str, batches: int, flags: list[str]) -> float:
-  done = subprocess.run(
-      [sys.executable, "-m", "vit_jax", "benchmark-input",
-       "--config=configs/digits.py", f"--config.dataset=folder:{folder}",
-       "--config.image_size=224", "--config.cache=False",
-       "--config.shuffle_buffer=1000", "--config.batch_size=64",
-       "--config.pp_train=inception_crop|flip_lr|value_range",
-       f"--batches={batches}", *flags],
-      cwd=REPO, check=True, capture_output=True, text=True)
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "benchmark-input",
+      "--config=configs/digits.py", f"--config.dataset=folder:{folder}",
+      "--config.image_size=224", "--config.cache=False",
+      "--config.shuffle_buffer=1000", "--config.batch_size=64",
+      "--config.pp_train=inception_crop|flip_lr|value_range",
+      f"--batches={batches}", *flags
+  ], cwd=REPO, check=True, capture_output=True, text=True)
   return json.loads(done.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
@@ -86,13 +86,19 @@ def main():
   for i in range(args.runs):
     for name, flags in variants:
       figures[name].append(run_pipeline(folder, args.batches, flags.split()))
-    print(f"run {i + 1}: " + ", ".join(f"{name} {figures[name][-1]:.0f}"
-                                       for name, _ in variants) + " img/s",
-          flush=True)
-  result = {"folder": folder, "runs": args.runs, "cpu_cores": os.cpu_count(),
-            "images_per_sec": {name: statistics.median(values)
-                               for name, values in figures.items()},
-            "all": figures}
+    print(
+        f"run {i + 1}: " +
+        ", ".join(f"{name} {figures[name][-1]:.0f}" for name, _ in variants) +
+        " img/s", flush=True)
+  result = {
+      "folder": folder,
+      "runs": args.runs,
+      "cpu_cores": os.cpu_count(),
+      "images_per_sec": {
+          name: statistics.median(values) for name, values in figures.items()
+      },
+      "all": figures
+  }
   print(json.dumps(result, indent=1))
   if args.out:
     with open(args.out, "w") as f:

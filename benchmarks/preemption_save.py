@@ -20,11 +20,15 @@ import shutil
 import time
 
 import jax
-from absl import app, flags
+from absl import app
+from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import paths, sharding
-from vit_jax.training import checkpoint, optim, steps
+from vit_jax import paths
+from vit_jax import sharding
+from vit_jax.training import checkpoint
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 config_flags.DEFINE_config_file("config", None, "Config file[:ARG].",
                                 lock_config=True)
@@ -50,9 +54,9 @@ def main(argv):
   mesh = sharding.mesh_from_config(config)
   model = steps.model_for_config(config, FLAGS.num_classes)
   tx, _ = optim.make_optimizer(config, total_steps=1000)
-  state, _ = steps.create_train_state(
-      model, tx, config.image_size, config.seed, mesh, config.sharding,
-      ema=config.ema_decay > 0)
+  state, _ = steps.create_train_state(model, tx, config.image_size, config.seed,
+                                      mesh, config.sharding,
+                                      ema=config.ema_decay > 0)
   size = sum(x.nbytes for x in jax.tree.leaves(state))
   _empty(FLAGS.dir)
   manager = checkpoint.make_manager(FLAGS.dir, config)
@@ -63,11 +67,15 @@ def main(argv):
     manager.wait_until_finished()
     seconds.append(time.perf_counter() - start)
   manager.close()
-  print(json.dumps({
-      "variant": config.model.variant, "dir": FLAGS.dir,
-      "devices": jax.device_count(), "state_gib": round(size / 2**30, 3),
-      "save_seconds": [round(s, 2) for s in seconds],
-      "gib_per_second": round(size / 2**30 / min(seconds), 2)}))
+  print(
+      json.dumps({
+          "variant": config.model.variant,
+          "dir": FLAGS.dir,
+          "devices": jax.device_count(),
+          "state_gib": round(size / 2**30, 3),
+          "save_seconds": [round(s, 2) for s in seconds],
+          "gib_per_second": round(size / 2**30 / min(seconds), 2)
+      }))
 
 
 if __name__ == "__main__":

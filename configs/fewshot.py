@@ -8,7 +8,8 @@ with the published protocol the demo's supervised checkpoint scores about
 98% 10-shot, its self-supervised one (configs/selfsup.py:digits) 62%, the
 same model at random init (`--checkpoints=random`) 44%; with
 `--config.fewshot.l2_selection=loo` 98%, 77% and 57%; chance 10%; about
-10 s a checkpoint on 2 CPU cores) and `paper` (224 px, pre-logits of ViT-B/16 by default, on
+10 s a checkpoint on 2 CPU cores) and `paper` (224 px, pre-logits of
+ViT-B/16 by default, on
 CIFAR-100, Oxford Pets and Flowers; the paper's ImageNet 5-shot is with
 `--datasets=imagenet2012` and `--config.fewshot.train_split='train[:10%]'`).
 `standard` is big_vision's standard few-shot set (vit_jax/fewshot/bundles.py:
@@ -28,7 +29,7 @@ from vit_jax.fewshot import bundles
 
 def get_config(arg=None):
   args = defaults.parse_arg(arg, first="digits", variant="ViT-B/16",
-                                   imagenet="1")
+                            imagenet="1")
   config = defaults.get_config()
   config.eval_batch_size = 512
   config.fewshot.shots = (1, 5, 10, 25)
@@ -54,7 +55,7 @@ def get_config(arg=None):
     bundles.use_standard(config, imagenet=args.imagenet not in ("0", "no"))
   else:
     raise UserError(f"Unknown few-shot preset {args.first!r}; use digits, "
-                     "paper or standard.")
+                    "paper or standard.")
   if args.runlocal:
     config.model.variant = "testing"
     config.fewshot.shots = (1, 5)

@@ -33,7 +33,6 @@ the new resolution; the head is re-initialised (`config.init.dont_load`).
 """
 
 from vit_jax.config import defaults
-
 from vit_jax.errors import UserError
 
 PRESETS = {
@@ -45,9 +44,8 @@ PRESETS = {
                          eval_split="validation", total_steps=20_000, lr=0.03),
     "oxford_iiit_pet": dict(dataset="oxford_iiit_pet", train_split="train",
                             eval_split="test", total_steps=500, lr=0.003),
-    "oxford_flowers102": dict(dataset="oxford_flowers102",
-                              train_split="train", eval_split="test",
-                              total_steps=500, lr=0.003),
+    "oxford_flowers102": dict(dataset="oxford_flowers102", train_split="train",
+                              eval_split="test", total_steps=500, lr=0.003),
     "folder": dict(dataset="folder:/data/images", train_split="train",
                    eval_split="test", total_steps=500, lr=0.003),
     "digits": dict(dataset="digits", train_split="train", eval_split="test",
@@ -62,7 +60,7 @@ def get_config(arg=None):
   args = defaults.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
   if args.first not in PRESETS:
     raise UserError(f"Unknown fine-tuning preset {args.first!r}; use one of "
-                     f"{', '.join(PRESETS)}.")
+                    f"{', '.join(PRESETS)}.")
   config = defaults.get_config()
   defaults.paper_transfer(config, args.variant, args.init)
   config.pp_train = "inception_crop|flip_lr|value_range"

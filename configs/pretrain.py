@@ -58,27 +58,42 @@ RECIPES = {
                  decay_type="linear", weight_decay=0.03, loss="sigmoid_xent",
                  model=dict(head_bias_init=-10.0)),
 }
-_AUGREG = dict(num_epochs=300.0, lr=1e-3, decay_type="cosine",
-               weight_decay=0.1, wd_mults=((".*/kernel", 1.0), (".*", 0.0)),
-               loss="sigmoid_xent")
+_AUGREG = dict(num_epochs=300.0, lr=1e-3, decay_type="cosine", weight_decay=0.1,
+               wd_mults=((".*/kernel", 1.0), (".*", 0.0)), loss="sigmoid_xent")
 RECIPES["augreg_i1k"] = dict(_AUGREG, dataset="imagenet2012",
                              model=dict(head_bias_init=-6.9))
-RECIPES["augreg_i21k"] = dict(_AUGREG, dataset="folder:/data/imagenet21k",
-                              model=dict(head_bias_init=-10.0, classifier="gap"))
+RECIPES["augreg_i21k"] = dict(
+    _AUGREG, dataset="folder:/data/imagenet21k", model=dict(
+        head_bias_init=-10.0, classifier="gap"))
 
 # AugReg setting -> (RandAugment magnitude or None, mixup concentration).
 AUG_SETTINGS = {
-    "none": (None, 0.0), "light1": (0, 0.0), "light2": (10, 0.2),
-    "medium1": (15, 0.2), "medium2": (15, 0.5), "strong1": (20, 0.5),
-    "strong2": (20, 0.8)}
+    "none": (None, 0.0),
+    "light1": (0, 0.0),
+    "light2": (10, 0.2),
+    "medium1": (15, 0.2),
+    "medium2": (15, 0.5),
+    "strong1": (20, 0.5),
+    "strong2": (20, 0.8)
+}
 # big_vision's default setting per model (vit_i1k.py / vit_i21k.py).
 DEFAULT_AUG = {
-    "augreg_i1k": {"ViT-Ti/16": "light1", "ViT-S/32": "medium1",
-                   "ViT-S/16": "medium2", "ViT-B/32": "medium2",
-                   "ViT-B/16": "medium2", "ViT-L/16": "medium2"},
-    "augreg_i21k": {"ViT-Ti/16": "none", "ViT-S/32": "none",
-                    "ViT-S/16": "light1", "ViT-B/32": "light2",
-                    "ViT-B/16": "light2", "ViT-L/16": "medium2"},
+    "augreg_i1k": {
+        "ViT-Ti/16": "light1",
+        "ViT-S/32": "medium1",
+        "ViT-S/16": "medium2",
+        "ViT-B/32": "medium2",
+        "ViT-B/16": "medium2",
+        "ViT-L/16": "medium2"
+    },
+    "augreg_i21k": {
+        "ViT-Ti/16": "none",
+        "ViT-S/32": "none",
+        "ViT-S/16": "light1",
+        "ViT-B/32": "light2",
+        "ViT-B/16": "light2",
+        "ViT-L/16": "medium2"
+    },
 }
 
 
@@ -94,7 +109,8 @@ def _augreg(config, recipe: str, args):
                     f"{', '.join(AUG_SETTINGS)}.")
   magnitude, mixup_alpha = AUG_SETTINGS[setting]
   if magnitude is not None:
-    config.pp_train = f"inception_crop|flip_lr|randaug(2,{magnitude})|value_range"
+    config.pp_train = ("inception_crop|flip_lr|"
+                       f"randaug(2,{magnitude})|value_range")
   config.mixup.alpha, config.mixup.p = mixup_alpha, 1.0
   reg = float(args.reg or 0.0)
   config.model.dropout_rate = reg
@@ -104,11 +120,11 @@ def _augreg(config, recipe: str, args):
 
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, first="i1k", variant="ViT-B/16",
-                                   aug=None, reg=None, fewshot=None)
+  args = defaults.parse_arg(arg, first="i1k", variant="ViT-B/16", aug=None,
+                            reg=None, fewshot=None)
   if args.first not in RECIPES:
     raise UserError(f"Unknown pre-training recipe {args.first!r}; use one of "
-                     f"{', '.join(RECIPES)}.")
+                    f"{', '.join(RECIPES)}.")
   if (args.aug or args.reg) and not args.first.startswith("augreg"):
     raise UserError("aug= and reg= belong to the AugReg recipes "
                     "(augreg_i1k, augreg_i21k).")

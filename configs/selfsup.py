@@ -37,7 +37,7 @@ from vit_jax.errors import UserError
 
 def get_config(arg=None):
   args = defaults.parse_arg(arg, first="digits", variant=None,
-                                   dataset="imagenet2012", target="mean_color")
+                            dataset="imagenet2012", target="mean_color")
   config = defaults.get_config()
   config.objective = "masked_patch"
   config.masked_patch.target = args.target

@@ -34,13 +34,13 @@ and RESISC45 need manual downloads, see TFDS).
 """
 
 from vit_jax.config import defaults
-from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.errors import UserError
+from vit_jax.vtab import tasks as vtab_tasks
 
 
 def get_config(arg=None):
   args = defaults.parse_arg(arg, first="cifar100", split="test",
-                                   variant="ViT-B/16", init=None)
+                            variant="ViT-B/16", init=None)
   task = vtab_tasks.get(args.first)
   if args.split not in vtab_tasks.PROTOCOLS:
     raise UserError(f"split={args.split} is not one of "

@@ -49,23 +49,38 @@ import yaml
 # A slice whose chip count is one of those machines' is one host of that
 # machine; larger slices take hosts of 4 chips.
 TPUS = {
-    "v4": ("tpu-v4-podslice", {4: "ct4p-hightpu-4t"}, 3),
-    "v5e": ("tpu-v5-lite-podslice", {1: "ct5lp-hightpu-1t",
-                                     4: "ct5lp-hightpu-4t",
-                                     8: "ct5lp-hightpu-8t"}, 2),
-    "v5p": ("tpu-v5p-slice", {4: "ct5p-hightpu-4t"}, 3),
-    "v6e": ("tpu-v6e-slice", {1: "ct6e-standard-1t", 4: "ct6e-standard-4t",
-                              8: "ct6e-standard-8t"}, 2),
-    "tpu7x": ("tpu7x", {1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"}, 3),
+    "v4": ("tpu-v4-podslice", {
+        4: "ct4p-hightpu-4t"
+    }, 3),
+    "v5e": ("tpu-v5-lite-podslice", {
+        1: "ct5lp-hightpu-1t",
+        4: "ct5lp-hightpu-4t",
+        8: "ct5lp-hightpu-8t"
+    }, 2),
+    "v5p": ("tpu-v5p-slice", {
+        4: "ct5p-hightpu-4t"
+    }, 3),
+    "v6e": ("tpu-v6e-slice", {
+        1: "ct6e-standard-1t",
+        4: "ct6e-standard-4t",
+        8: "ct6e-standard-8t"
+    }, 2),
+    "tpu7x": ("tpu7x", {
+        1: "tpu7x-standard-1t",
+        4: "tpu7x-standard-4t"
+    }, 3),
 }
 # Machine types of GKE node pools with 8 GPUs of a type, for the header's
 # node-pool command.
-GPU_MACHINES = {"nvidia-h100-80gb": "a3-highgpu-8g",
-                "nvidia-h100-mega-80gb": "a3-megagpu-8g",
-                "nvidia-h200-141gb": "a3-ultragpu-8g",
-                "nvidia-a100-80gb": "a2-ultragpu-8g",
-                "nvidia-tesla-a100": "a2-highgpu-8g"}
+GPU_MACHINES = {
+    "nvidia-h100-80gb": "a3-highgpu-8g",
+    "nvidia-h100-mega-80gb": "a3-megagpu-8g",
+    "nvidia-h200-141gb": "a3-ultragpu-8g",
+    "nvidia-a100-80gb": "a2-ultragpu-8g",
+    "nvidia-tesla-a100": "a2-highgpu-8g"
+}
 CONTAINER = "vit-jax"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 REPLICATED_JOB = "workers"
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a killed process returns.
 USER_ERROR_EXIT_CODE = 2  # vit_jax.cli: a mistake in the command.
@@ -106,11 +121,14 @@ def tpu_hosts(spec: str) -> Hosts:
                      "chips) nor hosts of 4")
   hosts = chips // per_host
   return Hosts(
-      {"cloud.google.com/gke-tpu-accelerator": accelerator,
-       "cloud.google.com/gke-tpu-topology": topology,
-       # A 2x4 slice is one host of 8 chips, or two of 4: say which.
-       "node.kubernetes.io/instance-type": machines[per_host]},
-      {"google.com/tpu": per_host}, hosts,
+      {
+          "cloud.google.com/gke-tpu-accelerator": accelerator,
+          "cloud.google.com/gke-tpu-topology": topology,
+          # A 2x4 slice is one host of 8 chips, or two of 4: say which.
+          "node.kubernetes.io/instance-type": machines[per_host]
+      },
+      {"google.com/tpu": per_host},
+      hosts,
       f"--machine-type={machines[per_host]} --tpu-topology={topology} "
       f"--num-nodes={hosts}",
       f"{generation} {topology}: {_count(chips, 'chip')} on "
@@ -130,36 +148,53 @@ def gpu_hosts(spec: str, count: int) -> Hosts:
       {"nvidia.com/gpu": int(per_host)}, count,
       f"--machine-type={machine or 'MACHINE_TYPE'} "
       f"--accelerator=type={kind},count={per_host},gpu-driver-version=latest "
-      f"--num-nodes={count}",
-      f"{_count(count, 'node')} of {per_host} {kind}")
+      f"--num-nodes={count}", f"{_count(count, 'node')} of {per_host} {kind}")
 
 
 def train_args(args, hosts: Hosts, gpu: bool) -> list[str]:
-  command = ["train", f"--config={args.config}", f"--workdir={args.workdir}",
-             f"--preempted_exit_code={PREEMPTED_EXIT_CODE}"]
+  command = [
+      "train", f"--config={args.config}", f"--workdir={args.workdir}",
+      f"--preempted_exit_code={PREEMPTED_EXIT_CODE}"
+  ]
   if hosts.count == 1:
     return command + args.flags
   if not gpu:  # TPU: GKE's environment names the slice's hosts.
     return command + ["--distributed", *args.flags]
   pod_0 = f"{args.name}-{REPLICATED_JOB}-0-0.{args.name}"
-  return command + [f"--coordinator_address={pod_0}:{COORDINATOR_PORT}",
-                    f"--num_processes={hosts.count}",
-                    "--process_id=$(VIT_JAX_PROCESS_ID)", *args.flags]
+  return command + [
+      f"--coordinator_address={pod_0}:{COORDINATOR_PORT}",
+      f"--num_processes={hosts.count}", "--process_id=$(VIT_JAX_PROCESS_ID)",
+      *args.flags
+  ]
 
 
 def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
-  container = {"name": CONTAINER, "image": args.image,
-               "args": train_args(args, hosts, gpu),
-               "resources": {"limits": dict(hosts.resources),
-                             "requests": dict(hosts.resources)}}
-  spec = {"restartPolicy": "Never",
-          "terminationGracePeriodSeconds": args.grace_seconds,
-          "nodeSelector": hosts.selector, "containers": [container]}
+  container = {
+      "name": CONTAINER,
+      "image": args.image,
+      "args": train_args(args, hosts, gpu),
+      "resources": {
+          "limits": dict(hosts.resources),
+          "requests": dict(hosts.resources)
+      }
+  }
+  spec = {
+      "restartPolicy": "Never",
+      "terminationGracePeriodSeconds": args.grace_seconds,
+      "nodeSelector": hosts.selector,
+      "containers": [container]
+  }
   if gpu and hosts.count > 1:
     # The index the Job controller gives each pod, for $(...) in args.
-    container["env"] = [{"name": "VIT_JAX_PROCESS_ID", "valueFrom": {
-        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io"
-                                  "/job-completion-index']"}}}]
+    container["env"] = [{
+        "name": "VIT_JAX_PROCESS_ID",
+        "valueFrom": {
+            "fieldRef": {
+                "fieldPath": "metadata.annotations['batch.kubernetes.io"
+                             "/job-completion-index']"
+            }
+        }
+    }]
   if gpu:  # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
     container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
@@ -170,32 +205,57 @@ def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
 
 def jobset(args, hosts: Hosts, gpu: bool) -> dict:
   job = {
-      "parallelism": hosts.count, "completions": hosts.count,
-      "completionMode": "Indexed", "backoffLimit": 0,
-      "podFailurePolicy": {"rules": [{
-          "action": "FailJob",
-          "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                          "values": [USER_ERROR_EXIT_CODE]}}]},
-      "template": {"spec": pod_spec(args, hosts, gpu)}}
+      "parallelism": hosts.count,
+      "completions": hosts.count,
+      "completionMode": "Indexed",
+      "backoffLimit": 0,
+      "podFailurePolicy": {
+          "rules": [{
+              "action": "FailJob",
+              "onExitCodes": {
+                  "containerName": CONTAINER,
+                  "operator": "In",
+                  "values": [USER_ERROR_EXIT_CODE]
+              }
+          }]
+      },
+      "template": {
+          "spec": pod_spec(args, hosts, gpu)
+      }
+  }
   metadata = {"name": args.name}
   if args.namespace:
     metadata["namespace"] = args.namespace
   if not gpu:  # Each slice is a node pool: keep a Job's pods in one.
     metadata["annotations"] = {
-        "alpha.jobset.sigs.k8s.io/exclusive-topology":
-            "cloud.google.com/gke-nodepool"}
+        EXCLUSIVE_TOPOLOGY: "cloud.google.com/gke-nodepool"
+    }
   return {
-      "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+      "apiVersion": "jobset.x-k8s.io/v1alpha2",
+      "kind": "JobSet",
       "metadata": metadata,
       "spec": {
           "failurePolicy": {
               "maxRestarts": args.max_restarts,
-              "rules": [{"name": "command-error", "action": "FailJobSet",
-                         "onJobFailureReasons": ["PodFailurePolicy"]}]},
-          "network": {"enableDNSHostnames": True,
-                      "publishNotReadyAddresses": True},
-          "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1,
-                              "template": {"spec": job}}]}}
+              "rules": [{
+                  "name": "command-error",
+                  "action": "FailJobSet",
+                  "onJobFailureReasons": ["PodFailurePolicy"]
+              }]
+          },
+          "network": {
+              "enableDNSHostnames": True,
+              "publishNotReadyAddresses": True
+          },
+          "replicatedJobs": [{
+              "name": REPLICATED_JOB,
+              "replicas": 1,
+              "template": {
+                  "spec": job
+              }
+          }]
+      }
+  }
 
 
 def header(args, hosts: Hosts) -> str:
@@ -217,29 +277,34 @@ def header(args, hosts: Hosts) -> str:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, Hosts, bool]:
   ours, flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
       if "--" in argv else (argv, [])
-  parser = argparse.ArgumentParser(
-      prog="launch/gke.py", description=__doc__.split("\n\n")[0],
-      epilog="Flags after -- go to vit-jax train.")
-  parser.add_argument("--name", required=True,
-                      help="The JobSet's name: up to 40 lowercase letters, "
-                      "digits and '-', starting with a letter.")
+  parser = argparse.ArgumentParser(prog="launch/gke.py",
+                                   description=__doc__.split("\n\n")[0],
+                                   epilog="Flags after -- go to vit-jax train.")
+  parser.add_argument(
+      "--name", required=True,
+      help="The JobSet's name: up to 40 lowercase letters, "
+      "digits and '-', starting with a letter.")
   parser.add_argument("--image", required=True, help="The container image.")
   where = parser.add_mutually_exclusive_group(required=True)
   where.add_argument("--tpu", help="GENERATION:TOPOLOGY, e.g. v5e:4x4.")
-  where.add_argument("--gpu", help="TYPE:GPUS_PER_NODE, e.g. "
-                     "nvidia-h100-80gb:8 (with --hosts).")
+  where.add_argument(
+      "--gpu", help="TYPE:GPUS_PER_NODE, e.g. "
+      "nvidia-h100-80gb:8 (with --hosts).")
   parser.add_argument("--hosts", type=int,
                       help="GPU nodes (a TPU slice's count follows from it).")
-  parser.add_argument("--config", required=True, help="FILE.py[:ARG], a path "
-                      "inside the image (ours: configs/...).")
+  parser.add_argument(
+      "--config", required=True, help="FILE.py[:ARG], a path "
+      "inside the image (ours: configs/...).")
   parser.add_argument("--workdir", required=True, help="gs://BUCKET/PATH.")
   parser.add_argument("--grace_seconds", type=int, default=GRACE_SECONDS,
                       help="SIGTERM to SIGKILL, for the coordinated save.")
-  parser.add_argument("--max_restarts", type=int, default=10,
-                      help="Whole-JobSet restarts (failures, preemptions) "
-                      "before it gives up.")
-  parser.add_argument("--service_account", help="The pods' Kubernetes "
-                      "service account (the one allowed to write the bucket).")
+  parser.add_argument(
+      "--max_restarts", type=int, default=10,
+      help="Whole-JobSet restarts (failures, preemptions) "
+      "before it gives up.")
+  parser.add_argument(
+      "--service_account", help="The pods' Kubernetes "
+      "service account (the one allowed to write the bucket).")
   parser.add_argument("--namespace", help="Kubernetes namespace.")
   args = parser.parse_args(ours)
   args.flags = flags

@@ -13,8 +13,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # programs again and again (each test builds its own step functions): they
 # share JAX's persistent compilation cache. A program read from it keeps
 # its cost and memory analyses.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
-    "/tmp", f"vit_jax_tests_jax_cache_{os.getuid()}"))
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join("/tmp", f"vit_jax_tests_jax_cache_{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pytest  # noqa: E402
@@ -24,6 +25,7 @@ import pytest  # noqa: E402
 def tfds_data_dir(tmp_path_factory) -> str:
   """A TFDS data_dir with the built-in digits dataset prepared (no network)."""
   import tensorflow_datasets as tfds
+
   from vit_jax.data import digits  # noqa: F401  (registers the builder)
   data_dir = str(tmp_path_factory.mktemp("tfds"))
   tfds.builder("digits", data_dir=data_dir).download_and_prepare()

@@ -1,4 +1,5 @@
-"""The paper's analyses (vit_jax/analysis/measures.py) on attention and embeddings
+"""The paper's analyses (vit_jax/analysis/measures.py) on attention and
+embeddings
 with known answers, a hybrid's grid, and the analyze command end to end."""
 
 import itertools
@@ -12,10 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vit_jax import inference, models
-from vit_jax.analysis import figures, measures
+from vit_jax import inference
+from vit_jax import models
+from vit_jax.analysis import figures
+from vit_jax.analysis import measures
 from vit_jax.config import defaults
-from vit_jax.weights import architecture, writers
+from vit_jax.weights import architecture
+from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +47,7 @@ def test_uniform_attention_gives_the_grids_mean_distance():
   the answer is the mean distance over all ordered pairs of cells."""
   g, stride = 5, 16
   cells = list(itertools.product(range(g), range(g)))
-  pairs = [((r1 - r2) ** 2 + (c1 - c2) ** 2) ** 0.5 * stride
+  pairs = [((r1 - r2)**2 + (c1 - c2)**2)**0.5 * stride
            for (r1, c1), (r2, c2) in itertools.product(cells, cells)]
   expected = sum(pairs) / len(pairs)
   tokens = g * g + 1
@@ -58,8 +62,8 @@ def test_rollout_of_identity_attention_stays_on_the_class_token():
   tokens = 10
   attention = _attention(4, 2, 3, tokens, np.eye(tokens))
   rollout = measures.rollout_matrix(attention)
-  np.testing.assert_allclose(rollout, jnp.broadcast_to(jnp.eye(tokens),
-                                                       rollout.shape))
+  np.testing.assert_allclose(rollout,
+                             jnp.broadcast_to(jnp.eye(tokens), rollout.shape))
   class_row = rollout[:, 0]
   np.testing.assert_allclose(class_row, np.eye(tokens)[[0, 0]])
   reads = measures.head_reads("token", tokens, batch=2)
@@ -76,11 +80,11 @@ def test_rollout_matches_the_recipe_computed_by_hand():
     mixed = 0.5 * attention[layer, 0].mean(axis=0) + 0.5 * np.eye(tokens)
     product = mixed @ product
   attention = jnp.asarray(attention, jnp.float32)
-  token = measures.attention_rollout(
-      attention, measures.head_reads("token", tokens, 1), 1)
+  token = measures.attention_rollout(attention,
+                                     measures.head_reads("token", tokens, 1), 1)
   np.testing.assert_allclose(token[0], product[0, 1:], rtol=1e-5)
-  gap = measures.attention_rollout(
-      attention, measures.head_reads("gap", tokens, 1), 0)
+  gap = measures.attention_rollout(attention,
+                                   measures.head_reads("gap", tokens, 1), 0)
   np.testing.assert_allclose(gap[0], product.mean(axis=0), rtol=1e-5)
   probe = rng.dirichlet(np.ones(tokens), (1, heads, 1))  # B x H x 1 x T
   map_head = measures.attention_rollout(
@@ -121,8 +125,10 @@ def _random_batches(size, count, batch=8):
   """Batches of 8 (one per test device), the last 3 of each padding."""
   rng = np.random.default_rng(0)
   for _ in range(count):
-    yield {"image": rng.uniform(-1, 1, (batch, size, size, 3)).astype(
-        np.float32), "mask": np.array([1] * 5 + [0] * 3, np.float32)}
+    yield {
+        "image": rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32),
+        "mask": np.array([1] * 5 + [0] * 3, np.float32)
+    }
 
 
 def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
@@ -148,8 +154,8 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   assert result["num_images"] == 7  # 5 real images, then 2 of the next.
   assert result["position_embedding_similarity"].shape == (16, 16)
   assert result["mean_attention_distance"].shape == (1, 2)
-  assert [s.rollout_map.shape for s in result["attention_rollout"]] == [
-      (4, 4)] * 2
+  assert [s.rollout_map.shape for s in result["attention_rollout"]
+         ] == [(4, 4)] * 2
   # A hybrid's pixels meet the stem's root convolution, not the embedding.
   assert result["embedding_filters"]["layer"].startswith("conv_root")
   assert result["embedding_filters"]["components"].shape[1:] == (7, 7, 3)
@@ -191,11 +197,13 @@ def test_the_upsampled_map_keeps_each_cell_over_its_pixels():
 @pytest.mark.xdist_group("trained_digits")
 def test_analyze_writes_the_figures_and_numbers(trained_digits, tmp_path):
   out = tmp_path / "analysis"
-  done = subprocess.run(
-      [sys.executable, "-m", "vit_jax", "analyze",
-       f"--checkpoint={trained_digits}", "--num_images=40", "--num_shown=3",
-       f"--out={out}"], cwd=REPO, env={**os.environ, "XLA_FLAGS": ""},
-      capture_output=True, text=True, timeout=300)
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "analyze",
+      f"--checkpoint={trained_digits}", "--num_images=40", "--num_shown=3",
+      f"--out={out}"
+  ], cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   for name in ("embedding_filters.png", "position_embedding_similarity.png",
                "mean_attention_distance.png", "attention_rollout.png"):
@@ -205,7 +213,7 @@ def test_analyze_writes_the_figures_and_numbers(trained_digits, tmp_path):
   distance = np.array(numbers["mean_attention_distance"])
   assert distance.shape == (4, 4)  # digits: 4 layers of 4 heads.
   # Between attending only to itself and only to the farthest patch.
-  assert np.all(distance > 0) and np.all(distance < 3 * 4 * 2 ** 0.5)
+  assert np.all(distance > 0) and np.all(distance < 3 * 4 * 2**0.5)
   assert len(numbers["attention_rollout"]) == 3
   assert numbers["attention_rollout"][0]["image"] == "digits:test #0"
   assert len(numbers["embedding_filters"]["components"]) == 28

@@ -5,16 +5,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image, ImageEnhance, ImageOps
+from PIL import Image
+from PIL import ImageEnhance
+from PIL import ImageOps
 
 from configs import pretrain
-from tests.test_models import images, random_params, tiny_model
+from tests.test_models import images
+from tests.test_models import random_params
+from tests.test_models import tiny_model
 from vit_jax import sharding
 from vit_jax.config import checks
-from vit_jax.training import mixup, steps
-from vit_jax.data import input_pipeline, preprocess, randaug
+from vit_jax.data import input_pipeline
+from vit_jax.data import preprocess
+from vit_jax.data import randaug
 from vit_jax.errors import UserError
-
+from vit_jax.training import mixup
+from vit_jax.training import steps
 
 # ------------------------------------------------------------------ mixup --
 
@@ -42,10 +48,10 @@ def test_mixup_mixes_images_and_labels_with_the_same_weights():
     w = np.asarray(w)
     assert np.all(w == w[0]) and 0.5 <= w[0] < 1.0  # One draw, own >= half.
     partner_x, partner_y = np.roll(x, 1, axis=0), np.roll(y, 1, axis=0)
-    np.testing.assert_allclose(mx, w[0] * x + (1 - w[0]) * partner_x,
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(my, w[0] * y + (1 - w[0]) * partner_y,
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(mx, w[0] * x + (1 - w[0]) * partner_x, rtol=1e-6,
+                               atol=1e-6)
+    np.testing.assert_allclose(my, w[0] * y + (1 - w[0]) * partner_y, rtol=1e-6,
+                               atol=1e-6)
     np.testing.assert_allclose(np.sum(my, -1), 1.0, rtol=1e-6)
 
 
@@ -65,8 +71,8 @@ def test_the_train_step_mixes_only_when_configured():
   x = jnp.asarray(images())
   model = tiny_model()
   params = random_params(model)
-  apply = lambda images, **kw: model.apply({"params": params}, images,
-                                           train=True, **kw)
+  apply = lambda images, **kw: model.apply({"params": params}, images, train=
+                                           True, **kw)
   rng = jax.random.key(3)
   plain = steps.supervised(steps.softmax_xent)
   mixed = steps.supervised(steps.softmax_xent, mixup_alpha=0.5, mixup_p=1.0)
@@ -116,9 +122,9 @@ def test_drop_path_drops_whole_examples():
   model = tiny_model(drop_path_rate=0.5)
   x = images(shape=(64, 16, 16, 3))
   params = random_params(model, x)
-  _, out = model.apply({"params": params}, x, train=True,
-                       rngs={"dropout": jax.random.key(0)},
-                       return_intermediates=True)
+  _, out = model.apply({"params": params}, x, train=True, rngs={
+      "dropout": jax.random.key(0)
+  }, return_intermediates=True)
   block_in, block_out = np.asarray(out["blocks"][0]), np.asarray(
       out["blocks"][1])
   same_BxN = np.all(block_in == block_out, axis=-1)
@@ -126,8 +132,10 @@ def test_drop_path_drops_whole_examples():
   assert 6 <= same_BxN.all(1).sum() <= 26  # About 16 of 64.
   _, evaluated = model.apply({"params": params}, x, train=False,
                              return_intermediates=True)
-  assert not np.any(np.all(np.asarray(evaluated["blocks"][0]) ==
-                           np.asarray(evaluated["blocks"][1]), axis=-1))
+  assert not np.any(
+      np.all(
+          np.asarray(evaluated["blocks"][0]) == np.asarray(
+              evaluated["blocks"][1]), axis=-1))
 
 
 # ------------------------------------------------------------ RandAugment --
@@ -139,17 +147,21 @@ def _images(count=6, size=32, seed=0):
   y, x = np.mgrid[0:size, 0:size] / size
   out = []
   for _ in range(count):
-    base = np.stack([x * rng.uniform(50, 200), y * rng.uniform(50, 200),
-                     (x + y) * rng.uniform(20, 100)], -1) + rng.uniform(0, 60)
+    base = np.stack([
+        x * rng.uniform(50, 200), y * rng.uniform(50, 200),
+        (x + y) * rng.uniform(20, 100)
+    ], -1) + rng.uniform(0, 60)
     out.append(np.clip(base + rng.normal(0, 12, base.shape), 0, 255))
   return np.round(np.stack(out)).astype(np.uint8)
 
 
 def _randaug_dataset(images_u8, magnitude=15, base=0):
+
   def fn(i, image):
     seed = tf.random.experimental.stateless_fold_in(
         tf.constant([base, 0], tf.int64), i)
     return randaug.randaug(image, seed, 2, magnitude)
+
   options = tf.data.Options()
   options.deterministic = True
   ds = tf.data.Dataset.from_tensor_slices(images_u8).enumerate().map(
@@ -184,8 +196,7 @@ def _pil(image_u8):
     ("Color", 0.1, lambda im: ImageEnhance.Color(im).enhance(0.1), 1),
     ("Contrast", 2.8, lambda im: ImageEnhance.Contrast(im).enhance(2.8), 1),
     ("Contrast", 0.1, lambda im: ImageEnhance.Contrast(im).enhance(0.1), 1),
-    ("Brightness", 1.9, lambda im: ImageEnhance.Brightness(im).enhance(1.9),
-     1),
+    ("Brightness", 1.9, lambda im: ImageEnhance.Brightness(im).enhance(1.9), 1),
     ("Sharpness", 2.8, lambda im: ImageEnhance.Sharpness(im).enhance(2.8), 1),
     ("Sharpness", 0.1, lambda im: ImageEnhance.Sharpness(im).enhance(0.1), 1),
 ])
@@ -262,8 +273,8 @@ def test_randaug_in_a_pipeline_before_value_range():
   assert out.shape == (32, 32, 3) and -1.0 <= out.min() and out.max() <= 1.0
 
 
-@pytest.mark.parametrize("spec", ["randaug(2.5,10)", "randaug(2,40)",
-                                  "randaug(-1,10)"])
+@pytest.mark.parametrize("spec",
+                         ["randaug(2.5,10)", "randaug(2,40)", "randaug(-1,10)"])
 def test_bad_randaug_arguments_are_refused(spec):
   with pytest.raises(UserError, match="randaug"):
     preprocess.parse(spec)
@@ -290,10 +301,13 @@ def test_misplaced_regularisers_are_refused(digits_config):
 # ---------------------------------------------------------------- presets --
 
 
-@pytest.mark.parametrize("setting,magnitude,alpha", [
-    ("none", None, 0.0), ("light1", 0, 0.0), ("light2", 10, 0.2),
-    ("medium1", 15, 0.2), ("medium2", 15, 0.5), ("strong1", 20, 0.5),
-    ("strong2", 20, 0.8)])
+@pytest.mark.parametrize("setting,magnitude,alpha", [("none", None, 0.0),
+                                                     ("light1", 0, 0.0),
+                                                     ("light2", 10, 0.2),
+                                                     ("medium1", 15, 0.2),
+                                                     ("medium2", 15, 0.5),
+                                                     ("strong1", 20, 0.5),
+                                                     ("strong2", 20, 0.8)])
 @pytest.mark.parametrize("data,bias", [("i1k", -6.9), ("i21k", -10.0)])
 def test_augreg_presets(setting, magnitude, alpha, data, bias):
   config = pretrain.get_config(f"augreg_{data},aug={setting}")
@@ -319,6 +333,7 @@ def test_augreg_preset_trains_locally(tfds_data_dir, tmp_path):
   result = trainer.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(result["train/loss"])
   assert 0.0 <= result["test/accuracy"] <= 1.0
-  batch = next(input_pipeline.make_train_iterator(
-      config, input_pipeline.make_source(config)))
+  batch = next(
+      input_pipeline.make_train_iterator(config,
+                                         input_pipeline.make_source(config)))
   assert batch["image"].dtype == np.uint8  # randaug stays on the host.

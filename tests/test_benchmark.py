@@ -3,17 +3,20 @@
 import jax
 import pytest
 
-from vit_jax.config import defaults
 from vit_jax import models
-from vit_jax.performance import flops, profiling, speed
+from vit_jax.config import defaults
+from vit_jax.performance import flops
+from vit_jax.performance import profiling
+from vit_jax.performance import speed
 
 
 def _vit_macs(width, mlp, layers, heads, patch, size, classes):
   """Multiply-adds of a ViT forward pass, from the paper's equations."""
-  tokens = (size // patch) ** 2 + 1
-  per_block = (4 * tokens * width * width  # q, k, v and out projections
-               + 2 * tokens * tokens * width  # q.k and attention x v
-               + 2 * tokens * width * mlp)  # the two MLP layers
+  tokens = (size // patch)**2 + 1
+  per_block = (
+      4 * tokens * width * width  # q, k, v and out projections
+      + 2 * tokens * tokens * width  # q.k and attention x v
+      + 2 * tokens * width * mlp)  # the two MLP layers
   embedding = (tokens - 1) * patch * patch * 3 * width
   return layers * per_block + embedding + width * classes
 
@@ -29,7 +32,7 @@ def test_forward_macs_match_the_paper_formula(scan_layers):
 
 def test_benchmark_reports_speed_and_mfu():
   result = speed.run("testing", batch=8, image_size=32, num_steps=2,
-                         peak_tflops=1.0)
+                     peak_tflops=1.0)
   assert result["images_per_sec"] == pytest.approx(8 / result["step_s"])
   assert result["compile_s"] > 0 and result["peak_host_rss_gib"] > 0
   assert result["mfu"] == pytest.approx(
@@ -40,7 +43,7 @@ def test_benchmark_reports_speed_and_mfu():
 
 def test_profile_says_where_the_time_goes():
   result = speed.run("testing", batch=8, image_size=32, num_steps=1,
-                         profile_steps=2)
+                     profile_steps=2)
   profile = result["profile"]
   assert profile["device_ms_per_step"] > 0
   assert sum(profile["share_by_kind"].values()) == pytest.approx(1.0)
@@ -50,12 +53,12 @@ def test_profile_says_where_the_time_goes():
   assert not any("ThunkExecutor" in op["name"] for op in profile["top_ops"])
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT", "matmul"),
-    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16",
-     "fused attention"),
-    ("loop_convert_multiply_fusion_11", "other fusion"),
-    ("dot.3", "matmul"), ("transpose_copy_fusion.1", "copy/transpose"),
-    ("all-reduce.2", "collective")])
+@pytest.mark.parametrize(
+    "name, kind",
+    [("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT", "matmul"),
+     ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16",
+      "fused attention"), ("loop_convert_multiply_fusion_11", "other fusion"),
+     ("dot.3", "matmul"), ("transpose_copy_fusion.1", "copy/transpose"),
+     ("all-reduce.2", "collective")])
 def test_ops_are_sorted_into_kinds(name, kind):
   assert profiling.kind_of(name) == kind

@@ -1,4 +1,5 @@
-"""Checkpoints: a killed run resumes on the same trajectory; any device count."""
+"""Checkpoints: a killed run resumes on the same trajectory; any device
+count."""
 
 import os
 import signal
@@ -11,29 +12,34 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from vit_jax import models, sharding
-from vit_jax.training import checkpoint, optim, steps
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax.training import checkpoint
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOTAL_STEPS = 100
 
 
 def _command(workdir, data_dir):
-  return [sys.executable, "-m", "vit_jax", "train",
-          "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
-          f"--config.data_dir={data_dir}", "--config.model.variant=digits",
-          f"--config.total_steps={TOTAL_STEPS}",
-          "--config.checkpoint_every_steps=25", "--config.eval_every_steps=0",
-          "--config.log_every_steps=1000", "--config.ema_decay=0.99",
-          "--config.model.dropout_rate=0.1", "--config.label_smoothing=0.1"]
+  return [
+      sys.executable, "-m", "vit_jax", "train",
+      "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
+      f"--config.data_dir={data_dir}", "--config.model.variant=digits",
+      f"--config.total_steps={TOTAL_STEPS}",
+      "--config.checkpoint_every_steps=25", "--config.eval_every_steps=0",
+      "--config.log_every_steps=1000", "--config.ema_decay=0.99",
+      "--config.model.dropout_rate=0.1", "--config.label_smoothing=0.1"
+  ]
 
 
 def _run(workdir, data_dir, kill_after_checkpoint=None, sig=None):
   """Runs main; optionally sends `sig` once that checkpoint is written."""
   env = {**os.environ, "XLA_FLAGS": ""}
-  proc = subprocess.Popen(_command(workdir, data_dir), cwd=REPO, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+  proc = subprocess.Popen(_command(
+      workdir, data_dir), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
   if kill_after_checkpoint is not None:
     marker = os.path.join(workdir, "checkpoints", str(kill_after_checkpoint))
     deadline = time.time() + 240
@@ -60,8 +66,11 @@ def test_killed_run_resumes_the_same_trajectory(tfds_data_dir, tmp_path):
   assert code == 0, err[-3000:]
 
   interrupted = str(tmp_path / "interrupted")
-  saved = lambda: [int(d) for d in os.listdir(
-      os.path.join(interrupted, "checkpoints")) if d.isdigit()]
+  saved = lambda: [
+      int(d)
+      for d in os.listdir(os.path.join(interrupted, "checkpoints"))
+      if d.isdigit()
+  ]
   code, out, err = _run(interrupted, tfds_data_dir, kill_after_checkpoint=25,
                         sig=signal.SIGTERM)
   assert code == 0 and "preempted_at_step=" in out, err[-3000:]
@@ -79,8 +88,8 @@ def test_killed_run_resumes_the_same_trajectory(tfds_data_dir, tmp_path):
   # The final train loss and parameters equal the uninterrupted run's.
   final = lambda text: text.strip().splitlines()[-1]
   assert final(resumed) == final(reference)
-  jax.tree.map(np.testing.assert_array_equal,
-               _final_params(interrupted), _final_params(str(tmp_path / "whole")))
+  jax.tree.map(np.testing.assert_array_equal, _final_params(interrupted),
+               _final_params(str(tmp_path / "whole")))
 
 
 def _state(config, mesh, variant="testing"):

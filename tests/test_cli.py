@@ -16,46 +16,46 @@ from vit_jax.errors import UserError
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MISTAKES = {
-    "main: bad value": (
-        ["vit_jax", "train", "--config=configs/digits.py:runlocal",
-         "--workdir=/tmp/unused", "--config.lr=-1"],
-        "error: config.lr=-1.0 must be positive."),
-    "main: misspelt field": (
-        ["vit_jax", "train", "--config=configs/digits.py:runlocal",
-         "--workdir=/tmp/unused", "--config.totl_steps=5"],
-        "error: the config has no field 'totl_steps'; Did you mean "
-        "\"total_steps\""),
-    "main: unknown preset": (
-        ["vit_jax", "train", "--config=configs/finetune.py:nosuch",
-         "--workdir=/tmp/unused"],
-        "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
-        "preset 'nosuch'"),
-    "fewshot: missing checkpoint": (
-        ["vit_jax", "fewshot", "--config=configs/fewshot.py:runlocal",
-         "--checkpoints=/no/such/weights.npz"],
-        "error: No weights at /no/such/weights.npz"),
+    "main: bad value": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--config.lr=-1"
+    ], "error: config.lr=-1.0 must be positive."),
+    "main: misspelt field": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--config.totl_steps=5"
+    ], "error: the config has no field 'totl_steps'; Did you mean "
+                             "\"total_steps\""),
+    "main: unknown preset": ([
+        "vit_jax", "train", "--config=configs/finetune.py:nosuch",
+        "--workdir=/tmp/unused"
+    ], "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
+                             "preset 'nosuch'"),
+    "fewshot: missing checkpoint": ([
+        "vit_jax", "fewshot", "--config=configs/fewshot.py:runlocal",
+        "--checkpoints=/no/such/weights.npz"
+    ], "error: No weights at /no/such/weights.npz"),
     "export: missing checkpoint": (
-        ["vit_jax", "export", "--checkpoint=/no/such.npz", "--out=/tmp/x.npz"],
-        "error: No weights at /no/such.npz"),
+        ["vit_jax", "export", "--checkpoint=/no/such.npz",
+         "--out=/tmp/x.npz"], "error: No weights at /no/such.npz"),
     "inspect: missing checkpoint": (
-        ["vit_jax", "inspect", "/no/such.npz"],
-        "error: No weights at /no/such.npz"),
+        ["vit_jax", "inspect",
+         "/no/such.npz"], "error: No weights at /no/such.npz"),
     "predict: missing checkpoint": (
-        ["vit_jax", "predict", "--checkpoint=/no/such.npz", "docs/digits"],
-        "error: No weights at /no/such.npz"),
+        ["vit_jax", "predict", "--checkpoint=/no/such.npz",
+         "docs/digits"], "error: No weights at /no/such.npz"),
     "analyze: images as arguments": (
-        ["vit_jax", "analyze", "--checkpoint=/no/such.npz", "docs/digits"],
-        "error: Unexpected arguments ['docs/digits']"),
+        ["vit_jax", "analyze", "--checkpoint=/no/such.npz",
+         "docs/digits"], "error: Unexpected arguments ['docs/digits']"),
     "benchmark: unknown variant": (
-        ["vit_jax", "benchmark", "--variant=ViT-X/1"],
-        "error: Unknown model variant 'ViT-X/1'"),
+        ["vit_jax", "benchmark",
+         "--variant=ViT-X/1"], "error: Unknown model variant 'ViT-X/1'"),
 }
 
 
 def _run(args):
-  return subprocess.run([sys.executable, "-m", *args], cwd=REPO,
-                        env={**os.environ, "XLA_FLAGS": ""},
-                        capture_output=True, text=True, timeout=300)
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("case", MISTAKES)
@@ -64,7 +64,9 @@ def test_a_user_mistake_is_one_line_and_status_2(case):
   done = _run(args)
   assert done.returncode == 2, done.stderr[-2000:]
   assert "Traceback" not in done.stderr, done.stderr[-2000:]
-  errors = [l for l in done.stderr.splitlines() if l.startswith("error: ")]
+  errors = [
+      line for line in done.stderr.splitlines() if line.startswith("error: ")
+  ]
   assert len(errors) == 1 and errors[0].startswith(message), errors
 
 
@@ -75,12 +77,15 @@ def test_verbose_shows_the_traceback():
   assert "Traceback" in done.stderr and "WeightsError" in done.stderr
 
 
-@pytest.mark.parametrize("error, status", [
-    (UserError("bad value"), 2), (app.UsageError("no such flag"), 2),
-    (FileNotFoundError("/no/such/file"), 2), (PermissionError("denied"), 2),
-    (ConnectionResetError("reset by peer"), 75), (TimeoutError("slow"), 75),
-    (OSError("storage did not answer"), 75)])
-def test_mistakes_exit_2_and_storage_errors_that_may_pass_exit_75(error,
-                                                                  status):
+@pytest.mark.parametrize("error, status",
+                         [(UserError("bad value"), 2),
+                          (app.UsageError("no such flag"), 2),
+                          (FileNotFoundError("/no/such/file"), 2),
+                          (PermissionError("denied"), 2),
+                          (ConnectionResetError("reset by peer"), 75),
+                          (TimeoutError("slow"), 75),
+                          (OSError("storage did not answer"), 75)])
+def test_mistakes_exit_2_and_storage_errors_that_may_pass_exit_75(
+    error, status):
   """A scheduler retries 75 (EX_TEMPFAIL), not 2: a mistake recurs."""
   assert cli.exit_status(error) == status

@@ -17,7 +17,7 @@ import sysconfig
 import docker.utils.build
 from dockerfile_parse import DockerfileParser
 
-from tests import package_install
+from tests.helpers import package_install
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCKERFILE = os.path.join(REPO, "Dockerfile")
@@ -41,8 +41,9 @@ def _values(stage, name) -> list[str]:
 def _context() -> set[str]:
   """Paths (files and folders) `docker build .` would send."""
   with open(os.path.join(REPO, ".dockerignore")) as f:
-    patterns = [line.strip() for line in f
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip() for line in f if line.strip() and not line.startswith("#")
+    ]
   return set(docker.utils.build.exclude_paths(REPO, patterns))
 
 
@@ -56,8 +57,8 @@ def _context_copies(stage) -> list[tuple[list[str], str]]:
     elif instruction["instruction"] == "COPY" and not value.startswith("--"):
       *sources, destination = value.split()
       absolute = posixpath.join(workdir, destination)
-      copies.append((sources, absolute + ("/" if destination.endswith("/")
-                                          else "")))
+      copies.append(
+          (sources, absolute + ("/" if destination.endswith("/") else "")))
   return copies
 
 
@@ -66,8 +67,8 @@ def _lay_out(stage, context, root: pathlib.Path):
   for sources, destination in _context_copies(stage):
     target = root / destination.lstrip("/")
     for source in sources:
-      members = sorted(p for p in context
-                       if p == source or p.startswith(source + "/"))
+      members = sorted(
+          p for p in context if p == source or p.startswith(source + "/"))
       assert members, f"COPY {source}: not in the build context"
       for path in members:
         if os.path.isdir(os.path.join(REPO, path)):
@@ -82,22 +83,24 @@ def _lay_out(stage, context, root: pathlib.Path):
 
 def test_hadolint_finds_nothing():
   hadolint = os.path.join(sysconfig.get_path("scripts"), "hadolint")
-  done = subprocess.run([hadolint, DOCKERFILE], capture_output=True,
-                        text=True, timeout=60)
+  done = subprocess.run([hadolint, DOCKERFILE], capture_output=True, text=True,
+                        timeout=60)
   assert (done.returncode, done.stdout) == (0, ""), done.stdout
 
 
 def test_the_build_context_is_what_the_image_copies():
   context = _context()
-  copied = {source for stage in _stages()
-            for sources, _ in _context_copies(stage) for source in sources}
+  copied = {
+      source for stage in _stages() for sources, _ in _context_copies(stage)
+      for source in sources
+  }
   assert copied == {"setup.py", "constraints.txt", "vit_jax", "configs"}
   always_sent = {"Dockerfile", ".dockerignore"}
   for path in context - always_sent:
     assert path.split("/")[0] in copied, path
     assert "__pycache__" not in path and not path.endswith(".pyc"), path
-  tracked = subprocess.run(["git", "ls-files", "vit_jax", "configs"],
-                           cwd=REPO, capture_output=True, text=True,
+  tracked = subprocess.run(["git", "ls-files", "vit_jax", "configs"], cwd=REPO,
+                           capture_output=True, text=True,
                            check=True).stdout.split()
   assert set(tracked) <= context
 
@@ -111,8 +114,8 @@ def test_the_final_stage_installs_nothing_and_runs_vit_jax_unprivileged():
       in install
   assert "test" not in install
   assert _values(final, "FROM") == [_values(build, "FROM")[0].split()[0]]
-  assert _values(final, "RUN") == [
-      "useradd --create-home --uid 1000 --user-group vit"]
+  assert _values(
+      final, "RUN") == ["useradd --create-home --uid 1000 --user-group vit"]
   assert "--from=build /opt/venv /opt/venv" in _values(final, "COPY")
   [user] = _values(final, "USER")
   assert user.split(":")[0].isdigit() and int(user.split(":")[0]) > 0
@@ -131,12 +134,12 @@ def test_the_images_files_run_its_entry_point(tmp_path, tfds_data_dir):
   bin_dir = package_install.install(root / "src", root / "opt" / "venv")
   _lay_out(final, context, root)
   workdir = _values(final, "WORKDIR")[-1]
-  done = subprocess.run(
-      [os.path.join(bin_dir, "vit-jax"), "train",
-       "--config=configs/digits.py:runlocal", f"--workdir={tmp_path / 'run'}",
-       f"--config.data_dir={tfds_data_dir}", "--config.total_steps=2"],
-      cwd=root / workdir.lstrip("/"), env=package_install.clean_env(),
-      capture_output=True, text=True, timeout=600)
+  done = subprocess.run([
+      os.path.join(bin_dir, "vit-jax"), "train",
+      "--config=configs/digits.py:runlocal", f"--workdir={tmp_path / 'run'}",
+      f"--config.data_dir={tfds_data_dir}", "--config.total_steps=2"
+  ], cwd=root / workdir.lstrip("/"), env=package_install.clean_env(),
+                        capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "Step 2/2: loss" in done.stderr
   assert (tmp_path / "run" / "checkpoints" / "2").is_dir()

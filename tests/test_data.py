@@ -13,9 +13,10 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 from vit_jax import sharding
-from vit_jax.training import steps
-from vit_jax.data import input_pipeline, preprocess
+from vit_jax.data import input_pipeline
+from vit_jax.data import preprocess
 from vit_jax.evaluators import classification
+from vit_jax.training import steps
 
 
 def test_digits_builder_has_fixed_splits(tfds_data_dir):
@@ -41,8 +42,8 @@ def test_pipeline_upsamples_to_rgb_in_value_range():
 
 
 def test_inception_crop_and_flip_are_seeded():
-  image = tf.constant(np.random.RandomState(0).randint(
-      0, 255, (40, 60, 3)).astype(np.uint8))
+  image = tf.constant(
+      np.random.RandomState(0).randint(0, 255, (40, 60, 3)).astype(np.uint8))
   fn = preprocess.make_image_fn("inception_crop|flip_lr|value_range", 24)
   seed = lambda s: tf.constant([s, 0], tf.int64)
   a, b, c = (fn(image, seed(s)).numpy() for s in (1, 1, 2))
@@ -55,8 +56,9 @@ def test_inception_crop_stays_inside_the_image():
   shape = tf.constant([50, 80, 3])
   areas = []
   for s in range(200):
-    begin, size = (t.numpy() for t in preprocess.inception_box(
-        shape, tf.constant([s, 0], tf.int64)))
+    begin, size = (
+        t.numpy()
+        for t in preprocess.inception_box(shape, tf.constant([s, 0], tf.int64)))
     assert (begin >= 0).all() and (begin + size <= shape.numpy()).all()
     areas.append(size[0] * size[1] / (50 * 80))
   assert min(areas) >= 0.05 and max(areas) <= 1.0
@@ -66,9 +68,10 @@ def test_inception_crop_stays_inside_the_image():
 def test_flip_applies_to_about_half():
   image = tf.constant(np.arange(12, dtype=np.uint8).reshape(2, 2, 3))
   flip = preprocess.make_image_fn("flip_lr", 2)
-  flipped = [not np.array_equal(flip(image, tf.constant([s, 0], tf.int64)),
-                                tf.cast(image, tf.float32))
-             for s in range(400)]
+  flipped = [
+      not np.array_equal(flip(image, tf.constant([s, 0], tf.int64)),
+                         tf.cast(image, tf.float32)) for s in range(400)
+  ]
   assert 0.4 < np.mean(flipped) < 0.6
 
 
@@ -84,9 +87,12 @@ def _jpeg(size, **save_options) -> bytes:
 
 
 @pytest.mark.parametrize("options", [
-    dict(subsampling=0), dict(subsampling=1), dict(subsampling=2),
-    dict(progressive=True), dict(mode="L")],
-                         ids=["444", "422", "420", "progressive", "grey"])
+    dict(subsampling=0),
+    dict(subsampling=1),
+    dict(subsampling=2),
+    dict(progressive=True),
+    dict(mode="L")
+], ids=["444", "422", "420", "progressive", "grey"])
 def test_decoding_only_the_crop_gives_the_same_pixels(options):
   """decode_and_crop_jpeg alone differs at a window's edge columns where
   chroma is subsampled; the pipeline's crops equal the old path exactly."""
@@ -143,8 +149,8 @@ def test_image_folder_batches_equal_with_and_without_crop_on_decode(
 def test_uint8_hand_over_rounds_what_value_range_would_map():
   """The host stops before value_range and rounds; the train step's
   mapping of those bytes equals the host's value_range of them."""
-  image = tf.constant(np.random.RandomState(0).randint(
-      0, 255, (40, 60, 3)).astype(np.uint8))
+  image = tf.constant(
+      np.random.RandomState(0).randint(0, 255, (40, 60, 3)).astype(np.uint8))
   spec = "inception_crop|flip_lr|value_range"
   as_bytes = preprocess.make_image_fn(spec, 24, uint8=True)
   as_floats = preprocess.make_image_fn(spec, 24)
@@ -154,8 +160,8 @@ def test_uint8_hand_over_rounds_what_value_range_would_map():
     assert out.dtype == tf.uint8
     mapped = np.asarray(steps.images_in_value_range(jnp.asarray(out)))
     np.testing.assert_allclose(  # To float rounding (XLA vs TensorFlow).
-        mapped, preprocess.value_range(out, None, None).numpy(), rtol=0,
-        atol=2e-7)
+        mapped,
+        preprocess.value_range(out, None, None).numpy(), rtol=0, atol=2e-7)
     np.testing.assert_allclose(mapped, as_floats(image, seed), rtol=0,
                                atol=0.5 / 127.5 + 1e-6)
   # Only a pipeline ending in value_range hands bytes over.
@@ -175,8 +181,8 @@ def test_crop_antialias_only_changes_shrinking_crops():
   spec = "inception_crop(0.9)"
   seed = tf.constant([0, 0], tf.int64)
   for shape, shrinks in (((20, 20, 3), False), ((90, 90, 3), True)):
-    image = tf.constant(np.random.RandomState(1).randint(
-        0, 255, shape).astype(np.uint8))
+    image = tf.constant(
+        np.random.RandomState(1).randint(0, 255, shape).astype(np.uint8))
     plain, filtered = (preprocess.make_image_fn(spec, 32, crop_antialias=a)(
         image, seed).numpy() for a in (False, True))
     assert (np.abs(plain - filtered).max() > 1) == shrinks
@@ -226,15 +232,18 @@ def test_evaluation_counts_every_example_once(digits_config):
   digits_config.eval_batch_size = 64  # 360 = 5 * 64 + 40: the last is padded.
   source = input_pipeline.make_source(digits_config)
   assert input_pipeline.get_info(digits_config, source).num_eval_examples == 360
-  batches = list(input_pipeline.make_eval_dataset(
-      digits_config, source).as_numpy_iterator())
+  batches = list(
+      input_pipeline.make_eval_dataset(digits_config,
+                                       source).as_numpy_iterator())
   assert len(batches) == 6
   assert all(b["image"].shape[0] == 64 for b in batches)
   assert sum(b["mask"].sum() for b in batches) == 360
 
-  labels = np.array([ex["label"] for ex in tfds.as_numpy(
-      tfds.builder("digits", data_dir=digits_config.data_dir).as_dataset(
-          split="test"))])
+  labels = np.array([
+      ex["label"] for ex in tfds.as_numpy(
+          tfds.builder("digits", data_dir=digits_config.data_dir).as_dataset(
+              split="test"))
+  ])
   mesh = sharding.make_mesh()
   model = _ConstantClassifier(label=3)
   params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))["params"]

@@ -10,11 +10,16 @@ import pytest
 from PIL import Image
 
 from configs import fewshot as fewshot_configs
-from vit_jax import models, sharding, weights
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import checks
-from vit_jax.training import steps, trainer
 from vit_jax.fewshot import evaluator as fewshot_evaluator
-from vit_jax.fewshot import features, solver, sweep
+from vit_jax.fewshot import features
+from vit_jax.fewshot import solver
+from vit_jax.fewshot import sweep
+from vit_jax.training import steps
+from vit_jax.training import trainer
 from vit_jax.weights import writers
 
 
@@ -29,8 +34,8 @@ def _protocol_scores(x, labels, test, l2, k=4):
   """big_vision's protocol written out, fitted by scikit-learn's Ridge."""
   from sklearn.linear_model import Ridge
   mean, std = x.mean(0), x.std(0) + 1e-5
-  augment = lambda v: np.concatenate(
-      [(v - mean) / std, np.full((len(v), 1), 100.0)], axis=1)
+  augment = lambda v: np.concatenate([(v - mean) / std,
+                                      np.full((len(v), 1), 100.0)], axis=1)
   targets = 2 * np.eye(k)[labels] - 1
   ridge = Ridge(alpha=l2, fit_intercept=False).fit(augment(x), targets)
   return ridge.predict(augment(test))
@@ -43,8 +48,10 @@ def test_solver_equals_the_protocol_fitted_by_sklearn(n, d):
   grid = (0.25, 16.0, 1024.0)
   accuracy = solver.accuracy_per_l2(x, labels, test, test_labels, 4, grid,
                                     float64=True)
-  want = [np.mean(_protocol_scores(x, labels, test, l2).argmax(-1) ==
-                  test_labels) for l2 in grid]
+  want = [
+      np.mean(_protocol_scores(x, labels, test, l2).argmax(-1) == test_labels)
+      for l2 in grid
+  ]
   np.testing.assert_array_equal(accuracy, want)
   # fp32 may flip a near-tie at the weakest L2: at most one test example.
   np.testing.assert_allclose(
@@ -83,15 +90,17 @@ def test_leave_one_out_on_noise_is_chance_and_refuses_one_shot():
   loo = solver.loo_accuracy(noise, labels, classes, solver.DEFAULT_L2_GRID)
   assert loo.max() < 0.35, loo  # Chance is 0.1.
   one_shot = np.arange(classes)
-  result = solver.fewshot_accuracy(
-      noise[one_shot], one_shot, noise, labels, classes, l2_selection="loo")
+  result = solver.fewshot_accuracy(noise[one_shot], one_shot, noise, labels,
+                                   classes, l2_selection="loo")
   assert result.loo_accuracy is None and result.l2 == solver.FIXED_L2
   assert "used the fixed L2 1024" in result.note
-  metrics, notes = solver.run_protocol(
-      noise, labels, noise, labels, classes, shots=(1, 3), seeds=2,
-      l2_selection="loo")
-  assert notes == ["1shot: leave-one-out needs two examples of a class; "
-                   "used the fixed L2 1024"]
+  metrics, notes = solver.run_protocol(noise, labels, noise, labels, classes,
+                                       shots=(1, 3), seeds=2,
+                                       l2_selection="loo")
+  assert notes == [
+      "1shot: leave-one-out needs two examples of a class; "
+      "used the fixed L2 1024"
+  ]
   assert metrics["1shot_l2"] == solver.FIXED_L2
   assert metrics["3shot_l2"] in solver.DEFAULT_L2_GRID
 
@@ -122,9 +131,9 @@ def test_full_probe_fits_in_8_gib_at_imagenet_scale():
   n, d, k, m = 128_000, 1_024, 1_000, 50_000
   f32 = lambda *shape: jax.ShapeDtypeStruct(shape, np.float32)
   i32 = lambda *shape: jax.ShapeDtypeStruct(shape, np.int32)
-  for fn, args in (
-      (solver._fit_and_count, (f32(n, d), i32(n), f32(m, d), i32(m), f32(1))),
-      (solver._loo_correct, (f32(n, d), i32(n), i32(256), f32(10)))):
+  for fn, args in ((solver._fit_and_count, (f32(
+      n, d), i32(n), f32(m, d), i32(m), f32(1))), (solver._loo_correct, (f32(
+          n, d), i32(n), i32(256), f32(10)))):
     stats = fn.lower(*args, num_classes=k).compile().memory_analysis()
     total = (stats.argument_size_in_bytes + stats.output_size_in_bytes +
              stats.temp_size_in_bytes)
@@ -165,8 +174,8 @@ def test_sharded_extraction_equals_single_device(tfds_data_dir):
   for devices in (1, 8):
     mesh = sharding.make_mesh(devices=jax.devices()[:devices])
     import optax
-    state, shardings = steps.create_train_state(
-        model, optax.identity(), 16, 0, mesh)
+    state, shardings = steps.create_train_state(model, optax.identity(), 16, 0,
+                                                mesh)
     evaluator = fewshot_evaluator.FewShotEvaluator(model, config, mesh,
                                                    shardings.params)
     out.append(evaluator.dataset_features(state.params, "digits"))
@@ -181,8 +190,7 @@ def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
   for field, value in (("on_too_few", "drop"), ("l2_selection", "cv")):
     bad = _config(tfds_data_dir, **{field: value})
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
-      fewshot_evaluator.FewShotEvaluator(model, bad, sharding.make_mesh(),
-                                         None)
+      fewshot_evaluator.FewShotEvaluator(model, bad, sharding.make_mesh(), None)
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
       checks.check_config(bad, sharding.make_mesh())
   with pytest.raises(ValueError, match="available: pre_logits.*block_1"):
@@ -208,8 +216,7 @@ def _image_folder(root):
 @pytest.mark.xdist_group("trained_digits")
 def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
                                                    tfds_data_dir, tmp_path):
-  config = _config(tfds_data_dir, shots=(1, 5, 10), seeds=2,
-                   on_too_few="skip")
+  config = _config(tfds_data_dir, shots=(1, 5, 10), seeds=2, on_too_few="skip")
   config.model.variant = "digits"
   # A second checkpoint: the same model at random init, as a released .npz.
   model = models.build_model(config.model, 10)
@@ -225,10 +232,11 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
     for dataset in ("digits", folder):
       cells = table[path][dataset]
       assert set(cells) >= {"1shot", "5shot", "10shot", "full"}
-      assert all(0.0 <= v <= 1.0 for c, v in cells.items()
-                 if not c.endswith("_l2"))
+      assert all(
+          0.0 <= v <= 1.0 for c, v in cells.items() if not c.endswith("_l2"))
       assert cells["5shot_l2"] == cells["full_l2"] == 2.0**10
-  trained, random = table[trained_digits]["digits"], table[random_path]["digits"]
+  trained, random = table[trained_digits]["digits"], table[random_path][
+      "digits"]
   assert trained["10shot"] > 0.5 > 0.1  # Chance is 0.1.
   assert trained["10shot"] > random["10shot"]
   assert trained["full"] >= trained["10shot"] - 0.005, trained
@@ -253,16 +261,17 @@ def test_checkpoint_of_another_model_is_refused(tfds_data_dir, tmp_path):
 
 def test_periodic_fewshot_during_training(digits_config, tmp_path):
   digits_config.total_steps = 6
-  digits_config.fewshot.update(dict(datasets=("digits",), shots=(1, 2),
-                                    seeds=1, every_steps=3))
+  digits_config.fewshot.update(
+      dict(datasets=("digits",), shots=(1, 2), seeds=1, every_steps=3))
   result = trainer.train_and_evaluate(digits_config, str(tmp_path))
-  assert {"fewshot/digits/1shot", "fewshot/digits/2shot",
-          "fewshot/digits/full"} <= set(result)
+  assert {
+      "fewshot/digits/1shot", "fewshot/digits/2shot", "fewshot/digits/full"
+  } <= set(result)
 
 
 def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
-  config = _config(tfds_data_dir, datasets=(
-      ("digits", "train[:300]", "test[:100]"),),
+  config = _config(tfds_data_dir,
+                   datasets=(("digits", "train[:300]", "test[:100]"),),
                    pp_eval="resize(20)|central_crop|value_range")
   model = models.build_model(config.model, None)
   import optax
@@ -271,16 +280,18 @@ def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
                                               mesh)
   evaluator = fewshot_evaluator.FewShotEvaluator(model, config, mesh,
                                                  shardings.params)
-  train_x, _, test_x, _, classes = evaluator.dataset_features(state.params,
-                                                              "digits")
+  train_x, _, test_x, _, classes = evaluator.dataset_features(
+      state.params, "digits")
   assert train_x.shape == (300, 16) and test_x.shape == (100, 16)
   assert classes == 10
   # The crop of a 20-px resize is not the plain 16-px resize.
   plain = fewshot_evaluator.FewShotEvaluator(
-      model, _config(tfds_data_dir, datasets=(
-          ("digits", "train[:300]", "test[:100]"),)), mesh, shardings.params)
-  assert not np.allclose(plain.dataset_features(state.params, "digits")[0],
-                         train_x, atol=1e-4)
+      model,
+      _config(tfds_data_dir,
+              datasets=(("digits", "train[:300]", "test[:100]"),)), mesh,
+      shardings.params)
+  assert not np.allclose(
+      plain.dataset_features(state.params, "digits")[0], train_x, atol=1e-4)
 
 
 def test_the_standard_bundle_is_big_visions():
@@ -288,7 +299,8 @@ def test_the_standard_bundle_is_big_visions():
   splits = fewshot_evaluator.dataset_splits(config.fewshot)
   assert [key for key, *_ in splits] == [
       "caltech101", "cars196", "cifar100", "dtd", "oxford_iiit_pet",
-      "uc_merced", "imagenet2012"]
+      "uc_merced", "imagenet2012"
+  ]
   assert ("uc_merced", "uc_merced", "train[:1000]", "train[1000:]") in splits
   assert ("imagenet2012", "imagenet2012", "train[:65000]",
           "validation") in splits
@@ -296,8 +308,9 @@ def test_the_standard_bundle_is_big_visions():
   assert config.fewshot.shots == (1, 5, 10, 25)
   assert config.fewshot.l2_reg == 2.0**10 and config.fewshot.seeds == 3
   without = fewshot_configs.get_config("standard,imagenet=0")
-  assert "imagenet2012" not in [k for k, *_ in fewshot_evaluator.dataset_splits(
-      without.fewshot)]
+  assert "imagenet2012" not in [
+      k for k, *_ in fewshot_evaluator.dataset_splits(without.fewshot)
+  ]
   from configs import pretrain  # pylint: disable=g-import-not-at-top
   periodic = pretrain.get_config("augreg_i1k,fewshot=standard")
   assert periodic.fewshot.datasets == config.fewshot.datasets

@@ -21,9 +21,10 @@ KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 
 
 def _render(*args):
-  return subprocess.run([sys.executable, os.path.join(REPO, "launch",
-                                                      "gke.py"), *args],
-                        capture_output=True, text=True, timeout=60)
+  return subprocess.run(
+      [sys.executable,
+       os.path.join(REPO, "launch", "gke.py"), *args], capture_output=True,
+      text=True, timeout=60)
 
 
 def _manifest(*args):
@@ -47,8 +48,10 @@ def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
   assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
   assert jobset["metadata"]["name"] == name
   spec = jobset["spec"]
-  assert spec["network"] == {"enableDNSHostnames": True,
-                             "publishNotReadyAddresses": True}
+  assert spec["network"] == {
+      "enableDNSHostnames": True,
+      "publishNotReadyAddresses": True
+  }
   # A failed pod fails its Job, and the JobSet restarts every pod...
   job = _job(jobset)
   assert job["parallelism"] == job["completions"] == hosts
@@ -56,23 +59,38 @@ def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
   assert spec["failurePolicy"]["maxRestarts"] == restarts
   # ... except after a mistake in the command (exit 2), which would recur.
   [rule] = job["podFailurePolicy"]["rules"]
-  assert rule == {"action": "FailJob", "onExitCodes": {
-      "containerName": "vit-jax", "operator": "In", "values": [2]}}
+  assert rule == {
+      "action": "FailJob",
+      "onExitCodes": {
+          "containerName": "vit-jax",
+          "operator": "In",
+          "values": [2]
+      }
+  }
   assert spec["failurePolicy"]["rules"] == [{
-      "name": "command-error", "action": "FailJobSet",
-      "onJobFailureReasons": ["PodFailurePolicy"]}]
+      "name": "command-error",
+      "action": "FailJobSet",
+      "onJobFailureReasons": ["PodFailurePolicy"]
+  }]
   pod = job["template"]["spec"]
   assert pod["restartPolicy"] == "Never"
   assert pod["terminationGracePeriodSeconds"] == grace
   container = _container(jobset)
   assert container["args"][:4] == [
       "train", "--config=configs/pretrain.py:i1k", f"--workdir={workdir}",
-      "--preempted_exit_code=143"]  # A preempted run is not a finished one.
+      "--preempted_exit_code=143"
+  ]  # A preempted run is not a finished one.
   # Nothing local holds the workdir; at most /dev/shm is a volume.
   for volume in pod.get("volumes", []):
     assert volume == {"name": "shm", "emptyDir": {"medium": "Memory"}}
-  batch_job = {"apiVersion": "batch/v1", "kind": "Job",
-               "metadata": {"name": f"{name}-workers-0"}, "spec": job}
+  batch_job = {
+      "apiVersion": "batch/v1",
+      "kind": "Job",
+      "metadata": {
+          "name": f"{name}-workers-0"
+      },
+      "spec": job
+  }
   for version in KUBERNETES_VERSIONS:
     kubernetes_validate.validate(batch_job, version, strict=True)
 
@@ -81,10 +99,11 @@ def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
 def _train_flags() -> frozenset[str]:
   """The flags `vit-jax train` defines (read in a process of its own: the
   command's module defines them globally)."""
-  done = subprocess.run(
-      [sys.executable, "-c", "import vit_jax.commands.train; from absl import flags; "
-       "print(' '.join(flags.FLAGS))"],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+  done = subprocess.run([
+      sys.executable, "-c",
+      "import vit_jax.commands.train; from absl import flags; "
+      "print(' '.join(flags.FLAGS))"
+  ], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-2000:]
   return frozenset(done.stdout.split())
 
@@ -103,21 +122,31 @@ def test_a_v5e_16_slice_is_4_pods_of_4_chips():
       "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/b16",
       "--", "--config.data_dir=gs://bucket/tfds")
   _check_common(jobset, "vit-b16", 4, "gs://bucket/runs/b16")
+  # One slice, one node pool.
+  topology = "alpha.jobset.sigs.k8s.io/exclusive-topology"
   assert jobset["metadata"]["annotations"] == {
-      "alpha.jobset.sigs.k8s.io/exclusive-topology":
-          "cloud.google.com/gke-nodepool"}  # One slice, one node pool.
+      topology: "cloud.google.com/gke-nodepool"
+  }
   pod = _job(jobset)["template"]["spec"]
   assert pod["nodeSelector"] == {
       "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
       "cloud.google.com/gke-tpu-topology": "4x4",
-      "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t"}
+      "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t"
+  }
   container = _container(jobset)
   assert container["image"] == IMAGE
-  assert container["resources"] == {"limits": {"google.com/tpu": 4},
-                                    "requests": {"google.com/tpu": 4}}
+  assert container["resources"] == {
+      "limits": {
+          "google.com/tpu": 4
+      },
+      "requests": {
+          "google.com/tpu": 4
+      }
+  }
   # GKE gives TPU pods the slice's host names; --distributed reads them.
-  assert container["args"][4:] == ["--distributed",
-                                   "--config.data_dir=gs://bucket/tfds"]
+  assert container["args"][4:] == [
+      "--distributed", "--config.data_dir=gs://bucket/tfds"
+  ]
   assert "env" not in container and "volumes" not in pod
   _check_train_flags(container["args"])
   assert ("--machine-type=ct5lp-hightpu-4t --tpu-topology=4x4 --num-nodes=4"
@@ -136,15 +165,16 @@ def test_a_v5p_64_slice_is_8_pods():
   assert pod["nodeSelector"] == {
       "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
       "cloud.google.com/gke-tpu-topology": "2x4x4",
-      "node.kubernetes.io/instance-type": "ct5p-hightpu-4t"}
+      "node.kubernetes.io/instance-type": "ct5p-hightpu-4t"
+  }
   assert _container(jobset)["resources"]["limits"] == {"google.com/tpu": 4}
   assert "--machine-type=ct5p-hightpu-4t --tpu-topology=2x4x4" in text
 
 
 def test_a_v5e_8_slice_is_one_host_of_8_chips_without_distributed():
-  _, jobset = _manifest(
-      "--name=vit-s16", "--tpu=v5e:2x4", f"--image={IMAGE}",
-      "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/s16")
+  _, jobset = _manifest("--name=vit-s16", "--tpu=v5e:2x4", f"--image={IMAGE}",
+                        "--config=configs/pretrain.py:i1k",
+                        "--workdir=gs://bucket/runs/s16")
   _check_common(jobset, "vit-s16", 1, "gs://bucket/runs/s16")
   pod = _job(jobset)["template"]["spec"]
   # Not two hosts of 4 chips: a 2x4 node pool of either shape matches the
@@ -166,7 +196,8 @@ def test_two_nodes_of_8_gpus_find_pod_0_by_its_jobset_host_name():
   job = _job(jobset)
   pod = job["template"]["spec"]
   assert pod["nodeSelector"] == {
-      "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+      "cloud.google.com/gke-accelerator": "nvidia-h100-80gb"
+  }
   assert pod["serviceAccountName"] == "vit-trainer"
   container = _container(jobset)
   assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
@@ -177,39 +208,45 @@ def test_two_nodes_of_8_gpus_find_pod_0_by_its_jobset_host_name():
            f"{jobset['metadata']['name']}")
   assert container["args"][4:] == [
       f"--coordinator_address={pod_0}:8482", "--num_processes=2",
-      "--process_id=$(VIT_JAX_PROCESS_ID)", "--config.batch_size=1024"]
+      "--process_id=$(VIT_JAX_PROCESS_ID)", "--config.batch_size=1024"
+  ]
   [index] = container["env"]
-  assert index == {"name": "VIT_JAX_PROCESS_ID", "valueFrom": {"fieldRef": {
-      "fieldPath":
-          "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
-  assert container["volumeMounts"] == [{"name": "shm",
-                                        "mountPath": "/dev/shm"}]
+  annotation = "batch.kubernetes.io/job-completion-index"
+  assert index == {
+      "name": "VIT_JAX_PROCESS_ID",
+      "valueFrom": {
+          "fieldRef": {
+              "fieldPath": f"metadata.annotations['{annotation}']"
+          }
+      }
+  }
+  assert container["volumeMounts"] == [{"name": "shm", "mountPath": "/dev/shm"}]
   _check_train_flags(container["args"])
   assert ("--machine-type=a3-highgpu-8g --accelerator=type=nvidia-h100-80gb,"
           "count=8,gpu-driver-version=latest --num-nodes=2") in text
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tpu=v5e:4x4", "--workdir=/mnt/runs/b16"],
-     "--workdir='/mnt/runs/b16': use object storage (gs://BUCKET/PATH)"),
-    (["--tpu=v3:4x4", "--workdir=gs://b/r"],
-     "the generation must be one of v4, v5e, v5p, v6e, tpu7x"),
-    (["--tpu=v5p:4x4", "--workdir=gs://b/r"],
-     "a v5p topology has 3 sizes, e.g. v5p:2x2x2"),
-    (["--tpu=v5p:1x1x1", "--workdir=gs://b/r"],
-     "1 chips are neither one v5p host (4 chips) nor hosts of 4"),
-    (["--tpu=v6e:3x3", "--workdir=gs://b/r"],
-     "9 chips are neither one v6e host (1, 4, 8 chips) nor hosts of 4"),
-    (["--gpu=nvidia-h100-80gb:8", "--workdir=gs://b/r"],
-     "--gpu needs --hosts, the number of nodes"),
-    (["--tpu=v5e:4x4", "--hosts=4", "--workdir=gs://b/r"],
-     "a TPU slice's hosts follow from --tpu"),
-    (["--tpu=v5e:4x4", "--workdir=gs://b/r", "--", "--workdir=gs://c"],
-     "--workdir=gs://c: give it to gke.py itself (before --)"),
+    (["--tpu=v5e:4x4", "--workdir=/mnt/runs/b16"
+     ], "--workdir='/mnt/runs/b16': use object storage (gs://BUCKET/PATH)"),
+    (["--tpu=v3:4x4", "--workdir=gs://b/r"
+     ], "the generation must be one of v4, v5e, v5p, v6e, tpu7x"),
+    (["--tpu=v5p:4x4", "--workdir=gs://b/r"
+     ], "a v5p topology has 3 sizes, e.g. v5p:2x2x2"),
+    (["--tpu=v5p:1x1x1", "--workdir=gs://b/r"
+     ], "1 chips are neither one v5p host (4 chips) nor hosts of 4"),
+    (["--tpu=v6e:3x3", "--workdir=gs://b/r"
+     ], "9 chips are neither one v6e host (1, 4, 8 chips) nor hosts of 4"),
+    (["--gpu=nvidia-h100-80gb:8", "--workdir=gs://b/r"
+     ], "--gpu needs --hosts, the number of nodes"),
+    (["--tpu=v5e:4x4", "--hosts=4", "--workdir=gs://b/r"
+     ], "a TPU slice's hosts follow from --tpu"),
+    (["--tpu=v5e:4x4", "--workdir=gs://b/r", "--", "--workdir=gs://c"
+     ], "--workdir=gs://c: give it to gke.py itself (before --)"),
 ])
 def test_mistakes_get_one_line_that_names_the_fix(args, message):
-  done = _render("--name=run", f"--image={IMAGE}",
-                 "--config=configs/digits.py", *args)
+  done = _render("--name=run", f"--image={IMAGE}", "--config=configs/digits.py",
+                 *args)
   assert done.returncode == 2
   assert message in done.stderr.splitlines()[-1], done.stderr
   assert done.stdout == ""
@@ -227,9 +264,9 @@ def test_names_that_kubernetes_host_names_cannot_hold_are_refused():
 
 
 def test_one_gpu_node_needs_no_coordinator():
-  _, jobset = _manifest(
-      "--name=vit-gpu", "--gpu=nvidia-l4:4", "--hosts=1", "--image=i:cuda",
-      "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/gpu")
+  _, jobset = _manifest("--name=vit-gpu", "--gpu=nvidia-l4:4", "--hosts=1",
+                        "--image=i:cuda", "--config=configs/pretrain.py:i1k",
+                        "--workdir=gs://bucket/runs/gpu")
   _check_common(jobset, "vit-gpu", 1, "gs://bucket/runs/gpu")
   container = _container(jobset)
   assert container["args"][4:] == []

@@ -1,7 +1,7 @@
 """The package as a user installs it: `pip install .` (not editable) into a
 fresh virtual environment, commands run from another directory with configs
 given by path, and a console a person can read. (The new environment gets
-its dependencies from this one: `tests/package_install.py`.)
+its dependencies from this one: `tests/helpers/package_install.py`.)
 """
 
 import os
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests import package_install
+from tests.helpers import package_install
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_RUNLOCAL_LINES = 30
@@ -22,8 +22,9 @@ def installed(tmp_path_factory):
   """(the new environment's bin folder, an empty folder outside the repo)."""
   root = tmp_path_factory.mktemp("install")
   source = root / "source"  # A copy: the build writes into its source tree.
-  shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-      ".git", ".venv", "workdirs", "build", "*.egg-info", "__pycache__"))
+  shutil.copytree(
+      REPO, source, ignore=shutil.ignore_patterns(
+          ".git", ".venv", "workdirs", "build", "*.egg-info", "__pycache__"))
   bin_dir = package_install.install(source, root / "venv")
   elsewhere = root / "elsewhere"
   elsewhere.mkdir()
@@ -37,8 +38,9 @@ def _run(command, cwd, timeout=600):
 
 def test_the_installed_package_is_not_the_repository(installed):
   bin_dir, elsewhere = installed
-  done = _run([str(bin_dir / "python"), "-c",
-               "import vit_jax; print(vit_jax.__file__)"], elsewhere)
+  done = _run([
+      str(bin_dir / "python"), "-c", "import vit_jax; print(vit_jax.__file__)"
+  ], elsewhere)
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.startswith(str(bin_dir.parent)), done.stdout
   listing = _run([str(bin_dir / "vit-jax")], elsewhere)
@@ -52,10 +54,11 @@ def test_runlocal_from_another_directory_prints_a_short_console(
   """The repository's config by path, from outside the repository: one
   line per log step, evaluation and checkpoint; no third-party INFO."""
   bin_dir, elsewhere = installed
-  done = _run([str(bin_dir / "vit-jax"), "train",
-               f"--config={REPO}/configs/digits.py:runlocal",
-               f"--workdir={tmp_path / 'run'}",
-               f"--config.data_dir={tfds_data_dir}"], elsewhere)
+  done = _run([
+      str(bin_dir / "vit-jax"), "train",
+      f"--config={REPO}/configs/digits.py:runlocal",
+      f"--workdir={tmp_path / 'run'}", f"--config.data_dir={tfds_data_dir}"
+  ], elsewhere)
   assert done.returncode == 0, done.stderr[-3000:]
   lines = (done.stdout + done.stderr).splitlines()
   assert len(lines) <= MAX_RUNLOCAL_LINES, "\n".join(lines)
@@ -66,10 +69,11 @@ def test_runlocal_from_another_directory_prints_a_short_console(
   assert "test/accuracy=" in done.stdout
   assert "orbax" not in console.lower() and "I0000" not in console
 
-  again = _run([str(bin_dir / "vit-jax"), "train",
-                f"--config={REPO}/configs/digits.py:runlocal",
-                f"--workdir={tmp_path / 'run'}",
-                f"--config.data_dir={tfds_data_dir}"], elsewhere)
+  again = _run([
+      str(bin_dir / "vit-jax"), "train",
+      f"--config={REPO}/configs/digits.py:runlocal",
+      f"--workdir={tmp_path / 'run'}", f"--config.data_dir={tfds_data_dir}"
+  ], elsewhere)
   assert again.returncode == 0, again.stderr[-3000:]
   assert f"Resuming at step 10 from {tmp_path / 'run'}" in again.stderr
 
@@ -80,16 +84,17 @@ def test_a_users_own_config_file_and_python_m(installed, tfds_data_dir,
   `python -m vit_jax NAME` form works as well as `vit-jax NAME`."""
   bin_dir, elsewhere = installed
   config_file = tmp_path / "my_config.py"
-  config_file.write_text(
-      "from vit_jax.config import defaults\n\n\n"
-      "def get_config(arg=None):\n"
-      "  config = defaults.get_config()\n"
-      "  defaults.runlocal(config)\n"
-      "  config.total_steps = 2\n"
-      "  return config.lock()\n")
-  done = _run([str(bin_dir / "python"), "-m", "vit_jax", "train",
-               f"--config={config_file}", f"--workdir={tmp_path / 'run'}",
-               f"--config.data_dir={tfds_data_dir}"], elsewhere)
+  config_file.write_text("from vit_jax.config import defaults\n\n\n"
+                         "def get_config(arg=None):\n"
+                         "  config = defaults.get_config()\n"
+                         "  defaults.runlocal(config)\n"
+                         "  config.total_steps = 2\n"
+                         "  return config.lock()\n")
+  done = _run([
+      str(bin_dir / "python"), "-m", "vit_jax", "train",
+      f"--config={config_file}", f"--workdir={tmp_path / 'run'}",
+      f"--config.data_dir={tfds_data_dir}"
+  ], elsewhere)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "Step 2/2: loss" in done.stderr
   assert (tmp_path / "run" / "checkpoints" / "2").is_dir()

@@ -1,7 +1,7 @@
 """The TPU VM and SLURM launchers, run for real against stand-ins.
 
-`tests/launch_fakes/bin/gcloud` records its calls and plays a slice whose
-workers are folders: `scp` copies into them and `ssh` runs the command
+`tests/helpers/launch_fakes/bin/gcloud` records its calls and plays a slice
+whose workers are folders: `scp` copies into them and `ssh` runs the command
 there with bash, so `launch/tpu_pod.sh` drives the real
 `launch/setup_host.sh` and `launch/tpu_worker.sh` on every "worker". The
 workers' python3 is a stand-in of a chosen version (Google's Ubuntu 22.04
@@ -17,7 +17,7 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAKES = os.path.join(REPO, "tests", "launch_fakes")
+FAKES = os.path.join(REPO, "tests", "helpers", "launch_fakes")
 
 
 class Slice:
@@ -30,16 +30,22 @@ class Slice:
     (root / "home" / ".ssh" / "google_compute_engine").write_text("")
     self.log = root / "calls.log"
     self.env = {
-        "PATH": f"{FAKES}/bin:/usr/bin:/bin", "HOME": str(root / "home"),
-        "FAKES_DIR": FAKES, "FAKE_LOG": str(self.log),
-        "FAKE_ROOT": str(root / "slice"), "FAKE_WORKERS": str(workers),
+        "PATH": f"{FAKES}/bin:/usr/bin:/bin",
+        "HOME": str(root / "home"),
+        "FAKES_DIR": FAKES,
+        "FAKE_LOG": str(self.log),
+        "FAKE_ROOT": str(root / "slice"),
+        "FAKE_WORKERS": str(workers),
         "FAKE_PYTHON_VERSION": python_version,
-        "VIT_JAX_START_SECONDS": "1"}  # How long `start` watches a run.
+        "VIT_JAX_START_SECONDS": "1"
+    }  # How long `start` watches a run.
 
   def run(self, *args, ok=True, **env):
-    done = subprocess.run(
-        [os.path.join(REPO, "launch", "tpu_pod.sh"), *args],
-        env={**self.env, **env}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([os.path.join(REPO, "launch", "tpu_pod.sh"), *args],
+                          env={
+                              **self.env,
+                              **env
+                          }, capture_output=True, text=True, timeout=120)
     if ok:
       assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -48,8 +54,9 @@ class Slice:
     return self.root / "slice" / f"worker{worker}"
 
   def calls(self, prefix=""):
-    return [c for c in self.log.read_text().splitlines()
-            if c.startswith(prefix)]
+    return [
+        c for c in self.log.read_text().splitlines() if c.startswith(prefix)
+    ]
 
   def kill_runs(self):
     for w in range(self.workers):
@@ -66,9 +73,9 @@ def make_slice(tmp_path):
   made = []
 
   def make(workers=2, python_version="3.10.12"):
-    made.append(Slice(tmp_path / f"slice{len(made)}", workers,
-                      python_version))
+    made.append(Slice(tmp_path / f"slice{len(made)}", workers, python_version))
     return made[-1]
+
   yield make
   for fake in made:
     fake.kill_runs()
@@ -89,7 +96,8 @@ def test_setup_on_a_python_3_10_image_fetches_python_3_11_with_uv(make_slice):
         f"worker{w}: uv python install 3.11",
         f"worker{w}: uv venv --seed --python 3.11 .venv",
         f"worker{w}: pip install --quiet --upgrade pip",
-        f"worker{w}: pip install --quiet -c constraints.txt -e .[tpu]"]
+        f"worker{w}: pip install --quiet -c constraints.txt -e .[tpu]"
+    ]
     copy = fake.home(w) / "vit_jax"
     assert (copy / "setup.py").is_file()
     assert os.access(copy / "launch" / "tpu_worker.sh", os.X_OK)
@@ -111,10 +119,10 @@ def test_setup_on_a_new_enough_python_uses_it_and_a_rerun_keeps_the_venv(
   done = fake.run("setup", "my-tpu", "europe-west4-a")
   assert "worker 0: Python 3.12.3, JAX 0.10.2\n" in done.stdout
   assert fake.calls("worker0: ") == [
-      "worker0: python3 --version",
-      "worker0: python3 -m venv .venv",
+      "worker0: python3 --version", "worker0: python3 -m venv .venv",
       "worker0: pip install --quiet --upgrade pip",
-      "worker0: pip install --quiet -c constraints.txt -e .[tpu]"]
+      "worker0: pip install --quiet -c constraints.txt -e .[tpu]"
+  ]
   stale = fake.home(0) / "vit_jax" / "stale_file.py"
   stale.write_text("")
   again = fake.run("setup", "my-tpu", "europe-west4-a")
@@ -186,8 +194,7 @@ def test_train_runs_detached_on_every_worker_then_stop_saves_and_resumes(
   fake.run("stop", "my-tpu", "us-central2-b")
 
 
-def test_a_run_that_fails_at_once_is_named_and_the_others_stopped(
-    make_slice):
+def test_a_run_that_fails_at_once_is_named_and_the_others_stopped(make_slice):
   fake = make_slice(workers=2)
   fake.run("setup", "my-tpu", "z")
   done = fake.run("train", "my-tpu", "z", "--config.totl_steps=5", ok=False,
@@ -196,7 +203,8 @@ def test_a_run_that_fails_at_once_is_named_and_the_others_stopped(
   assert done.stderr.strip().splitlines() == [
       "error: train failed on worker 1 of 2 (worker 1: error: the run ended "
       "at once: error: the config has no field 'totl_steps'); each worker's "
-      f"output is in {done.stderr.strip().rsplit(' ', 1)[1]}"]
+      f"output is in {done.stderr.strip().rsplit(' ', 1)[1]}"
+  ]
   # Worker 0 had started; it is stopped rather than left waiting for 1.
   status = fake.run("status", "my-tpu", "z")
   assert "worker 0: not running: Stopped at step" in status.stdout
@@ -209,7 +217,8 @@ def test_a_tpu_that_is_not_ready_is_refused(make_slice):
   assert done.stderr.startswith("error: my-tpu is CREATING, not READY")
   assert fake.calls("gcloud ") == [
       "gcloud compute tpus tpu-vm describe my-tpu --zone=z "
-      "--format=value(state,networkEndpoints.len())"]
+      "--format=value(state,networkEndpoints.len())"
+  ]
 
 
 def test_the_first_ssh_goes_alone_so_gcloud_makes_its_key_once(make_slice):
@@ -252,15 +261,20 @@ def test_slurm_runs_one_distributed_process_per_node(tmp_path):
   srun.chmod(0o755)
   log = tmp_path / "srun.log"
   done = subprocess.run(
-      ["bash", os.path.join(REPO, "launch", "slurm.sbatch"),
-       "--config=configs/pretrain.py:i1k", "--workdir=/shared/run one"],
-      env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SRUN_LOG": str(log),
-           "SLURM_SUBMIT_DIR": REPO},
-      capture_output=True, text=True, timeout=60)
+      [
+          "bash",
+          os.path.join(REPO, "launch", "slurm.sbatch"),
+          "--config=configs/pretrain.py:i1k", "--workdir=/shared/run one"
+      ], env={
+          "PATH": f"{bin_dir}:/usr/bin:/bin",
+          "SRUN_LOG": str(log),
+          "SLURM_SUBMIT_DIR": REPO
+      }, capture_output=True, text=True, timeout=60)
   assert done.returncode == 0, done.stderr
   assert log.read_text().splitlines() == [
       REPO, "--kill-on-bad-exit=1", ".venv/bin/vit-jax", "train",
       "--distributed", "--config=configs/pretrain.py:i1k",
-      "--workdir=/shared/run one"]
+      "--workdir=/shared/run one"
+  ]
   header = open(os.path.join(REPO, "launch", "slurm.sbatch")).read()
   assert "launch/setup_host.sh cuda" in header  # How to get Python 3.11+.

@@ -27,20 +27,22 @@ def test_the_docstring_names_every_folder_and_no_other():
 
 
 def test_at_most_eight_modules_at_the_root():
-  root = [m for m in _modules() if os.sep not in m
-          and m not in ("__init__.py", "__main__.py")]
+  root = [
+      m for m in _modules()
+      if os.sep not in m and m not in ("__init__.py", "__main__.py")
+  ]
   assert len(root) <= 8, root
 
 
 def test_no_two_modules_share_a_basename():
-  names = collections.Counter(os.path.basename(m) for m in _modules()
-                              if not m.endswith("__init__.py"))
+  names = collections.Counter(
+      os.path.basename(m) for m in _modules() if not m.endswith("__init__.py"))
   assert [n for n, count in names.items() if count > 1] == []
 
 
 def test_no_module_is_named_like_a_standard_library_module():
-  names = {os.path.basename(m)[:-3] for m in _modules()} - {"__init__",
-                                                            "__main__"}
+  names = {os.path.basename(m)[:-3] for m in _modules()
+          } - {"__init__", "__main__"}
   assert sorted(names & set(sys.stdlib_module_names)) == []
 
 

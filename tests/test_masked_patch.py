@@ -6,22 +6,26 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from vit_jax import models, sharding, weights
-from vit_jax.config import checks, defaults
-from vit_jax.performance import planning
-from vit_jax.training import optim, steps
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax import weights
+from vit_jax.config import checks
+from vit_jax.config import defaults
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch as mp
 from vit_jax.models.vit import VisionTransformer
+from vit_jax.performance import planning
+from vit_jax.training import optim
+from vit_jax.training import steps
 from vit_jax.weights import writers
 
 MASKED_PARTS = {"mask_token"} | {
-    f"masked_patch_head/{p}" for p in ("Dense_0/kernel", "Dense_0/bias",
-                                       "LayerNorm_0/scale", "LayerNorm_0/bias",
-                                       "Dense_1/kernel", "Dense_1/bias")}
-TINY = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1,
-            patch_size=4)
+    f"masked_patch_head/{p}"
+    for p in ("Dense_0/kernel", "Dense_0/bias", "LayerNorm_0/scale",
+              "LayerNorm_0/bias", "Dense_1/kernel", "Dense_1/bias")
+}
+TINY = dict(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_size=4)
 
 
 def _mp_config(**overrides):
@@ -39,8 +43,9 @@ def test_corruption_rates_and_split():
   corrupted = kind != mp.UNTOUCHED
   np.testing.assert_array_equal(corrupted.sum(1), 8)  # Exactly half.
   np.testing.assert_allclose(corrupted.mean(0), 0.5, atol=0.03)  # Uniform.
-  shares = [np.mean(kind[corrupted] == k)
-            for k in (mp.MASKED, mp.REPLACED, mp.KEPT)]
+  shares = [
+      np.mean(kind[corrupted] == k) for k in (mp.MASKED, mp.REPLACED, mp.KEPT)
+  ]
   np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.01)
   # BERT's 15% of 196 tokens (ViT-B/16 at 224 px): round(29.4) = 29.
   c = mp.sample_corruption(jax.random.key(1), 8, 196, corrupt_rate=0.15)
@@ -57,8 +62,8 @@ def test_replacement_is_another_patch_of_the_same_image():
   for position in range(num):
     counts = np.bincount(source[:, position], minlength=num)
     assert counts[position] == 0
-    np.testing.assert_allclose(np.delete(counts, position) / batch, 0.25,
-                               atol=0.04)
+    np.testing.assert_allclose(
+        np.delete(counts, position) / batch, 0.25, atol=0.04)
 
 
 def test_corrupt_touches_only_corrupted_patches():
@@ -69,8 +74,8 @@ def test_corrupt_touches_only_corrupted_patches():
   source = np.array([[1, 0, 5, 0, 0, 0]] * 3, np.int32)
   out = np.asarray(mp.corrupt(x, mask_token, mp.Corruption(kind, source)))
   x = np.asarray(x)
-  for p, want in enumerate([x[:, 0], mask_token, x[:, 5], x[:, 3], x[:, 4],
-                            mask_token]):
+  for p, want in enumerate(
+      [x[:, 0], mask_token, x[:, 5], x[:, 3], x[:, 4], mask_token]):
     np.testing.assert_array_equal(out[:, p], np.broadcast_to(want, (3, 4)))
 
 
@@ -82,16 +87,17 @@ def _color_image(colors_GxGx3, stride):
 
 
 def test_a_flat_patch_maps_to_its_3_bit_colour_class():
-  colors = np.array([[[200, 30, 100], [255, 255, 255]],
-                     [[0, 0, 0], [31, 32, 224]]], np.float64)
+  colors = np.array(
+      [[[200, 30, 100], [255, 255, 255]], [[0, 0, 0], [31, 32, 224]]],
+      np.float64)
   # Each channel's bin is floor(value / 255 * 8); the class is R*64+G*8+B.
   want = [6 * 64 + 0 * 8 + 3, 511, 0, 0 * 64 + 1 * 8 + 7]
-  targets = mp.patch_targets(_color_image(colors, 4), (2, 2), "mean_color",
-                             3, 4)
+  targets = mp.patch_targets(_color_image(colors, 4), (2, 2), "mean_color", 3,
+                             4)
   np.testing.assert_array_equal(targets, [want])
   # With 1 bit per channel: 8 classes.
-  targets = mp.patch_targets(_color_image(colors, 4), (2, 2), "mean_color",
-                             1, 4)
+  targets = mp.patch_targets(_color_image(colors, 4), (2, 2), "mean_color", 1,
+                             4)
   np.testing.assert_array_equal(targets, [[4 + 0 + 0, 7, 0, 1]])
 
 
@@ -109,8 +115,8 @@ def test_downsized_and_pixel_targets():
   cell = np.asarray(images)[0, 4:8, 24:28].mean((0, 1))
   want = mp.color_classes(jnp.asarray(cell), 3)
   assert int(downsized[0, 1, 1 * 4 + 2]) == int(want)
-  np.testing.assert_array_equal(
-      pixels[0, 1], np.asarray(images)[0, :16, 16:].reshape(-1))
+  np.testing.assert_array_equal(pixels[0, 1],
+                                np.asarray(images)[0, :16, 16:].reshape(-1))
   assert mp.output_width("downsized", 16, 3, 4) == 16 * 512
   assert mp.output_width("pixels_l2", 16, 3, 4) == 768
   assert mp.output_width("mean_color", 16, 3, 4) == 512
@@ -127,16 +133,19 @@ def test_loss_ignores_uncorrupted_patches(target):
   images = jnp.asarray(rng.uniform(-1, 1, (2, 8, 8, 3)), jnp.float32)
   predictions = jnp.asarray(rng.normal(size=(2, 4, width)), jnp.float32)
   key = jax.random.key(5)
-  corrupted = np.asarray(mp.sample_corruption(
-      jax.random.split(key)[0], 2, 4).corrupted_BxN)
+  corrupted = np.asarray(
+      mp.sample_corruption(jax.random.split(key)[0], 2, 4).corrupted_BxN)
   assert corrupted.sum() == 4
 
   def loss(predictions, images):
+
     def apply(images, corruption, rngs):
       np.testing.assert_array_equal(corruption.corrupted_BxN, corrupted)
       return None, {"patch_predictions": predictions, "grid": (2, 2)}
-    value, _ = steps.masked_patch_prediction(config, stride=4)(
-        apply, {"image": images}, key)
+
+    value, _ = steps.masked_patch_prediction(config, stride=4)(apply, {
+        "image": images
+    }, key)
     return value
 
   grads = np.abs(np.asarray(jax.grad(loss)(predictions, images))).sum(-1)
@@ -150,16 +159,15 @@ def test_loss_ignores_uncorrupted_patches(target):
 def test_model_has_the_mask_token_and_patch_head_only_when_asked():
   images = jnp.zeros((2, 16, 16, 3))
   plain = VisionTransformer(num_classes=None, **TINY)
-  model = VisionTransformer(num_classes=None, masked_patch_outputs=512,
-                            **TINY)
+  model = VisionTransformer(num_classes=None, masked_patch_outputs=512, **TINY)
   params = model.init(jax.random.key(0), images)["params"]
   assert "mask_token" not in plain.init(jax.random.key(0), images)["params"]
   assert params["mask_token"].shape == (1, 1, 16)
   assert params["masked_patch_head"]["Dense_1"]["kernel"].shape == (16, 512)
   # Nothing corrupted equals no corruption; predictions per patch (not for
   # the class token).
-  images = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, images.shape),
-                       jnp.float32)
+  images = jnp.asarray(
+      np.random.default_rng(0).uniform(-1, 1, images.shape), jnp.float32)
   nothing = mp.Corruption(jnp.zeros((2, 16), jnp.int32),
                           jnp.ones((2, 16), jnp.int32))
   _, out = model.apply({"params": params}, images)
@@ -190,17 +198,17 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
   for devices in (jax.devices()[:1], jax.devices()):
     mesh = sharding.make_mesh(devices=devices)
     state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
-    step = steps.jit_train_step(steps.make_train_step(
-        model, tx, steps.objective_for_config(config), schedule, mesh),
-                                state_sharding, mesh)
+    step = steps.jit_train_step(
+        steps.make_train_step(model, tx, steps.objective_for_config(config),
+                              schedule, mesh), state_sharding, mesh)
     losses = []
     for batch in batches:
       state, metrics = step(state, sharding.to_global_batch(batch, mesh))
       losses.append((float(metrics["loss"]), float(metrics["accuracy"])))
     results.append((losses, jax.device_get(state.params)))
   np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5)
-  for a, b in zip(jax.tree.leaves(results[0][1]),
-                  jax.tree.leaves(results[1][1])):
+  for a, b in zip(jax.tree.leaves(results[0][1]), jax.tree.leaves(
+      results[1][1])):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
@@ -239,8 +247,8 @@ def test_plan_compiles_the_masked_patch_step(selfsup_config):
   assert r["flops_per_step"] > 0
 
 
-def test_released_weights_start_self_supervised_pre_training(selfsup_config,
-                                                             tmp_path):
+def test_released_weights_start_self_supervised_pre_training(
+    selfsup_config, tmp_path):
   """A supervised file loads into the masked-patch model with its [mask]
   token and patch head new; a masked-patch file exports to timm without
   them (timm's model computes the same features)."""
@@ -259,13 +267,13 @@ def test_released_weights_start_self_supervised_pre_training(selfsup_config,
       models.init_on_zeros(model, jax.random.key(0), 16), timm_path)
   assert set(left_out) == MASKED_PARTS
   timm = safetensors.numpy.load_file(timm_path)
-  assert "blocks.1.mlp.fc2.bias" in timm and not any(
-      "mask" in k for k in timm)
+  assert "blocks.1.mlp.fc2.bias" in timm and not any("mask" in k for k in timm)
 
 
-@pytest.mark.parametrize("arg", ["jft", "jft,dataset=folder:/data/raw,"
-                                 "target=downsized,variant=ViT-L/16",
-                                 "digits,target=pixels_l2"])
+@pytest.mark.parametrize("arg", [
+    "jft", "jft,dataset=folder:/data/raw,"
+    "target=downsized,variant=ViT-L/16", "digits,target=pixels_l2"
+])
 def test_presets_pass_the_config_checks(arg):
   from configs import selfsup
   config = selfsup.get_config(arg)
@@ -285,11 +293,12 @@ def test_masked_patch_step_without_class_token_and_with_accumulation(
   tx, schedule = optim.make_optimizer(selfsup_config, 10)
   mesh = sharding.make_mesh()
   state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
-  step = steps.train_step_for_config(selfsup_config, model, tx, schedule,
-                                     mesh, state_sharding)
+  step = steps.train_step_for_config(selfsup_config, model, tx, schedule, mesh,
+                                     state_sharding)
   images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3))
-  _, metrics = step(state, sharding.to_global_batch(
-      {"image": images.astype(np.float32)}, mesh))
+  _, metrics = step(
+      state, sharding.to_global_batch({"image": images.astype(np.float32)},
+                                      mesh))
   assert abs(float(metrics["loss"]) - np.log(512)) < 1e-4  # Zero head.
   assert 0.0 <= float(metrics["accuracy"]) <= 1.0
   _, out = model.apply(

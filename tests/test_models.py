@@ -2,7 +2,8 @@
 variants' sizes and names are in `test_variants.py`).
 
 Everything that runs uses tiny models so the file stays fast on a laptop CPU.
-The numpy reference (`tests/numpy_reference.py`) is written from the paper's
+The numpy reference (`tests/helpers/numpy_reference.py`) is written from the
+paper's
 equations and the released code's formulas and never calls `vit_jax`, so it
 checks the model rather than restating it.
 """
@@ -16,20 +17,22 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-from tests import numpy_reference as ref
-from tests.test_variants import flat, variant_model
+
+from tests.helpers import numpy_reference as ref
+from tests.test_variants import flat
+from tests.test_variants import variant_model
 from vit_jax import models
 from vit_jax.errors import UserError
-from vit_jax.models import VARIANTS, VisionTransformer, layout
+from vit_jax.models import VARIANTS
+from vit_jax.models import VisionTransformer
+from vit_jax.models import layout
 from vit_jax.models import vit as vit_module
-
 
 # The tiny model that every numerical test runs.
 TINY = dict(num_classes=7, hidden_size=32, mlp_dim=64, num_heads=4,
             num_layers=2, patch_size=4)
 IMAGE_SHAPE = (4, 16, 16, 3)  # A 4x4 grid of 4x4 patches.
 B = IMAGE_SHAPE[0]
-
 
 # ----------------------------------------------------------------- helpers --
 
@@ -62,14 +65,12 @@ def random_params(model, x=None, seed: int = 1, scale: float = 0.3):
   return jax.tree_util.tree_map_with_path(fill, shapes)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "train",
-                                             "return_intermediates"))
+@functools.partial(jax.jit,
+                   static_argnames=("model", "train", "return_intermediates"))
 def run(model, params, x, rngs=None, train=False, return_intermediates=False):
   """Jitted `model.apply`."""
   return model.apply({"params": params}, x, rngs=rngs, train=train,
                      return_intermediates=return_intermediates)
-
-
 
 
 # -------------------------------------------------------- numpy reference --
@@ -80,8 +81,8 @@ def trained_like(model, x, seed=1):
   return ref.trained_like_params(shapes, seed)
 
 
-@pytest.mark.parametrize("classifier,representation_size",
-                         [("token", 24), ("gap", None)])
+@pytest.mark.parametrize("classifier,representation_size", [("token", 24),
+                                                            ("gap", None)])
 def test_forward_matches_numpy_reference(classifier, representation_size):
   model = tiny_model(classifier=classifier,
                      representation_size=representation_size)
@@ -93,8 +94,8 @@ def test_forward_matches_numpy_reference(classifier, representation_size):
                                          classifier)
   assert logits.shape == (B, 7)
   assert np.abs(want_logits).max() > 0.5  # Not trivially zero.
-  np.testing.assert_allclose(out["pre_logits"], want_pre_logits,
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out["pre_logits"], want_pre_logits, rtol=1e-5,
+                             atol=1e-5)
   np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-5)
 
 
@@ -106,10 +107,10 @@ def test_gelu_is_the_released_tanh_form_and_erf_is_an_option():
   want_tanh, _ = ref.vit(params, x, TINY["patch_size"])
   want_erf, _ = ref.vit(params, x, TINY["patch_size"], gelu=ref.gelu_erf)
   assert np.abs(want_tanh - want_erf).max() > 1e-4  # 10x the tolerance.
-  np.testing.assert_allclose(run(tanh_model, params, x)[0], want_tanh,
-                             rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(run(erf_model, params, x)[0], want_erf,
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      run(tanh_model, params, x)[0], want_tanh, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      run(erf_model, params, x)[0], want_erf, rtol=1e-5, atol=1e-5)
 
 
 def test_hybrid_matches_numpy_reference_with_released_standardisation():
@@ -126,6 +127,7 @@ def test_hybrid_matches_numpy_reference_with_released_standardisation():
   def variance_eps(kernel, eps=1e-5):
     w = kernel - kernel.mean(axis=(0, 1, 2))
     return w / np.sqrt(w.var(axis=(0, 1, 2)) + eps)
+
   other, _ = ref.vit(params, x, VARIANTS["testing-hybrid"].patch_size,
                      standardize_fn=variance_eps)
   assert np.abs(other - want).max() > 1e-3
@@ -151,8 +153,8 @@ def test_without_posemb_permuting_patches_permutes_tokens():
   _, out_perm = run(model, params, x_perm)
   np.testing.assert_allclose(out_perm["encoded"], out["encoded"][:, perm],
                              rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(out_perm["logits"], out["logits"],
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out_perm["logits"], out["logits"], rtol=1e-5,
+                             atol=1e-5)
 
 
 def test_batch_elements_are_independent():
@@ -161,10 +163,11 @@ def test_batch_elements_are_independent():
   params = random_params(model, x)
   logits = run(model, params, x)[0]
   for i in range(B):
-    np.testing.assert_allclose(logits[i], run(model, params, x[i:i + 1])[0][0],
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits[i],
+                               run(model, params, x[i:i + 1])[0][0], rtol=1e-5,
+                               atol=1e-5)
 
-  loss_of_first = lambda x: jnp.sum(run(model, params, x)[0][0] ** 2)
+  loss_of_first = lambda x: jnp.sum(run(model, params, x)[0][0]**2)
   grad = np.asarray(jax.jit(jax.grad(loss_of_first))(x))
   assert np.abs(grad[0]).max() > 0
   assert np.all(grad[1:] == 0)
@@ -190,8 +193,8 @@ def test_stack_unstack_layers_round_trip_exactly():
   params = random_params(tiny_model())
   stacked = layout.stack_layers(params)
   assert layout.is_scanned(stacked) and not layout.is_scanned(params)
-  assert stacked["Transformer"]["encoderblock"]["LayerNorm_0"]["scale"].shape == (
-      TINY["num_layers"], TINY["hidden_size"])
+  assert stacked["Transformer"]["encoderblock"]["LayerNorm_0"][
+      "scale"].shape == (TINY["num_layers"], TINY["hidden_size"])
   back = flat(layout.unstack_layers(stacked))
   want = flat(params)
   assert back.keys() == want.keys()
@@ -214,18 +217,17 @@ def test_scan_layers_matches_loop_with_converted_params():
   # The converted tree has exactly the structure that scan init creates.
   scan_init = jax.eval_shape(scan_model.init, jax.random.key(0), x)["params"]
   stacked = layout.stack_layers(params)
-  assert (jax.tree.map(lambda a: a.shape, scan_init)
-          == jax.tree.map(lambda a: a.shape, stacked))
+  assert (jax.tree.map(lambda a: a.shape, scan_init) == jax.tree.map(
+      lambda a: a.shape, stacked))
 
   logits, out = run(tiny_model(), params, x)
   logits_scan, out_scan = run(scan_model, stacked, x)
-  np.testing.assert_allclose(out_scan["encoded"], out["encoded"],
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out_scan["encoded"], out["encoded"], rtol=1e-5,
+                             atol=1e-5)
   np.testing.assert_allclose(logits_scan, logits, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("remat,scan_layers",
-                         [("full", False), ("dots", True)])
+@pytest.mark.parametrize("remat,scan_layers", [("full", False), ("dots", True)])
 def test_remat_gives_same_outputs_and_gradients(remat, scan_layers):
   x = images()
   params = random_params(tiny_model(), x)
@@ -244,8 +246,7 @@ def test_remat_gives_same_outputs_and_gradients(remat, scan_layers):
   want, got = flat(want_grads), flat(grads)
   assert got.keys() == want.keys()
   for k in want:
-    np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5,
-                               err_msg=k)
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 @pytest.mark.parametrize("scan_layers", [False, True])
@@ -265,8 +266,9 @@ def test_return_intermediates(scan_layers):
   assert not np.allclose(out["blocks"][-1], out["encoded"], atol=1e-3)
   # The encoder output is the final LayerNorm of the last block's output.
   norm = jax.tree.map(np.asarray, params["Transformer"]["encoder_norm"])
-  np.testing.assert_allclose(ref.layer_norm(np.asarray(out["blocks"][-1]), norm),
-                             out["encoded"], rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(
+      ref.layer_norm(np.asarray(out["blocks"][-1]), norm), out["encoded"],
+      rtol=1e-4, atol=1e-4)
 
   _, plain_out = run(tiny_model(scan_layers=scan_layers), params, x)
   assert "blocks" not in plain_out and "attention_weights" not in plain_out
@@ -308,7 +310,6 @@ def test_tiny_hybrid_token_grid_follows_variant_stride():
   assert logits.shape == (2, 5) and np.all(np.isfinite(logits))
 
 
-
 def test_map_head():
   model = tiny_model(classifier="map")
   x = images()
@@ -333,7 +334,8 @@ def test_dropout_only_in_training():
   assert not np.allclose(train_1, eval_1, atol=1e-4)
   assert not np.allclose(train_1, train_2, atol=1e-4)
   np.testing.assert_array_equal(
-      train_1, run(model, params, x, train=True, rngs=rngs(0))[0])
+      train_1,
+      run(model, params, x, train=True, rngs=rngs(0))[0])
 
 
 # --------------------------------------------------------------- bad input --
@@ -353,8 +355,13 @@ def test_unknown_variant_lists_known_ones():
 
 def model_config(**overrides) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
-      "variant": "testing", "classifier": "token", "remat": "none",
-      "dtype": "float32", "param_dtype": "float32", **overrides})
+      "variant": "testing",
+      "classifier": "token",
+      "remat": "none",
+      "dtype": "float32",
+      "param_dtype": "float32",
+      **overrides
+  })
 
 
 def test_check_model_config_accepts_good_config():
@@ -362,8 +369,7 @@ def test_check_model_config_accepts_good_config():
 
 
 @pytest.mark.parametrize("field,value", [("classifier", "cls"),
-                                         ("remat", "some"),
-                                         ("dtype", "fp32")])
+                                         ("remat", "some"), ("dtype", "fp32")])
 def test_check_model_config_names_bad_field(field, value):
   with pytest.raises(ValueError, match=field):
     models.check_model_config(model_config(**{field: value}))
@@ -387,7 +393,7 @@ def test_fused_attention_paths_equal_the_explicit_one():
 
   def logits_and_grads(attention):
     model = _attention_model(attention)
-    loss = lambda p: jnp.sum(model.apply({"params": p}, x)[0] ** 2)
+    loss = lambda p: jnp.sum(model.apply({"params": p}, x)[0]**2)
     return model.apply({"params": params}, x)[0], jax.grad(loss)(params)
 
   want, want_grads = logits_and_grads("explicit")
@@ -427,8 +433,8 @@ def test_attention_weights_only_where_asked():
 
 
 def test_an_unknown_attention_is_refused():
-  config = ml_collections.ConfigDict(dict(
-      variant="testing", classifier="token", remat="none", dtype="float32",
-      param_dtype="float32", attention="flash"))
+  config = ml_collections.ConfigDict(
+      dict(variant="testing", classifier="token", remat="none", dtype="float32",
+           param_dtype="float32", attention="flash"))
   with pytest.raises(UserError, match="config.model.attention='flash'"):
     models.check_model_config(config)

@@ -20,16 +20,23 @@ import orbax.checkpoint as ocp
 import pytest
 from PIL import Image
 
-from vit_jax import models, sharding
-from vit_jax.training import optim, steps
+from vit_jax import models
+from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
-OVERRIDES = {"total_steps": STEPS, "checkpoint_every_steps": STEPS,
-             "eval_every_steps": 0, "optimizer": "sgd", "lr": 0.1,
-             "sharding.params": ((".*", "fsdp"),),
-             "sharding.fsdp_min_size": 0}
+OVERRIDES = {
+    "total_steps": STEPS,
+    "checkpoint_every_steps": STEPS,
+    "eval_every_steps": 0,
+    "optimizer": "sgd",
+    "lr": 0.1,
+    "sharding.params": ((".*", "fsdp"),),
+    "sharding.fsdp_min_size": 0
+}
 
 
 def _free_port() -> int:
@@ -44,32 +51,36 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
   optionally sends SIGTERM to process 1 alone once process 0 logs
   `sigterm_process_1_at`. Returns ([return codes], [(stdout, stderr)])."""
   port = _free_port()
-  env = {**os.environ,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
   procs = []
   for process_id in range(2):
-    cmd = [sys.executable, "-m", "vit_jax", "train",
-           "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
-           f"--config.data_dir={data_dir}",
-           f"--coordinator_address=localhost:{port}", "--num_processes=2",
-           f"--process_id={process_id}", *flags]
+    cmd = [
+        sys.executable, "-m", "vit_jax", "train",
+        "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
+        f"--config.data_dir={data_dir}",
+        f"--coordinator_address=localhost:{port}", "--num_processes=2",
+        f"--process_id={process_id}", *flags
+    ]
     cmd += [f"--config.{k}={v}" for k, v in (overrides or OVERRIDES).items()]
-    procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE))
+    procs.append(
+        subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE))
   outputs = [([], []) for _ in procs]
-  readers = [threading.Thread(target=lambda f=f, lines=lines: lines.extend(
-      iter(f.readline, "")), daemon=True)
-             for proc, output in zip(procs, outputs)
-             for f, lines in zip((proc.stdout, proc.stderr), output)]
+  readers = [
+      threading.Thread(
+          target=lambda f=f, lines=lines: lines.extend(iter(f.readline, "")),
+          daemon=True)
+      for proc, output in zip(procs, outputs)
+      for f, lines in zip((proc.stdout, proc.stderr), output)
+  ]
   for reader in readers:
     reader.start()
   try:
     if sigterm_process_1_at is not None:
       deadline = time.time() + 300
-      while not any(sigterm_process_1_at in l for l in outputs[0][1]):
-        assert time.time() < deadline and procs[0].poll() is None, (
-            "".join(outputs[0][1])[-3000:])
+      while not any(sigterm_process_1_at in line for line in outputs[0][1]):
+        assert time.time() < deadline and procs[0].poll() is None, ("".join(
+            outputs[0][1])[-3000:])
         time.sleep(0.05)
       procs[1].send_signal(signal.SIGTERM)
     codes = [proc.wait(timeout=400) for proc in procs]
@@ -86,9 +97,11 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
   """8 devices, one process, global batches = concat of the two shares:
   the state after `num_steps` (and, `also_before_last`, one step before)."""
   source = input_pipeline.make_source(config)
-  shares = [input_pipeline.make_train_dataset(
-      config, source, process_index=i, process_count=2).as_numpy_iterator()
-            for i in range(2)]
+  shares = [
+      input_pipeline.make_train_dataset(config, source, process_index=i,
+                                        process_count=2).as_numpy_iterator()
+      for i in range(2)
+  ]
   mesh = sharding.mesh_from_config(config)
   model = models.build_model(config.model, source.num_classes)
   tx, schedule = optim.make_optimizer(config, num_steps)
@@ -96,8 +109,8 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
       model, tx, config.image_size, config.seed, mesh, config.sharding)
   step = steps.jit_train_step(
       steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
-                            schedule, mesh),
-      shardings, mesh, config.sharding.logical_axis_rules)
+                            schedule, mesh), shardings, mesh,
+      config.sharding.logical_axis_rules)
   for i in range(num_steps):
     parts = [next(share) for share in shares]
     batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -130,9 +143,9 @@ def test_two_processes_equal_one_with_the_same_global_batch(
   saved = ocp.StandardCheckpointer().restore(
       os.path.join(workdir, "checkpoints", str(STEPS), "default"), target)
   assert int(saved.step) == STEPS
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5,
-                                                       atol=1e-6),
-               jax.device_get(saved.params), jax.device_get(expected.params))
+  jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+      jax.device_get(saved.params), jax.device_get(expected.params))
 
 
 def _image_folder(root):
@@ -151,8 +164,8 @@ def _image_folder(root):
 def _stderr_tails(outputs) -> str:
   """The end of each process's stderr, before the list of extension modules
   that a fatal Python error appends (it would hide the reason)."""
-  return "\n".join(err.split("\nExtension modules:")[0][-4000:]
-                   for _, err in outputs)
+  return "\n".join(
+      err.split("\nExtension modules:")[0][-4000:] for _, err in outputs)
 
 
 def _apply(config, overrides):
@@ -169,22 +182,29 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
   ends where an uninterrupted run does."""
   total = 30
   folder = _image_folder(tmp_path / "images")
-  overrides = {**OVERRIDES, "total_steps": total, "log_every_steps": 5,
-               "checkpoint_every_steps": 1000, "dataset": folder,
-               "decay_type": "constant",  # The last steps count fully.
-               "lr": 0.02}  # Stable: lr 0.1 diverges, and amplifies drift.
+  overrides = {
+      **OVERRIDES,
+      "total_steps": total,
+      "log_every_steps": 5,
+      "checkpoint_every_steps": 1000,
+      "dataset": folder,
+      "decay_type": "constant",  # The last steps count fully.
+      "lr": 0.02
+  }  # Stable: lr 0.1 diverges, and amplifies drift.
   workdir = str(tmp_path / "preempted")
-  codes, outputs = _launch_two_processes(
-      workdir, tfds_data_dir, overrides, sigterm_process_1_at="Step 10/",
-      flags=["--preempted_exit_code=143"])
+  codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides,
+                                         sigterm_process_1_at="Step 10/",
+                                         flags=["--preempted_exit_code=143"])
   assert codes == [143, 143], _stderr_tails(outputs)
-  step = int(float(re.search(r"preempted_at_step=([\d.]+)",
-                             outputs[0][0]).group(1)))
+  step = int(
+      float(re.search(r"preempted_at_step=([\d.]+)", outputs[0][0]).group(1)))
   assert 10 < step < total
   for _, err in outputs:  # Both stopped at that step.
     assert f"Stopped at step {step} after a preemption notice" in err
-  saved = [d for d in os.listdir(os.path.join(workdir, "checkpoints"))
-           if d.isdigit()]
+  saved = [
+      d for d in os.listdir(os.path.join(workdir, "checkpoints"))
+      if d.isdigit()
+  ]
   assert saved == [str(step)]
   # Process 0 listed the folder once, for both, into the workdir.
   assert [f for f in os.listdir(workdir) if f.startswith("folder_index_")]

@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 import pytest
 from PIL import Image
 
-from tests import gcs_server
+from tests.helpers import gcs_server
 from vit_jax import paths
 from vit_jax.data import input_pipeline
 from vit_jax.fewshot import sweep
@@ -42,15 +42,17 @@ def gcs():
 def _train(gcs, workdir, data_dir, kill_after_checkpoint=None):
   """Runs main on `workdir`; SIGKILLs it once that checkpoint is committed
   in the bucket. Returns (returncode, stdout, stderr)."""
-  cmd = [sys.executable, "-m", "vit_jax", "train",
-         "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
-         f"--config.data_dir={data_dir}", "--config.model.variant=digits",
-         f"--config.total_steps={STEPS}", "--config.checkpoint_every_steps=20",
-         "--config.log_every_steps=20", "--config.ema_decay=0.99",
-         "--config.model.dropout_rate=0.1"]
-  proc = subprocess.Popen(cmd, cwd=REPO, env={**gcs.env(), "XLA_FLAGS": ""},
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+  cmd = [
+      sys.executable, "-m", "vit_jax", "train",
+      "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
+      f"--config.data_dir={data_dir}", "--config.model.variant=digits",
+      f"--config.total_steps={STEPS}", "--config.checkpoint_every_steps=20",
+      "--config.log_every_steps=20", "--config.ema_decay=0.99",
+      "--config.model.dropout_rate=0.1"
+  ]
+  proc = subprocess.Popen(cmd, cwd=REPO, env={
+      **gcs.env(), "XLA_FLAGS": ""
+  }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   if kill_after_checkpoint is not None:
     prefix = workdir[len("gs://bucket/"):]
     # On GCS, Orbax commits a step by writing this file last.
@@ -88,8 +90,8 @@ def test_a_killed_run_resumes_from_the_bucket_bit_identically(
   assert "Resuming at step" in err and "gs://bucket/cut" in err
   final = lambda text: text.strip().splitlines()[-1]
   assert final(resumed) == final(reference)
-  jax.tree.map(np.testing.assert_array_equal,
-               _final_state("gs://bucket/cut"), _final_state("gs://bucket/whole"))
+  jax.tree.map(np.testing.assert_array_equal, _final_state("gs://bucket/cut"),
+               _final_state("gs://bucket/whole"))
   # Both runs' metrics are kept: the resumed run writes new event files.
   events = [o for o in gcs.list("bucket", "cut/") if "tfevents" in o]
   assert len(events) == 2, events
@@ -112,8 +114,8 @@ def _write_png(path, pixels):
   target.write_bytes(buffer.getvalue())
 
 
-def test_image_folder_in_a_bucket_reads_like_a_local_one(gcs, digits_config,
-                                                         tmp_path):
+def test_image_folder_in_a_bucket_reads_like_a_local_one(
+    gcs, digits_config, tmp_path):
   rng = np.random.default_rng(0)
   for split, count in (("train", 4), ("test", 2)):
     for name in ("cat", "dog"):
@@ -130,8 +132,10 @@ def test_image_folder_in_a_bucket_reads_like_a_local_one(gcs, digits_config,
     source = input_pipeline.make_source(config)
     assert source.class_names == ["cat", "dog"]
     assert source.num_examples("train") == 8
-    batches.append(next(input_pipeline.make_eval_dataset(
-        config, source).as_numpy_iterator()))
+    batches.append(
+        next(
+            input_pipeline.make_eval_dataset(config,
+                                             source).as_numpy_iterator()))
   np.testing.assert_array_equal(batches[0]["image"], batches[1]["image"])
   np.testing.assert_array_equal(batches[0]["labels"], batches[1]["labels"])
 
@@ -139,7 +143,7 @@ def test_image_folder_in_a_bucket_reads_like_a_local_one(gcs, digits_config,
 def test_fewshot_tables_are_written_to_the_bucket(gcs):
   table = {"ckpt": {"digits": {"1shot": 0.5, "full": 0.75}}}
   sweep.write(table, "gs://bucket/fewshot")
-  assert gcs.list("bucket", "fewshot/") == ["fewshot/fewshot.csv",
-                                            "fewshot/fewshot.json"]
+  assert gcs.list(
+      "bucket", "fewshot/") == ["fewshot/fewshot.csv", "fewshot/fewshot.json"]
   text = paths.resolve("gs://bucket/fewshot/fewshot.json").read_text()
   assert json.loads(text) == table

@@ -8,19 +8,30 @@ import numpy as np
 import optax
 import pytest
 
-from vit_jax.config import defaults
 from vit_jax import sharding
-from vit_jax.training import optim, steps
+from vit_jax.config import defaults
+from vit_jax.training import optim
+from vit_jax.training import steps
 
-PARAMS = {"head": {"kernel": jnp.ones((4, 3)), "bias": jnp.ones((3,))},
-          "Transformer": {"encoder_norm": {"scale": jnp.ones((4,))}}}
+PARAMS = {
+    "head": {
+        "kernel": jnp.ones((4, 3)),
+        "bias": jnp.ones((3,))
+    },
+    "Transformer": {
+        "encoder_norm": {
+            "scale": jnp.ones((4,))
+        }
+    }
+}
 GRADS = jax.tree.map(lambda p: 0.5 * jnp.ones_like(p), PARAMS)
 
 
 def _config(**overrides) -> ml_collections.ConfigDict:
   config = defaults.get_config()
-  config.update(dict(warmup_steps=0, decay_type="constant", lr=0.1,
-                     grad_clip_norm=0.0, **overrides))
+  config.update(
+      dict(warmup_steps=0, decay_type="constant", lr=0.1, grad_clip_norm=0.0,
+           **overrides))
   return config
 
 
@@ -32,9 +43,9 @@ def _one_update(config):
 
 
 def test_sgd_lr_and_wd_multipliers_apply_per_parameter():
-  updates, _ = _one_update(_config(
-      optimizer="sgd", momentum=0.0, weight_decay=0.2,
-      lr_mults=(("head/.*", 10.0),), wd_mults=((".*/bias", 0.0),)))
+  updates, _ = _one_update(
+      _config(optimizer="sgd", momentum=0.0, weight_decay=0.2,
+              lr_mults=(("head/.*", 10.0),), wd_mults=((".*/bias", 0.0),)))
   # -lr * lr_mult * (grad + wd * wd_mult * param)
   np.testing.assert_allclose(updates["head/kernel"], -0.1 * 10 * (0.5 + 0.2))
   np.testing.assert_allclose(updates["head/bias"], -0.1 * 10 * 0.5)
@@ -68,9 +79,11 @@ def test_bf16_first_moment_keeps_fp32_second_moment():
   assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype("float32")}
 
 
-@pytest.mark.parametrize("field, value", [
-    ("lr_mults", (("heads/.*", 2.0),)), ("wd_mults", (("cls", 0.0),)),
-    ("frozen", ("Transformer/encoderblock_9/.*",)), ("frozen", (".*",))])
+@pytest.mark.parametrize("field, value",
+                         [("lr_mults", (("heads/.*", 2.0),)),
+                          ("wd_mults", (("cls", 0.0),)),
+                          ("frozen", ("Transformer/encoderblock_9/.*",)),
+                          ("frozen", (".*",))])
 def test_rules_that_match_nothing_or_everything_are_errors(field, value):
   config = _config(**{field: value})
   with pytest.raises(ValueError, match=f"config.{field}|freezes every"):
@@ -89,25 +102,28 @@ def test_ema_follows_tf_warmup_then_the_decay():
 def _step_and_state(digits_config, ema_decay=0.0, label_smoothing=0.0):
   """The `testing` model, SGD at a constant lr, and a random batch."""
   from vit_jax import models
-  digits_config.update(dict(optimizer="sgd", warmup_steps=0,
-                            decay_type="constant", grad_clip_norm=0.0))
+  digits_config.update(
+      dict(optimizer="sgd", warmup_steps=0, decay_type="constant",
+           grad_clip_norm=0.0))
   digits_config.model.variant = "testing"
   model = models.build_model(digits_config.model, 10)
   tx, schedule = optim.make_optimizer(digits_config, 10)
   mesh = sharding.make_mesh()
   state, shardings = steps.create_train_state(model, tx, 16, 0, mesh,
                                               ema=ema_decay > 0)
-  step = steps.jit_train_step(steps.make_train_step(
-      model, tx, steps.supervised(steps.softmax_xent, label_smoothing),
-      schedule, mesh, ema_decay=ema_decay), shardings, mesh)
+  step = steps.jit_train_step(
+      steps.make_train_step(
+          model, tx, steps.supervised(steps.softmax_xent, label_smoothing),
+          schedule, mesh, ema_decay=ema_decay), shardings, mesh)
   rng = np.random.default_rng(0)
-  local = {"image": rng.uniform(-1, 1, (32, 16, 16, 3)).astype(np.float32),
-           "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]}
+  local = {
+      "image": rng.uniform(-1, 1, (32, 16, 16, 3)).astype(np.float32),
+      "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]
+  }
   return model, state, step, local, sharding.to_global_batch(local, mesh)
 
 
-def test_ema_over_several_steps_equals_a_hand_computed_average(
-    digits_config):
+def test_ema_over_several_steps_equals_a_hand_computed_average(digits_config):
   decay = 0.2  # Below the warm-up rate from step 2 on: both branches run.
   digits_config.lr = 0.5  # Big steps: the average's weights show clearly.
   _, state, step, _, batch = _step_and_state(digits_config, ema_decay=decay)
@@ -117,32 +133,39 @@ def test_ema_over_several_steps_equals_a_hand_computed_average(
     state, _ = step(state, batch)
     params = jax.device_get(state.params)
     rate = min(decay, (1 + t) / (10 + t))
-    expected = jax.tree.map(lambda e, p, r=rate: r * e + (1 - r) * p,
-                            expected, params)
+    expected = jax.tree.map(lambda e, p, r=rate: r * e + (1 - r) * p, expected,
+                            params)
     ema = jax.device_get(state.ema_params)
-    jax.tree.map(lambda e, w: np.testing.assert_allclose(
-        e, w, rtol=2e-6, atol=1e-8), ema, expected)
-  moved = max(np.abs(a - b).max() for a, b in zip(
-      jax.tree.leaves(params), jax.tree.leaves(first)))
+    jax.tree.map(
+        lambda e, w: np.testing.assert_allclose(e, w, rtol=2e-6, atol=1e-8),
+        ema, expected)
+  moved = max(
+      np.abs(a - b).max()
+      for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(first)))
   assert moved > 1e-2  # The parameters really moved.
-  lag = max(np.abs(a - b).max() for a, b in zip(
-      jax.tree.leaves(ema), jax.tree.leaves(params)))
+  lag = max(
+      np.abs(a - b).max()
+      for a, b in zip(jax.tree.leaves(ema), jax.tree.leaves(params)))
   assert lag > 1e-4  # The average is not just the parameters.
   assert state.eval_params() is state.ema_params
 
 
 def test_label_smoothing_loss_equals_independent_computation(digits_config):
   smoothing = 0.3
-  model, state, step, local, batch = _step_and_state(
-      digits_config, label_smoothing=smoothing)
+  model, state, step, local, batch = _step_and_state(digits_config,
+                                                     label_smoothing=smoothing)
   # A random head, so predictions are not uniform (the zero-initialised head
   # gives ln(10) whatever the targets are).
   head = state.params["head"]["kernel"]
   random_head = np.random.default_rng(1).normal(size=head.shape)
-  params = {**state.params, "head": {**state.params["head"], "kernel":
-      jax.device_put(random_head.astype(np.float32), head.sharding)}}
-  logits = np.asarray(model.apply({"params": params}, local["image"])[0],
-                      np.float64)
+  params = {
+      **state.params, "head": {
+          **state.params["head"], "kernel": jax.device_put(
+              random_head.astype(np.float32), head.sharding)
+      }
+  }
+  logits = np.asarray(
+      model.apply({"params": params}, local["image"])[0], np.float64)
   _, metrics = step(state.replace(params=params), batch)
   log_p = logits - logits.max(-1, keepdims=True)
   log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
@@ -157,10 +180,9 @@ def test_smoothed_loss_matches_hand_computation():
   logits = jnp.array([[2.0, 0.0, -1.0]])
   labels = jnp.array([[1.0, 0.0, 0.0]])
   smoothed = optax.smooth_labels(labels, 0.3)
-  expected = -np.sum(np.array([0.8, 0.1, 0.1]) *
-                     jax.nn.log_softmax(logits)[0])
-  np.testing.assert_allclose(steps.softmax_xent(logits, smoothed)[0], expected,
-                             rtol=1e-6)
+  expected = -np.sum(np.array([0.8, 0.1, 0.1]) * jax.nn.log_softmax(logits)[0])
+  np.testing.assert_allclose(
+      steps.softmax_xent(logits, smoothed)[0], expected, rtol=1e-6)
 
 
 def test_frozen_parameters_cost_no_backward_pass():
@@ -168,21 +190,24 @@ def test_frozen_parameters_cost_no_backward_pass():
   gradients for it), and the update equals the one computed with every
   gradient (the optimizer zeroes the frozen ones either way)."""
   from vit_jax import models
-  config = _config(optimizer="adam", frozen=("Transformer/encoderblock_.*",
-                                             "embedding/.*"))
+  config = _config(optimizer="adam",
+                   frozen=("Transformer/encoderblock_.*", "embedding/.*"))
   config.model.variant = "testing"
   model = models.build_model(config.model, 10)
   mesh = sharding.make_mesh(devices=jax.devices()[:1])
   tx, schedule = optim.make_optimizer(config, 10)
   state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
   rng = np.random.default_rng(0)
-  batch = {"image": rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32),
-           "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 4)]}
+  batch = {
+      "image": rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32),
+      "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 4)]
+  }
 
   def step_with(frozen):
-    step = steps.jit_train_step(steps.make_train_step(
-        model, tx, steps.supervised(steps.softmax_xent), schedule, mesh,
-        frozen=frozen), state_sharding, mesh)
+    step = steps.jit_train_step(
+        steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+                              schedule, mesh, frozen=frozen), state_sharding,
+        mesh)
     flops = step.lower(state, batch).compile().cost_analysis()["flops"]
     new_state, _ = step(jax.tree.map(jnp.copy, state), batch)
     return flops, jax.device_get(new_state.params)

@@ -10,9 +10,10 @@ import sys
 import jax
 import pytest
 
-from vit_jax.performance import planning
-from vit_jax.training import steps, trainer
 from vit_jax.errors import UserError
+from vit_jax.performance import planning
+from vit_jax.training import steps
+from vit_jax.training import trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The `testing` variant at 16 px with 10 classes: embedding 4*4*3*16+16, class
@@ -28,8 +29,10 @@ def _sum_check(r):
 
 def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
   r = planning.plan(digits_config, "cpu:8", hbm_gib=1.0)
-  assert (r["topology"], r["num_devices"], r["mesh"]) == (
-      "cpu:8", 8, {"data": 8, "model": 1})
+  assert (r["topology"], r["num_devices"], r["mesh"]) == ("cpu:8", 8, {
+      "data": 8,
+      "model": 1
+  })
   assert r["params"] == TESTING_PARAMS_DIGITS
   _sum_check(r)
   # Parameters and two Adam moments (fp32) at least, all replicated.
@@ -43,8 +46,7 @@ def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
   assert planning.plan(digits_config, "cpu:8")["fits"] is None
 
 
-def test_plan_compiles_what_training_runs(digits_config, tmp_path,
-                                         monkeypatch):
+def test_plan_compiles_what_training_runs(digits_config, tmp_path, monkeypatch):
   """The plan's figures are those of the step `train_and_evaluate` runs."""
   seen = []
   preflight = planning.preflight
@@ -59,8 +61,9 @@ def test_plan_compiles_what_training_runs(digits_config, tmp_path,
 def test_preflight_stops_a_step_that_cannot_fit(digits_config, tmp_path,
                                                 monkeypatch):
   monkeypatch.setattr(planning, "device_memory_limit", lambda device: 1024)
-  with pytest.raises(UserError, match=r"needs .* GiB per device .* but a "
-                     r"device has 0.00 GiB"):
+  with pytest.raises(
+      UserError, match=r"needs .* GiB per device .* but a "
+      r"device has 0.00 GiB"):
     trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert not (tmp_path / "checkpoints").exists() or not any(
       (tmp_path / "checkpoints").iterdir())
@@ -98,8 +101,8 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
   the forward and again in the backward pass, instead of keeping all 12
   layers' gathered weights alive from one to the other."""
   regathered = _tpu_plan(digits_config, "fsdp")
-  monkeypatch.setattr(steps, "_gather_in_blocks",
-                      lambda model, shardings: (model, shardings))
+  monkeypatch.setattr(steps, "_gather_in_blocks", lambda model, shardings:
+                      (model, shardings))
   kept = _tpu_plan(digits_config, "fsdp")
   # ViT-B/32 blocks: 7,087,872 parameters each, fp32 at this config's dtype.
   block_bytes = 7_087_872 * 4
@@ -113,11 +116,11 @@ def test_unknown_topology_is_a_clear_error(digits_config):
 
 def test_plan_command_writes_json(tmp_path, tfds_data_dir):
   out = tmp_path / "plan.json"
-  done = subprocess.run(
-      [sys.executable, "-m", "vit_jax", "plan",
-       "--config=configs/digits.py:runlocal", f"--config.data_dir={tfds_data_dir}",
-       "--topology=cpu:2", f"--out={out}"],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "plan",
+      "--config=configs/digits.py:runlocal",
+      f"--config.data_dir={tfds_data_dir}", "--topology=cpu:2", f"--out={out}"
+  ], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "per device: arguments" in done.stdout
   report = json.loads(out.read_text())
@@ -129,15 +132,18 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
       f"{report['total_bytes'] / 2**30:.2f} | ? |")
 
 
-@pytest.mark.parametrize("kind, per_chip, gib, tflops", [
-    ("TPU v5 lite", 1, 16, 197),  # v5e
-    ("TPU v5", 1, 95, 459),  # v5p: not taken for a v5e ("TPU v5" is shorter)
-    ("TPU v6 lite", 1, 32, 918),
-    ("TPU v4", 2, 16, 137.5),  # Two devices per chip share it.
-    ("NVIDIA H100 80GB HBM3", 1, 80, 989),
-    ("NVIDIA A100-SXM4-80GB", 1, 80, 312),
-    ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
-])
+@pytest.mark.parametrize(
+    "kind, per_chip, gib, tflops",
+    [
+        ("TPU v5 lite", 1, 16, 197),  # v5e
+        ("TPU v5", 1, 95,
+         459),  # v5p: not taken for a v5e ("TPU v5" is shorter)
+        ("TPU v6 lite", 1, 32, 918),
+        ("TPU v4", 2, 16, 137.5),  # Two devices per chip share it.
+        ("NVIDIA H100 80GB HBM3", 1, 80, 989),
+        ("NVIDIA A100-SXM4-80GB", 1, 80, 312),
+        ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
+    ])
 def test_chip_table_matches_reported_device_kinds(kind, per_chip, gib, tflops):
   from vit_jax.performance import hardware
   assert hardware.hbm_bytes(kind, per_chip) == gib * 2**30

@@ -15,13 +15,17 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vit_jax import inference, models
+from vit_jax import inference
+from vit_jax import models
 from vit_jax.config import defaults
-from vit_jax.training import steps
-from vit_jax.data import image_files, input_pipeline, sources
+from vit_jax.data import image_files
+from vit_jax.data import input_pipeline
+from vit_jax.data import sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
-from vit_jax.weights import architecture, writers
+from vit_jax.training import steps
+from vit_jax.weights import architecture
+from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,10 +74,12 @@ def test_predictions_on_image_files_agree_with_the_evaluator(
   # Image by image: file N.png is the split's N-th example.
   params = jax.device_get(loaded.params)
   expected = np.concatenate([
-      np.argmax(loaded.model.apply({"params": params}, b["image"])[0], -1)[
-          b["mask"] > 0] for b in batches()])
-  predicted = {int(os.path.basename(path)[:-4]): classes[0]
-               for path, classes, _ in rows}
+      np.argmax(loaded.model.apply({"params": params}, b["image"])[0],
+                -1)[b["mask"] > 0] for b in batches()
+  ])
+  predicted = {
+      int(os.path.basename(path)[:-4]): classes[0] for path, classes, _ in rows
+  }
   np.testing.assert_array_equal([predicted[n] for n in range(1, count + 1)],
                                 expected)
 
@@ -86,12 +92,14 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
   good = (folder / "good" / "3.png").read_bytes()
   (folder / "cut.png").write_bytes(good[:len(good) // 2])
   out = tmp_path / "predictions.csv"
-  done = subprocess.run(
-      [sys.executable, "-m", "vit_jax", "predict",
-       f"--checkpoint={trained_digits}", "--top_k=2", "--batch_size=4",
-       f"--out={out}", str(folder)], cwd=REPO,
-      env={**os.environ, "XLA_FLAGS": ""}, capture_output=True, text=True,
-      timeout=300)
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "predict",
+      f"--checkpoint={trained_digits}", "--top_k=2", "--batch_size=4",
+      f"--out={out}",
+      str(folder)
+  ], cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, capture_output=True, text=True, timeout=300)
   assert done.returncode == 1, done.stderr[-3000:]
   assert "Traceback" not in done.stderr
   assert f"Skipped {folder / 'notes.png'}: not a JPEG or PNG file" in (
@@ -104,10 +112,12 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
 
   with open(out, newline="") as f:
     rows = list(csv.DictReader(f))
-  assert list(rows[0]) == ["path", "label", "score", "label_1", "score_1",
-                           "label_2", "score_2"]
+  assert list(rows[0]) == [
+      "path", "label", "score", "label_1", "score_1", "label_2", "score_2"
+  ]
   assert len(rows) == 10 and {r["path"] for r in rows} == {
-      str(folder / "good" / f"{i}.png") for i in range(10)}
+      str(folder / "good" / f"{i}.png") for i in range(10)
+  }
   for row in rows:
     assert row["label"] == row["label_1"] and row["score"] == row["score_1"]
     assert float(row["score_1"]) >= float(row["score_2"])
@@ -120,8 +130,8 @@ def _testing_model(num_classes, classifier="token"):
   config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
   model = models.build_model(config, num_classes)
-  return model, model.init(jax.random.key(0), jnp.zeros((1, 24, 24, 3)))[
-      "params"]
+  return model, model.init(jax.random.key(0), jnp.zeros(
+      (1, 24, 24, 3)))["params"]
 
 
 @pytest.mark.parametrize("save", ["npz", "timm"])
@@ -158,8 +168,7 @@ def test_class_names_from_a_file_and_for_imagenet(tmp_path):
   assert inference.class_names(loaded) == (["0", "1", "2"], "class indices")
   labels = tmp_path / "labels.txt"
   labels.write_text("cat\ndog\n\nbird\n")
-  assert inference.class_names(loaded, str(labels))[0] == ["cat", "dog",
-                                                           "bird"]
+  assert inference.class_names(loaded, str(labels))[0] == ["cat", "dog", "bird"]
   labels.write_text("cat\ndog\n")
   with pytest.raises(UserError, match="names 2 classes; the head has 3"):
     inference.class_names(loaded, str(labels))
@@ -172,14 +181,14 @@ def test_class_names_from_a_file_and_for_imagenet(tmp_path):
 def test_image_files_are_found_recursively_and_padded(tmp_path):
   (tmp_path / "a" / "b").mkdir(parents=True)
   rgb = np.random.default_rng(0).integers(0, 255, (30, 20, 3), np.uint8)
-  (tmp_path / "a" / "b" / "x.jpg").write_bytes(
-      tf.io.encode_jpeg(rgb).numpy())
+  (tmp_path / "a" / "b" / "x.jpg").write_bytes(tf.io.encode_jpeg(rgb).numpy())
   (tmp_path / "a" / "y.PNG").write_bytes(
       tf.io.encode_png(rgb[..., :1]).numpy())  # Grey.
   (tmp_path / "a" / "z.txt").write_text("skipped: not an image name")
   files = image_files.find_images([str(tmp_path / "a")])
-  assert [os.path.relpath(f, tmp_path) for f in files] == ["a/b/x.jpg",
-                                                           "a/y.PNG"]
+  assert [os.path.relpath(f, tmp_path) for f in files] == [
+      "a/b/x.jpg", "a/y.PNG"
+  ]
   batches = list(image_files.ImageFiles(files, "resize|value_range", 8, 3))
   assert len(batches) == 1
   batch = batches[0]

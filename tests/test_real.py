@@ -12,14 +12,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from configs import finetune
-from vit_jax import evaluators, sharding
+from tests.helpers import tfds_fakes
+from vit_jax import evaluators
+from vit_jax import sharding
 from vit_jax.config import defaults
-from vit_jax.training import steps
 from vit_jax.data import sources
 from vit_jax.errors import UserError
-from vit_jax.evaluators import classification, imagenet_variants
-
-from tests import tfds_fakes
+from vit_jax.evaluators import classification
+from vit_jax.evaluators import imagenet_variants
+from vit_jax.training import steps
 
 # ReaL label sets of the fake validation images; one has none.
 REAL_SETS = ([7], [3, 7, 9], [], [1, 2], [7, 500], [999])
@@ -29,11 +30,14 @@ PREDICTED = 7  # The class the test model predicts for every image.
 
 def test_real_accuracy_counts_a_hit_in_the_label_set_and_skips_empty_sets():
   logits = jnp.eye(5)[jnp.array([0, 1, 2, 3])] * 4.0  # Top-1: 0, 1, 2, 3.
-  labels = jnp.array([[1, 0, 0, 0, 1],   # 0 in {0, 4}: correct.
-                      [0, 0, 1, 0, 0],   # 1 not in {2}: wrong.
-                      [0, 0, 0, 0, 0],   # No ReaL label: not counted.
-                      [0, 1, 0, 1, 0]],  # 3 in {1, 3}: correct.
-                     jnp.float32)
+  labels = jnp.array(
+      [
+          [1, 0, 0, 0, 1],  # 0 in {0, 4}: correct.
+          [0, 0, 1, 0, 0],  # 1 not in {2}: wrong.
+          [0, 0, 0, 0, 0],  # No ReaL label: not counted.
+          [0, 1, 0, 1, 0]
+      ],  # 3 in {1, 3}: correct.
+      jnp.float32)
   mask = jnp.array([1.0, 1.0, 1.0, 1.0])
   correct, counted = classification.top1_correct(logits, labels, mask,
                                                  skip_unlabelled=True)
@@ -41,8 +45,8 @@ def test_real_accuracy_counts_a_hit_in_the_label_set_and_skips_empty_sets():
   np.testing.assert_array_equal(counted, [1, 1, 0, 1])
   assert float(correct.sum() / counted.sum()) == pytest.approx(2 / 3)
   # The plain rule counts the unlabelled image as a miss; padding never.
-  correct, counted = classification.top1_correct(
-      logits, labels, mask.at[3].set(0.0))
+  correct, counted = classification.top1_correct(logits, labels,
+                                                 mask.at[3].set(0.0))
   assert (float(correct.sum()), float(counted.sum())) == (1.0, 3.0)
 
 
@@ -54,8 +58,8 @@ def test_an_empty_label_list_is_all_zeros():
 
 
 def test_real_and_v2_use_imagenets_class_order(tmp_path):
-  names = lambda name, key: tfds.builder(
-      name, data_dir=str(tmp_path)).info.features[key]
+  names = lambda name, key: tfds.builder(name, data_dir=str(tmp_path)
+                                        ).info.features[key]
   imagenet = names("imagenet2012", "label").names
   assert names("imagenet2012_real", "real_label").feature.names == imagenet
   assert names("imagenet_v2", "label").names == imagenet
@@ -76,10 +80,17 @@ def _image(i):
 def _examples(builder, split):
   del split
   if builder.name == "imagenet2012_real":
-    return [{"image": _image(i), "original_label": 0, "real_label": labels,
-             "file_name": f"{i}.JPEG"} for i, labels in enumerate(REAL_SETS)]
-  return [{"image": _image(i), "label": label, "file_name": f"{i}.jpeg"}
-          for i, label in enumerate(V2_LABELS)]
+    return [{
+        "image": _image(i),
+        "original_label": 0,
+        "real_label": labels,
+        "file_name": f"{i}.JPEG"
+    } for i, labels in enumerate(REAL_SETS)]
+  return [{
+      "image": _image(i),
+      "label": label,
+      "file_name": f"{i}.jpeg"
+  } for i, label in enumerate(V2_LABELS)]
 
 
 @pytest.fixture
@@ -100,8 +111,9 @@ def imagenet_model(tmp_path):
   state, state_sharding = steps.create_train_state(
       model, optax.identity(), config.image_size, 0, mesh, config.sharding)
   params = dict(state.params)  # The head's kernel is zero: logits = bias.
-  params["head"] = {**params["head"],
-                    "bias": jnp.zeros(1000).at[PREDICTED].set(1.0)}
+  params["head"] = {
+      **params["head"], "bias": jnp.zeros(1000).at[PREDICTED].set(1.0)
+  }
   with tfds_fakes.mock_tfds(config.data_dir, _examples):
     yield config, model, mesh, state_sharding.params, params
 
@@ -109,9 +121,10 @@ def imagenet_model(tmp_path):
 def test_real_and_v2_evaluators(imagenet_model):
   config, model, mesh, params_sharding, params = imagenet_model
   imagenet = types.SimpleNamespace(num_classes=1000)  # The training data.
-  made = {name: evaluators.EVALUATORS[name](
-      config, model, mesh, params_sharding, imagenet)
-          for name in ("real", "v2")}
+  made = {
+      name: evaluators.EVALUATORS[name](config, model, mesh, params_sharding,
+                                        imagenet) for name in ("real", "v2")
+  }
   assert {every for every, _ in made.values()} == {config.eval_every_steps}
   made = {name: evaluator for name, (_, evaluator) in made.items()}
 
@@ -125,13 +138,14 @@ def test_real_and_v2_evaluators(imagenet_model):
   # labels' -log p (uniform targets), as test/loss is for one label.
   log_z = np.log(np.e + 999)
   minus_log_p = lambda c: log_z - (c == PREDICTED)
-  assert real["loss"] == pytest.approx(np.mean(
-      [np.mean([minus_log_p(c) for c in s]) for s in labelled]), rel=1e-5)
+  assert real["loss"] == pytest.approx(
+      np.mean([np.mean([minus_log_p(c) for c in s]) for s in labelled]),
+      rel=1e-5)
 
   v2 = made["v2"].run(params)
   assert v2["num_examples"] == len(V2_LABELS)
-  assert v2["accuracy"] == pytest.approx(V2_LABELS.count(PREDICTED) /
-                                         len(V2_LABELS))
+  assert v2["accuracy"] == pytest.approx(
+      V2_LABELS.count(PREDICTED) / len(V2_LABELS))
   assert v2["loss"] == pytest.approx(
       np.mean([minus_log_p(c) for c in V2_LABELS]), rel=1e-5)
 

@@ -1,6 +1,7 @@
 """Released checkpoints by name or URL, through the local download cache.
 
-The bucket is fake-gcs-server on 127.0.0.1 (tests/gcs_server.py), serving a
+The bucket is fake-gcs-server on 127.0.0.1 (tests/helpers/gcs_server.py),
+serving a
 tiny `testing` model written in the released .npz layout; nothing leaves
 the machine. Every test has its own cache directory.
 """
@@ -17,12 +18,19 @@ import jax
 import numpy as np
 import pytest
 
-from tests import gcs_server
-from vit_jax import inference, models, paths, weights
+from tests.helpers import gcs_server
+from vit_jax import inference
+from vit_jax import models
+from vit_jax import paths
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
-from vit_jax.weights import cache, describe, formats, released, writers
+from vit_jax.weights import cache
+from vit_jax.weights import describe
+from vit_jax.weights import formats
+from vit_jax.weights import released
+from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "vit_models"
@@ -80,8 +88,9 @@ def fresh_process_state(monkeypatch, tmp_path):
 def named(gcs, tiny, monkeypatch, request):
   """NAME in the released table, pointing at a fresh object; its URL."""
   url = upload(tiny[0], f"imagenet21k/{request.node.name}/testing.npz")
-  monkeypatch.setitem(released.CHECKPOINTS, NAME, released.Released(
-      url, "testing", "a tiny model for tests"))
+  monkeypatch.setitem(
+      released.CHECKPOINTS, NAME,
+      released.Released(url, "testing", "a tiny model for tests"))
   return url
 
 
@@ -131,8 +140,8 @@ def test_a_changed_object_is_downloaded_again_and_a_gone_one_is_not_needed(
   assert_same(tensors, changed)
 
 
-def test_a_released_name_loads_and_predicts_without_a_config(named, tiny,
-                                                             capsys):
+def test_a_released_name_loads_and_predicts_without_a_config(
+    named, tiny, capsys):
   loaded = inference.load(NAME)
   assert loaded.config.model.variant == "testing"
   assert loaded.checkpoint == NAME and loaded.num_classes == 7
@@ -147,9 +156,10 @@ def test_a_name_for_another_variant_is_refused_before_downloading(
   config = defaults.get_config()
   config.init.checkpoint = NAME
   config.init.cache_dir = str(tmp_path / "own_cache")
-  with pytest.raises(weights.WeightsError, match=(
-      "ViT-testing@i21k is a testing checkpoint but config.model.variant is "
-      "ViT-B/16; set --config.model.variant=testing")):
+  refused = ("ViT-testing@i21k is a testing checkpoint but "
+             "config.model.variant is ViT-B/16; set "
+             "--config.model.variant=testing")
+  with pytest.raises(weights.WeightsError, match=refused):
     weights.resolve_gelu(config)
   assert not os.path.exists(config.init.cache_dir)
 
@@ -157,8 +167,8 @@ def test_a_name_for_another_variant_is_refused_before_downloading(
   config.image_size = 16
   config = weights.resolve_gelu(config)  # Reads the name's origin.
   model = models.build_model(config.model, num_classes=7)
-  loaded, report = weights.load_for_config(
-      config, NAME, models.param_shapes(model, 16))
+  loaded, report = weights.load_for_config(config, NAME,
+                                           models.param_shapes(model, 16))
   assert report.ok and report.path == NAME
   assert os.listdir(config.init.cache_dir) == ["gs"]  # config.init.cache_dir.
 
@@ -184,9 +194,10 @@ def test_offline_mode_refuses_to_download_but_reads_the_cache(
 def test_the_offline_flag_reaches_the_command(gcs, tiny, tmp_path):
   url = upload(tiny[0], "imagenet21k/flag/testing.npz")
   result = subprocess.run(
-      [sys.executable, "-m", "vit_jax", "inspect", "--offline", url],
-      cwd=REPO, capture_output=True, text=True, timeout=120,
-      env={**gcs.env(), cache.CACHE_VARIABLE: str(tmp_path / "cache")})
+      [sys.executable, "-m", "vit_jax", "inspect", "--offline", url], cwd=REPO,
+      capture_output=True, text=True, timeout=120, env={
+          **gcs.env(), cache.CACHE_VARIABLE: str(tmp_path / "cache")
+      })
   assert result.returncode == 2, result.stderr[-2000:]
   assert "error: Offline mode is on" in result.stderr
 
@@ -209,8 +220,9 @@ def test_concurrent_loaders_on_one_host_download_once(gcs, tiny, capsys):
   assert downloads(capsys) == 1
   with open(results[0], "rb") as f:
     assert f.read() == tiny[0]
-  leftovers = [n for n in os.listdir(os.path.dirname(results[0]))
-               if n.endswith(".part")]
+  leftovers = [
+      n for n in os.listdir(os.path.dirname(results[0])) if n.endswith(".part")
+  ]
   assert not leftovers
 
 
@@ -220,15 +232,15 @@ def test_a_directory_at_a_url_is_read_in_place(gcs, tiny, tmp_path):
   assert not os.path.exists(tmp_path / "cache")
   # Never cached, so a cache that could not hold files does not matter.
   remote_cache = f"gs://{BUCKET}/cache"
-  assert cache.locate(f"gs://{BUCKET}/workdir", remote_cache) == (
-      f"gs://{BUCKET}/workdir")
+  assert cache.locate(f"gs://{BUCKET}/workdir",
+                      remote_cache) == (f"gs://{BUCKET}/workdir")
   url = upload(tiny[0], "imagenet21k/remote_cache/testing.npz")
   with pytest.raises(UserError, match="must be a local directory"):
     cache.locate(url, remote_cache)
 
 
-def test_offline_mode_says_a_url_may_be_an_orbax_directory(monkeypatch,
-                                                          tmp_path):
+def test_offline_mode_says_a_url_may_be_an_orbax_directory(
+    monkeypatch, tmp_path):
   """Offline, nothing asks the storage whether the URL is a file (to put
   into the cache) or a workdir (read in place, so not offline)."""
   monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
@@ -247,8 +259,10 @@ def test_offline_mode_says_a_url_may_be_an_orbax_directory(monkeypatch,
 @pytest.fixture
 def no_downloads(monkeypatch):
   """Offline mode off and no storage: any attempt to fetch fails loudly."""
+
   def fetch(url, *args):
     raise AssertionError(f"tried to fetch {url}")
+
   monkeypatch.setattr(cache, "_local_copy", fetch)
   monkeypatch.setattr(fsspec.core, "url_to_fs", fetch)
 
@@ -263,8 +277,7 @@ def test_commands_refuse_a_name_for_another_variant_before_downloading(
   for read in (lambda: inference.config_for("ViT-L/16@i21k", config),
                lambda: inference.load("ViT-L/16@i21k", config),
                lambda: describe.report("ViT-L/16@i21k", config),
-               lambda: describe.compare_with_config("ViT-L/16@i21k",
-                                                    config)):
+               lambda: describe.compare_with_config("ViT-L/16@i21k", config)):
     with pytest.raises(weights.WeightsError, match=re.escape(refused)):
       read()
 

@@ -8,14 +8,19 @@ import optax
 import pytest
 
 from configs import fewshot as fewshot_configs
-from configs import finetune, selfsup
-from vit_jax import models, sharding, weights
-from vit_jax.training import steps, trainer
+from configs import finetune
+from configs import selfsup
+from tests.test_masked_patch import MASKED_PARTS
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.evaluators import patch_prediction as masked_patch_evaluator
 from vit_jax.fewshot import sweep
-from vit_jax.weights import convert, writers
-from tests.test_masked_patch import MASKED_PARTS
+from vit_jax.training import steps
+from vit_jax.training import trainer
+from vit_jax.weights import convert
+from vit_jax.weights import writers
 
 # The module's tests share the pre-trained workdir on one xdist worker.
 pytestmark = pytest.mark.xdist_group("selfsup")
@@ -38,8 +43,8 @@ def pretrained(tfds_data_dir, tmp_path_factory):
                                              workdir)
 
 
-def test_training_lowers_the_loss_and_evaluation_repeats(pretrained,
-                                                         tfds_data_dir):
+def test_training_lowers_the_loss_and_evaluation_repeats(
+    pretrained, tfds_data_dir):
   workdir, result = pretrained
   # The zero-initialised head starts at exactly ln(512), chance 1/512.
   assert result["train/loss"] < 0.8 * math.log(512), result
@@ -55,20 +60,16 @@ def test_training_lowers_the_loss_and_evaluation_repeats(pretrained,
   model = steps.model_for_config(config, None)
   state, shardings = steps.create_train_state(model, optax.identity(), 16, 1,
                                               mesh)
-  params = weights.init_params(config, workdir, state.params,
-                               shardings.params)
+  params = weights.init_params(config, workdir, state.params, shardings.params)
   _, evaluator = masked_patch_evaluator.from_config(
-      config, model, mesh, shardings.params,
-      input_pipeline.make_source(config))
+      config, model, mesh, shardings.params, input_pipeline.make_source(config))
   again = evaluator.run(params)
   for key in ("loss", "accuracy", "num_patches"):
-    assert again[key] == pytest.approx(result[f"masked_patch/{key}"],
-                                       rel=1e-6)
+    assert again[key] == pytest.approx(result[f"masked_patch/{key}"], rel=1e-6)
 
 
-def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(pretrained,
-                                                             tfds_data_dir,
-                                                             tmp_path):
+def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(
+    pretrained, tfds_data_dir, tmp_path):
   workdir, _ = pretrained
   config = finetune.get_config(f"digits,runlocal,init={workdir}")
   config.data_dir = tfds_data_dir
@@ -76,27 +77,26 @@ def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(pretrained,
   target = models.param_shapes(steps.model_for_config(config, 10), 32)
   _, report = weights.load_for_config(config, workdir, target)
   assert {name for name, _ in report.dropped} == MASKED_PARTS
-  assert {name for name, _ in report.reinitialised} == {"head/kernel",
-                                                        "head/bias"}
+  assert {name for name, _ in report.reinitialised} == {
+      "head/kernel", "head/bias"
+  }
   assert [r[0] for r in report.resized] == [convert.POSEMB]  # 16 -> 32 px.
   result = trainer.train_and_evaluate(config, str(tmp_path))
   assert 0.0 <= result["test/accuracy"] <= 1.0
 
 
-def test_fewshot_of_the_checkpoint_and_of_random_init(pretrained,
-                                                      tfds_data_dir, tmp_path):
+def test_fewshot_of_the_checkpoint_and_of_random_init(pretrained, tfds_data_dir,
+                                                      tmp_path):
   """`random` is the config's model at random init: the same numbers as a
   file holding that initialisation."""
   workdir, _ = pretrained
   config = fewshot_configs.get_config("digits,runlocal")
   config.data_dir = tfds_data_dir
   model = models.build_model(config.model, None)
-  state, _ = steps.create_train_state(model, optax.identity(), 16,
-                                      config.seed, sharding.make_mesh())
+  state, _ = steps.create_train_state(model, optax.identity(), 16, config.seed,
+                                      sharding.make_mesh())
   init_path = str(tmp_path / "init.npz")
   writers.save_npz(state.params, init_path)
   table, _ = sweep.sweep(config, [workdir, sweep.RANDOM_INIT, init_path])
   assert table[sweep.RANDOM_INIT] == table[init_path]
   assert set(table[workdir]["digits"]) >= {"1shot", "5shot", "full"}
-
-

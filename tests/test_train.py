@@ -9,8 +9,9 @@ import pytest
 
 from vit_jax import sharding
 from vit_jax.config import checks
+from vit_jax.errors import NonFiniteLossError
+from vit_jax.errors import UserError
 from vit_jax.training import trainer
-from vit_jax.errors import NonFiniteLossError, UserError
 
 
 def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
@@ -30,26 +31,28 @@ def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
     assert json.load(f)["model"]["variant"] == "digits"
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("image_size", 18, "not divisible by the patch size 4"),
-    ("batch_size", 30, "not divisible by the 8 data shards"),
-    ("eval_batch_size", 12, "eval_batch_size=12 is not divisible"),
-    ("optimizer", "lamb", "optimizer='lamb' is not one of"),
-    ("pp_train", "resize|sharpen", "Unknown preprocessing op 'sharpen'"),
-    ("accum_steps", 3, "does not split into accum_steps=3 micro-batches"),
-    # Accepted silently once: trained to loss 780, or failed after compiling.
-    ("lr", -1.0, r"config.lr=-1.0 must be positive"),
-    ("total_steps", 0, "total_steps=0 trains nothing"),
-    ("num_epochs", -1.0, "num_epochs=-1.0 must be positive"),
-    ("batch_size", 0, "batch_size=0 must be positive"),
-    ("eval_batch_size", 0, "eval_batch_size=0 must be positive"),
-    ("image_size", 0, "image_size=0 must be positive"),
-    ("log_every_steps", 0, "log_every_steps=0 must be positive"),
-    ("checkpoint_every_steps", 0, "checkpoint_every_steps=0 must be posit"),
-    ("weight_decay", -0.1, "weight_decay=-0.1 must be zero or positive"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("image_size", 18, "not divisible by the patch size 4"),
+        ("batch_size", 30, "not divisible by the 8 data shards"),
+        ("eval_batch_size", 12, "eval_batch_size=12 is not divisible"),
+        ("optimizer", "lamb", "optimizer='lamb' is not one of"),
+        ("pp_train", "resize|sharpen", "Unknown preprocessing op 'sharpen'"),
+        ("accum_steps", 3, "does not split into accum_steps=3 micro-batches"),
+        # Once accepted: trained to loss 780, or failed after compiling.
+        ("lr", -1.0, r"config.lr=-1.0 must be positive"),
+        ("total_steps", 0, "total_steps=0 trains nothing"),
+        ("num_epochs", -1.0, "num_epochs=-1.0 must be positive"),
+        ("batch_size", 0, "batch_size=0 must be positive"),
+        ("eval_batch_size", 0, "eval_batch_size=0 must be positive"),
+        ("image_size", 0, "image_size=0 must be positive"),
+        ("log_every_steps", 0, "log_every_steps=0 must be positive"),
+        ("checkpoint_every_steps", 0, "checkpoint_every_steps=0 must be posit"),
+        ("weight_decay", -0.1, "weight_decay=-0.1 must be zero or positive"),
+    ])
 def test_bad_config_fails_before_compiling(digits_config, field, value,
-                                          message):
+                                           message):
   digits_config[field] = value
   with pytest.raises(UserError, match=message):
     checks.check_config(digits_config, sharding.make_mesh())
@@ -63,9 +66,9 @@ def test_zero_steps_is_allowed_to_evaluate_a_checkpoint(digits_config):
 
 def test_a_diverged_state_is_never_saved(digits_config, tmp_path):
   """The update of step 1 overflows: the run stops before saving it."""
-  digits_config.update(dict(optimizer="sgd", lr=1e30, grad_clip_norm=0.0,
-                            warmup_steps=0, decay_type="constant",
-                            checkpoint_every_steps=1))
+  digits_config.update(
+      dict(optimizer="sgd", lr=1e30, grad_clip_norm=0.0, warmup_steps=0,
+           decay_type="constant", checkpoint_every_steps=1))
   with pytest.raises(NonFiniteLossError, match="diverged at step 1"):
     trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.isdigit()]
@@ -82,33 +85,3 @@ def test_unknown_variant_lists_the_known_ones(digits_config):
   digits_config.model.variant = "ViT-X/99"
   with pytest.raises(ValueError, match="Unknown model variant.*ViT-B/16"):
     checks.check_config(digits_config, sharding.make_mesh())
-
-
-def test_mesh_must_fit_the_devices():
-  with pytest.raises(ValueError, match="does not fit 8 devices"):
-    sharding.make_mesh(data=-1, model=3)
-
-
-@pytest.mark.parametrize("rules, mesh_shape, message", [
-    (((".*/kernel", "fsdp"),), (8, 1), "matches no rule.*catch-all"),
-    ((("head/.*", "fsdp"), ("heads/.*", "tp"), (".*", "replicate")), (8, 1),
-     r"rules \[\('heads/\.\*', 'tp'\)\] match no parameter"),
-    (((".*", "zero3"),), (8, 1), "strategy one of replicate, fsdp"),
-    (((".*", "tp"),), (2, 4), "does not divide 2"),
-])
-def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
-                                                       mesh_shape, message):
-  from vit_jax import models
-  from vit_jax.training import optim, steps
-  digits_config.sharding.params = rules
-  model = models.build_model(digits_config.model, 10)
-  tx, _ = optim.make_optimizer(digits_config, 10)
-  with pytest.raises(ValueError, match=message):
-    steps.create_train_state(model, tx, 16, 0, sharding.make_mesh(*mesh_shape),
-                             digits_config.sharding)
-
-
-def test_mesh_from_config_must_fit_the_devices(digits_config):
-  digits_config.mesh.model = 3
-  with pytest.raises(ValueError, match="config.mesh"):
-    sharding.mesh_from_config(digits_config)

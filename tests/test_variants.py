@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from vit_jax.models import VARIANTS, VisionTransformer
+
+from vit_jax.models import VARIANTS
+from vit_jax.models import VisionTransformer
 
 # 1000 classes, 224x224x3 input, no pre-logits. The released checkpoints'
 # sizes; a new variant must add its own line here.
@@ -40,10 +42,12 @@ GOLDEN_PARAM_COUNTS = {
 
 def variant_model(name: str, **kwargs) -> VisionTransformer:
   v = VARIANTS[name]
-  return VisionTransformer(
-      hidden_size=v.hidden_size, mlp_dim=v.mlp_dim, num_heads=v.num_heads,
-      num_layers=v.num_layers, patch_size=v.patch_size, resnet=v.resnet,
-      **{"num_classes": 1000, **kwargs})
+  return VisionTransformer(hidden_size=v.hidden_size, mlp_dim=v.mlp_dim,
+                           num_heads=v.num_heads, num_layers=v.num_layers,
+                           patch_size=v.patch_size, resnet=v.resnet, **{
+                               "num_classes": 1000,
+                               **kwargs
+                           })
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,14 +89,14 @@ def plain_vit_param_count(v, image_size: int = 224, classes: int = 1000):
   pre-logits): patch embedding, class token, position embeddings, per block
   two LayerNorms, q/k/v/out and the two MLP layers, final norm, head."""
   d, f, p = v.hidden_size, v.mlp_dim, v.patch_size
-  tokens = (image_size // p) ** 2 + 1
+  tokens = (image_size // p)**2 + 1
   block = 2 * 2 * d + 4 * (d * d + d) + (d * f + f) + (f * d + d)
-  return ((p * p * 3 * d + d) + d + tokens * d + v.num_layers * block +
-          2 * d + (d * classes + classes))
+  return ((p * p * 3 * d + d) + d + tokens * d + v.num_layers * block + 2 * d +
+          (d * classes + classes))
 
 
-@pytest.mark.parametrize("name", ["ViT-B/16", "ViT-H/14", "ViT-g/14",
-                                  "ViT-G/14"])
+@pytest.mark.parametrize("name",
+                         ["ViT-B/16", "ViT-H/14", "ViT-g/14", "ViT-G/14"])
 def test_golden_count_matches_closed_form(name):
   """An independent check of the golden table (about 1.0B for ViT-g/14 and
   1.8B for ViT-G/14, as Zhai et al. report)."""
@@ -113,8 +117,8 @@ def test_vit_b16_param_names_match_released_checkpoint():
       "Transformer/encoderblock_0/LayerNorm_0/scale": (768,),
       "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/query/kernel":
           (768, 12, 64),
-      "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/out/kernel":
-          (12, 64, 768),
+      "Transformer/encoderblock_11/MultiHeadDotProductAttention_1/out/kernel": (
+          12, 64, 768),
       "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": (768, 3072),
       "Transformer/encoderblock_0/LayerNorm_2/bias": (768,),
       "Transformer/encoder_norm/scale": (768,),

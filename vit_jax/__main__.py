@@ -1,4 +1,4 @@
-"""`python -m vit_jax NAME [flags]`: the `vit-jax` command without its script."""
+"""`python -m vit_jax NAME [flags]`: `vit-jax NAME` without the script."""
 
 from vit_jax import cli
 

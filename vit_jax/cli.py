@@ -42,8 +42,10 @@ def _detail_requested() -> bool:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL",
                       "0" if _detail_requested() else "2")
 
-from absl import app, flags, logging  # noqa: E402
 import jax  # noqa: E402
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
 
 from vit_jax import paths  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
@@ -64,23 +66,25 @@ COMMANDS = {
 }
 
 FLAGS = flags.FLAGS
-flags.DEFINE_bool("verbose", False,
-                  "Show the traceback of errors in the input too, and every "
-                  "INFO line (as --log_level=info).")
-flags.DEFINE_enum("log_level", "warning", ["debug", "info", "warning", "error"],
-                  "Library and detail log lines shown; ours (steps, "
-                  "evaluations, checkpoints) are always shown.")
+flags.DEFINE_bool(
+    "verbose", False,
+    "Show the traceback of errors in the input too, and every "
+    "INFO line (as --log_level=info).")
+flags.DEFINE_enum(
+    "log_level", "warning", ["debug", "info", "warning", "error"],
+    "Library and detail log lines shown; ours (steps, "
+    "evaluations, checkpoints) are always shown.")
 flags.DEFINE_bool("distributed", False,
                   "Join a multi-process run (jax.distributed.initialize).")
 flags.DEFINE_string("coordinator_address", None,
                     "HOST:PORT of process 0; implies --distributed.")
 flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 flags.DEFINE_integer("process_id", None, "This process's index.")
-flags.DEFINE_bool("offline", False,
-                  "Download no checkpoints: URLs and released names load "
-                  "only from the cache (config.init.cache_dir). Sets "
-                  "VIT_JAX_OFFLINE=1, which this process and the ones it "
-                  "starts read.")
+flags.DEFINE_bool(
+    "offline", False, "Download no checkpoints: URLs and released names load "
+    "only from the cache (config.init.cache_dir). Sets "
+    "VIT_JAX_OFFLINE=1, which this process and the ones it "
+    "starts read.")
 
 # OSError: a missing file, a config file that failed to load, storage that
 # cannot be reached.
@@ -102,18 +106,20 @@ def define_checkpoint_flags(use: str):
   flags of commands that apply one checkpoint (`inference.load` reads
   them)."""
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  flags.DEFINE_string("checkpoint", None, f"Weights {use} (any format, "
-                      "URL or released name, e.g. ViT-B/16@i21k, that "
-                      "config.init.checkpoint reads).")
+  flags.DEFINE_string(
+      "checkpoint", None, f"Weights {use} (any format, "
+      "URL or released name, e.g. ViT-B/16@i21k, that "
+      "config.init.checkpoint reads).")
   config_flags.DEFINE_config_file(
       "config", None, "Config of the model and its preprocessing "
       "(FILE.py:ARG); default: the workdir's config.json, or read from the "
       "file.", lock_config=True)
-  flags.DEFINE_integer("image_size", None, "Resolution (default: the "
-                       "checkpoint's); position embeddings are resized.")
-  flags.DEFINE_integer("num_heads", None,
-                       "Attention heads; only for PyTorch files of a width "
-                       "no variant has.")
+  flags.DEFINE_integer(
+      "image_size", None, "Resolution (default: the "
+      "checkpoint's); position embeddings are resized.")
+  flags.DEFINE_integer(
+      "num_heads", None, "Attention heads; only for PyTorch files of a width "
+      "no variant has.")
   flags.mark_flags_as_required(["checkpoint"])
 
 
@@ -129,9 +135,9 @@ def initialize_distributed():
   jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
                              num_processes=FLAGS.num_processes,
                              process_id=FLAGS.process_id)
-  logging.info("Process %d of %d; %d local of %d devices.",
-               jax.process_index(), jax.process_count(),
-               jax.local_device_count(), jax.device_count())
+  logging.info("Process %d of %d; %d local of %d devices.", jax.process_index(),
+               jax.process_count(), jax.local_device_count(),
+               jax.device_count())
   if jax.process_index() > 0:  # One log for the run: process 0's.
     logging.set_verbosity(logging.WARNING)
 
@@ -155,8 +161,8 @@ def import_tensorflow_quietly():
 
 
 def _verbose() -> bool:
-  return (_verbose_by_environment() or FLAGS.is_parsed() and FLAGS.verbose
-          or "--verbose" in sys.argv)
+  return (_verbose_by_environment() or FLAGS.is_parsed() and FLAGS.verbose or
+          "--verbose" in sys.argv)
 
 
 def _set_log_level():
@@ -171,11 +177,11 @@ def _message(error) -> str:
   """The error's own words, without a traceback a config loader embedded."""
   while error.args and isinstance(error.args[0], BaseException):
     error = error.args[0]  # ml_collections wraps a KeyError in others.
-  text = str(error.args[0] if isinstance(error, KeyError) and error.args
-             else error).strip() or type(error).__name__
+  text = str(error.args[0] if isinstance(error, KeyError) and error.args else
+             error).strip() or type(error).__name__
   if "Traceback (most recent call last)" in text:
     where = text.split(": Error whilst parsing config file")[0]
-    last = [l for l in text.splitlines() if l.strip()][-1]
+    last = [line for line in text.splitlines() if line.strip()][-1]
     text = f"{where}: {_EXCEPTION_NAME.sub('', last)}"
   return text
 
@@ -184,7 +190,7 @@ def _fail(error, status: int = 2):
   """`error: FIRST LINE` (details, such as a load report, indented below)."""
   text = error if isinstance(error, str) else _message(error)
   first, *rest = text.splitlines()
-  print("\n".join([f"error: {first}"] + [f"  {l}" for l in rest]),
+  print("\n".join([f"error: {first}"] + [f"  {line}" for line in rest]),
         file=sys.stderr, flush=True)
   sys.exit(status)
 
@@ -199,8 +205,8 @@ def _parse_flags(argv):
   except (AttributeError, KeyError) as e:  # A misspelt --config.FIELD.
     if _verbose():
       raise
-    _fail("the config has no field " + "; ".join(
-        line.strip() for line in _message(e).splitlines()))
+    _fail("the config has no field " +
+          "; ".join(line.strip() for line in _message(e).splitlines()))
 
 
 def skip_absent_tpu():
@@ -209,8 +215,8 @@ def skip_absent_tpu():
   before JAX falls back; leave it out unless JAX_PLATFORMS says otherwise.
   TPU VMs expose their chips as /dev/accel* or /dev/vfio/N."""
   if ("JAX_PLATFORMS" in os.environ or
-      importlib.util.find_spec("libtpu") is None or
-      glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")):
+      importlib.util.find_spec("libtpu") is None or glob.glob("/dev/accel*") or
+      glob.glob("/dev/vfio/[0-9]*")):
     return
   cuda = importlib.util.find_spec("jax_cuda12_plugin") is not None
   jax.config.update("jax_platforms", "cuda,cpu" if cuda else "cpu")
@@ -218,6 +224,7 @@ def skip_absent_tpu():
 
 def run(main):
   """`absl.app.run(main)` with the error policy of the module doc."""
+
   def guarded(argv):
     _set_log_level()
     skip_absent_tpu()
@@ -236,6 +243,7 @@ def run(main):
       # coordination service down aborts (SIGABRT).
       jax.distributed.shutdown()
     return result
+
   app.run(guarded, flags_parser=_parse_flags)
 
 
@@ -244,10 +252,11 @@ def dispatch():
   name = sys.argv[1] if len(sys.argv) > 1 else ""
   if name not in COMMANDS:
     width = max(map(len, COMMANDS))
-    listing = "\n".join(f"  {n:<{width}}  {what}"
-                         for n, (_, what) in COMMANDS.items())
-    print(f"usage: vit-jax COMMAND [flags]   (vit-jax COMMAND --help)\n\n"
-          f"commands:\n{listing}", file=sys.stderr)
+    listing = "\n".join(
+        f"  {n:<{width}}  {what}" for n, (_, what) in COMMANDS.items())
+    print(
+        f"usage: vit-jax COMMAND [flags]   (vit-jax COMMAND --help)\n\n"
+        f"commands:\n{listing}", file=sys.stderr)
     sys.exit(0 if name in ("-h", "--help", "help") else 2)
   module_name, _ = COMMANDS[name]
   sys.argv = [f"vit-jax {name}"] + sys.argv[2:]

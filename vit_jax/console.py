@@ -9,7 +9,8 @@ prints nothing elsewhere, so logs stay line by line).
 
 import sys
 import time
-from typing import Iterable, Optional
+from typing import Iterable
+from typing import Optional
 
 import jax
 

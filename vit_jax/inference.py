@@ -16,7 +16,8 @@ the parameters are replicated on its devices; batches are split over them.
 
 import dataclasses
 import re
-from typing import Any, Optional
+from typing import Any
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,12 +25,17 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from vit_jax import console, models, paths, sharding, weights
+from vit_jax import console
+from vit_jax import models
+from vit_jax import paths
+from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import defaults
-from vit_jax.training import steps
 from vit_jax.errors import UserError
-from vit_jax.weights import architecture, cache, loader
-
+from vit_jax.training import steps
+from vit_jax.weights import architecture
+from vit_jax.weights import cache
+from vit_jax.weights import loader
 
 IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
 _WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's own "names".
@@ -63,8 +69,8 @@ class Loaded:
 def _merge(config: ml_collections.ConfigDict, recorded: dict):
   """`config` with the recorded values of the fields it has (JSON lists
   become the tuples the fields hold)."""
-  as_tuple = lambda v: tuple(as_tuple(x) for x in v) if isinstance(
-      v, list) else v
+  as_tuple = lambda v: tuple(as_tuple(x)
+                             for x in v) if isinstance(v, list) else v
   for key, value in recorded.items():
     if key not in config:
       continue
@@ -74,9 +80,9 @@ def _merge(config: ml_collections.ConfigDict, recorded: dict):
       config[key] = as_tuple(value)
 
 
-def config_for(checkpoint: str, config=None, image_size=None,
-               num_heads=None) -> tuple[ml_collections.ConfigDict, bool,
-                                        architecture.Architecture]:
+def config_for(
+    checkpoint: str, config=None, image_size=None, num_heads=None
+) -> tuple[ml_collections.ConfigDict, bool, architecture.Architecture]:
   """(config, whether it is the training workdir's, the file's
   architecture); see the module doc."""
   cache_dir = None
@@ -87,8 +93,8 @@ def config_for(checkpoint: str, config=None, image_size=None,
   arch = architecture.read(checkpoint, num_heads, cache_dir)
   # A workdir's own config; `locate` gives a released name's cached file.
   recorded = (loader.recorded_config(checkpoint) if config is None and
-              paths.resolve(cache.locate(checkpoint, cache_dir)).is_dir()
-              else None)
+              paths.resolve(cache.locate(checkpoint, cache_dir)).is_dir() else
+              None)
   if config is not None:
     config = config.copy_and_resolve_references()
   else:
@@ -96,9 +102,9 @@ def config_for(checkpoint: str, config=None, image_size=None,
     if recorded is not None:
       _merge(config, recorded)
     else:
-      config.model.update(dict(variant=arch.variant,
-                               classifier=arch.classifier,
-                               representation_size=arch.representation_size))
+      config.model.update(
+          dict(variant=arch.variant, classifier=arch.classifier,
+               representation_size=arch.representation_size))
       config.image_size = arch.image_size
       # The released models' evaluation: resize to the resolution, no crop.
       config.pp_eval = "resize|value_range"
@@ -126,8 +132,8 @@ def load(checkpoint: str, config=None, image_size=None,
       steps.replicate_all())
   params = weights.init_params(config, checkpoint, state.params,
                                state_sharding.params)
-  return Loaded(checkpoint, config, model, params, mesh,
-                state_sharding.params, trained_here)
+  return Loaded(checkpoint, config, model, params, mesh, state_sharding.params,
+                trained_here)
 
 
 def require_head(loaded: Loaded):
@@ -145,9 +151,11 @@ def class_names(loaded: Loaded, labels_file: Optional[str] = None):
   require_head(loaded)
   count = loaded.num_classes
   if labels_file:
-    names = [line.strip() for line in
-             paths.resolve(labels_file).read_text().splitlines()
-             if line.strip()]
+    names = [
+        line.strip()
+        for line in paths.resolve(labels_file).read_text().splitlines()
+        if line.strip()
+    ]
     if len(names) != count:
       raise UserError(f"{labels_file} names {len(names)} classes; the head "
                       f"has {count}. Give one name per line, in class order.")
@@ -167,14 +175,16 @@ def make_apply_fn(loaded: Loaded, fn, intermediates: bool = False):
   """`fn((logits, intermediates), images) -> tree` of per-image results,
   jitted on the mesh for batches of images (split over the devices).
   `intermediates` asks the model for per-block outputs and attention."""
+
   def apply(params, images):
-    return fn(loaded.model.apply({"params": params}, images,
-                                 return_intermediates=intermediates), images)
+    return fn(
+        loaded.model.apply({"params": params}, images,
+                           return_intermediates=intermediates), images)
+
   return sharding.jit_on_mesh(
       apply, loaded.mesh, (),
       in_shardings=(loaded.params_sharding, sharding.batch_sharding(
-          loaded.mesh)),
-      out_shardings=sharding.batch_sharding(loaded.mesh))
+          loaded.mesh)), out_shardings=sharding.batch_sharding(loaded.mesh))
 
 
 def probabilities(config: ml_collections.ConfigDict, logits):
@@ -186,9 +196,9 @@ def probabilities(config: ml_collections.ConfigDict, logits):
 
 
 def describe(loaded: Loaded) -> str:
-  return (f"{loaded.config.model.variant} at {loaded.config.image_size} px"
-          + (f", {loaded.num_classes} classes" if loaded.num_classes else
-             ", no head"))
+  return (f"{loaded.config.model.variant} at {loaded.config.image_size} px" +
+          (f", {loaded.num_classes} classes"
+           if loaded.num_classes else ", no head"))
 
 
 def predict(loaded: Loaded, batches, files, top_k: int):
@@ -197,8 +207,9 @@ def predict(loaded: Loaded, batches, files, top_k: int):
   of each image's file in `files`), best first."""
   require_head(loaded)
   k = min(top_k, loaded.num_classes)
-  apply = make_apply_fn(loaded, lambda outputs, images: jax.lax.top_k(
-      probabilities(loaded.config, outputs[0]), k))
+  apply = make_apply_fn(
+      loaded, lambda outputs, images: jax.lax.top_k(
+          probabilities(loaded.config, outputs[0]), k))
   rows = []
   for batch in console.progress(batches, batches.num_batches(), "Predicting"):
     images = sharding.to_global_batch(batch["image"], loaded.mesh)

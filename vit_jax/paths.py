@@ -63,8 +63,8 @@ def tensorflow_can_read(path) -> bool:
   path = str(path)
   if not is_remote(path):
     return True
-  return path.startswith("gs://") and not os.environ.get(
-      "STORAGE_EMULATOR_HOST")
+  return path.startswith(
+      "gs://") and not os.environ.get("STORAGE_EMULATOR_HOST")
 
 
 def list_dir(path) -> tuple[list[str], list[str]]:
@@ -80,10 +80,12 @@ def list_dir(path) -> tuple[list[str], list[str]]:
   else:
     import fsspec  # pylint: disable=g-import-not-at-top
     fs, inner = fsspec.core.url_to_fs(path)
-    entries = [(e["name"].rstrip("/").rsplit("/", 1)[-1],
-                e["type"] == "directory") for e in fs.ls(inner, detail=True)]
-  return ([n for n, is_dir in entries if is_dir],
-          [n for n, is_dir in entries if not is_dir])
+    entries = [(e["name"].rstrip("/").rsplit("/",
+                                             1)[-1], e["type"] == "directory")
+               for e in fs.ls(inner, detail=True)]
+  return ([n for n, is_dir in entries if is_dir], [
+      n for n, is_dir in entries if not is_dir
+  ])
 
 
 def make_workdir(workdir) -> epath.Path:

@@ -20,7 +20,10 @@ through `jit_on_mesh`.
 
 import contextlib
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
+from typing import Callable
+from typing import Optional
+from typing import Sequence
 
 import flax
 import flax.linen as nn
@@ -28,7 +31,10 @@ import jax
 import ml_collections
 import numpy as np
 from absl import logging
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from vit_jax.errors import UserError
 from vit_jax.models import partitioning
@@ -47,17 +53,17 @@ def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
   if (list(sizes.values()).count(-1) > 1 or known < 1 or count % known or
       any(s == 0 or s < -1 for s in sizes.values())):
     raise UserError(f"Mesh {sizes} does not fit {count} devices: the product "
-                     "of the fixed sizes must divide the device count, and at "
-                     "most one axis may be -1 (set config.mesh.data and "
-                     "config.mesh.model).")
+                    "of the fixed sizes must divide the device count, and at "
+                    "most one axis may be -1 (set config.mesh.data and "
+                    "config.mesh.model).")
   sizes = {k: (count // known if s == -1 else s) for k, s in sizes.items()}
   if int(np.prod(list(sizes.values()))) != count:
     raise UserError(f"Mesh {sizes} uses {np.prod(list(sizes.values()))} "
-                     f"devices but there are {count}; set one axis of "
-                     "config.mesh to -1.")
+                    f"devices but there are {count}; set one axis of "
+                    "config.mesh to -1.")
   # Auto axes: the compiler propagates shardings from the annotated inputs.
-  return jax.make_mesh(tuple(sizes.values()), tuple(sizes),
-                       axis_types=(AxisType.Auto,) * len(sizes),
+  return jax.make_mesh(tuple(
+      sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes),
                        devices=devices)
 
 
@@ -144,8 +150,9 @@ def param_partition_specs(abstract_params, mesh: Mesh,
   logical = _logical_to_mesh(sharding_config.logical_axis_rules)
   specs = {}
   for path, leaf in flat.items():
-    index = next((i for i, (regex, _) in enumerate(rules)
-                  if re.fullmatch(regex, path)), None)
+    index = next(
+        (i for i, (regex, _) in enumerate(rules) if re.fullmatch(regex, path)),
+        None)
     if index is None:
       raise UserError(
           f"Parameter {path} matches no rule of config.sharding.params "
@@ -181,8 +188,10 @@ def _spec_for(path: str, shape, strategy: str, mesh: Mesh,
   # A scan slices its parameters' leading layer axis: never split that one.
   first = 1 if partitioning.is_scanned_block(path) else 0
   if "fsdp" in strategy and data > 1 and np.prod(shape) >= fsdp_min_size:
-    free = [d for d in range(first, len(shape))
-            if spec[d] is None and shape[d] % data == 0]
+    free = [
+        d for d in range(first, len(shape))
+        if spec[d] is None and shape[d] % data == 0
+    ]
     if free:
       spec[max(free, key=lambda d: (shape[d], -d))] = DATA_AXIS
   return P(*spec)
@@ -196,8 +205,10 @@ def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):
   the rest (step, counts, RNG) is replicated.
   """
   specs = flax.traverse_util.flatten_dict(param_specs)
-  by_path = {names: (tuple(leaf.shape), specs[names]) for names, leaf in
-             flax.traverse_util.flatten_dict(abstract_params).items()}
+  by_path = {
+      names: (tuple(leaf.shape), specs[names]) for names, leaf in
+      flax.traverse_util.flatten_dict(abstract_params).items()
+  }
   depths = sorted({len(k) for k in by_path})
 
   def leaf_sharding(key_path, leaf):
@@ -262,6 +273,7 @@ def gather_over_data(params, shardings, cast_dtype=None):
   first: for kernels a layer uses in that dtype anyway, that gathers half the
   bytes and never makes a full fp32 copy.
   """
+
   def gather(p, s):
     full = without_data(s)
     if tuple(full.spec) == tuple(s.spec):
@@ -282,10 +294,11 @@ def gather_over_data(params, shardings, cast_dtype=None):
 
     all_gather.defvjp(forward, backward)
     return all_gather(p)
+
   return jax.tree.map(gather, params, shardings)
 
 
 def without_data(sharding: NamedSharding) -> NamedSharding:
   """The same sharding with nothing split over `data` (nothing to gather)."""
-  return NamedSharding(sharding.mesh, P(*(
-      None if a == DATA_AXIS else a for a in sharding.spec)))
+  return NamedSharding(
+      sharding.mesh, P(*(None if a == DATA_AXIS else a for a in sharding.spec)))

@@ -36,8 +36,8 @@ def _unit(x: np.ndarray) -> np.ndarray:
   return np.full_like(x, 0.5) if high <= low else (x - low) / (high - low)
 
 
-def embedding_filters(components_KxPxPxC, variance_ratio, layer: str,
-                      path: str, columns: int = 7):
+def embedding_filters(components_KxPxPxC, variance_ratio, layer: str, path: str,
+                      columns: int = 7):
   """RGB tiles of the principal components, each scaled to [0, 1]."""
   k = len(components_KxPxPxC)
   rows = -(-k // columns)
@@ -51,8 +51,9 @@ def embedding_filters(components_KxPxPxC, variance_ratio, layer: str,
                 cmap=None if tile.shape[-1] == 3 else "gray",
                 interpolation="nearest")
       ax.set_title(f"{100 * variance_ratio[i]:.1f}%", fontsize=7)
-  fig.suptitle(f"RGB embedding filters ({layer}):\nfirst {k} principal "
-               "components, % of variance", fontsize=9)
+  fig.suptitle(
+      f"RGB embedding filters ({layer}):\nfirst {k} principal "
+      "components, % of variance", fontsize=9)
   _save(fig, path)
 
 
@@ -70,10 +71,12 @@ def position_similarity(similarity_NxN, grid, path: str):
   fig, ax = plt.subplots(figsize=(size + 1, size))
   image = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1,
                     interpolation="nearest")
-  ax.set_xticks(np.arange(gw) * (gw + 1) + (gw - 1) / 2,
-                [str(c + 1) for c in range(gw)], fontsize=7)
-  ax.set_yticks(np.arange(gh) * (gh + 1) + (gh - 1) / 2,
-                [str(r + 1) for r in range(gh)], fontsize=7)
+  ax.set_xticks(
+      np.arange(gw) * (gw + 1) + (gw - 1) / 2, [str(c + 1) for c in range(gw)],
+      fontsize=7)
+  ax.set_yticks(
+      np.arange(gh) * (gh + 1) + (gh - 1) / 2, [str(r + 1) for r in range(gh)],
+      fontsize=7)
   ax.set_xlabel("Input patch column")
   ax.set_ylabel("Input patch row")
   ax.tick_params(length=0)

@@ -18,14 +18,18 @@
 Plain jax.numpy and numpy: no TensorFlow, no plotting (`figures.py` draws).
 """
 
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable
+from typing import NamedTuple
+from typing import Optional
 
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax import console, inference, sharding
+from vit_jax import console
+from vit_jax import inference
+from vit_jax import sharding
 from vit_jax.models import resnet
 from vit_jax.weights import convert
 
@@ -55,10 +59,10 @@ def embedding_filters_pca(kernel_PxPxCxD: np.ndarray,
   filters_DxF = np.asarray(kernel_PxPxCxD, np.float64).reshape(-1, d).T
   centred = filters_DxF - filters_DxF.mean(axis=0)
   _, singular, components_KxF = np.linalg.svd(centred, full_matrices=False)
-  variance = singular ** 2
+  variance = singular**2
   k = min(num_components, len(variance))
-  return (components_KxF[:k].reshape(k, p1, p2, c),
-          variance[:k] / max(variance.sum(), 1e-30))
+  return (components_KxF[:k].reshape(
+      k, p1, p2, c), variance[:k] / max(variance.sum(), 1e-30))
 
 
 def position_similarity(posemb_NxD: np.ndarray) -> np.ndarray:
@@ -144,8 +148,9 @@ def run(loaded, batches: Iterable[dict], max_images: int,
     distance_LxBxH = mean_attention_distance(attention, distances, prefix)
     reads = head_reads(config.model.classifier, attention.shape[-1],
                        attention.shape[1], out.get("map_attention"))
-    return (jnp.transpose(distance_LxBxH, (1, 0, 2)),
-            attention_rollout(attention, reads, prefix), images)
+    return (jnp.transpose(distance_LxBxH,
+                          (1, 0, 2)), attention_rollout(attention, reads,
+                                                        prefix), images)
 
   apply = inference.make_apply_fn(loaded, per_batch, intermediates=True)
   distance_sum, count, shown = 0.0, 0, []
@@ -157,23 +162,30 @@ def run(loaded, batches: Iterable[dict], max_images: int,
     distance_sum = distance_sum + distance_BxLxH[real].sum(axis=0)
     count += len(real)
     for i in real[:num_shown - len(shown)]:
-      shown.append(Shown(int(batch["index"][i]) if "index" in batch else None,
-                         images[i], rollout_BxN[i].reshape(grid)))
+      shown.append(
+          Shown(
+              int(batch["index"][i]) if "index" in batch else None, images[i],
+              rollout_BxN[i].reshape(grid)))
     if count >= max_images:
       break
   if not count:
     raise ValueError("No image could be analysed.")
   kernel, filters_of = pixel_filters(params, model.resnet is not None)
   components, variance_ratio = embedding_filters_pca(kernel)
-  posemb = np.asarray(flax.traverse_util.flatten_dict(params, sep="/")[
-      convert.POSEMB])[0, prefix:]
+  posemb = np.asarray(
+      flax.traverse_util.flatten_dict(params, sep="/")[convert.POSEMB])[0,
+                                                                        prefix:]
   return {
-      "variant": config.model.variant, "image_size": config.image_size,
-      "grid": list(grid), "patch_pixels": loaded.stride,
+      "variant": config.model.variant,
+      "image_size": config.image_size,
+      "grid": list(grid),
+      "patch_pixels": loaded.stride,
       "num_images": count,
-      "embedding_filters": {"layer": filters_of,
-                            "explained_variance_ratio": variance_ratio,
-                            "components": components},
+      "embedding_filters": {
+          "layer": filters_of,
+          "explained_variance_ratio": variance_ratio,
+          "components": components
+      },
       "position_embedding_similarity": position_similarity(posemb),
       "mean_attention_distance": distance_sum / count,  # L x H, pixels.
       "attention_rollout": shown,

@@ -4,7 +4,8 @@ r"""The analyze command: the paper's figures of what a ViT learnt.
     vit-jax analyze --checkpoint=ViT-B_16.npz --images=photos/ --out=fig/
 
 (or `python -m vit_jax analyze ...`). Writes four PNGs into `--out` and
-`analysis.json` with the numbers behind them (`vit_jax/analysis/measures.py` says
+`analysis.json` with the numbers behind them
+(`vit_jax/analysis/measures.py` says
 how each is computed):
 
   embedding_filters.png              principal components of the patch
@@ -26,34 +27,45 @@ import os
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()
 
-from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 
-from vit_jax import console, inference, paths  # noqa: E402
-from vit_jax.analysis import figures, measures  # noqa: E402
-from vit_jax.data import image_files, input_pipeline, sources  # noqa: E402
+from vit_jax import console  # noqa: E402
+from vit_jax import inference  # noqa: E402
+from vit_jax import paths  # noqa: E402
+from vit_jax.analysis import figures  # noqa: E402
+from vit_jax.analysis import measures  # noqa: E402
+from vit_jax.data import image_files  # noqa: E402
+from vit_jax.data import input_pipeline  # noqa: E402
+from vit_jax.data import sources  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 from vit_jax.weights import loader  # noqa: E402
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to analyse")
-flags.DEFINE_multi_string("images", None, "Image files or folders to "
-                          "average the attention over (repeat the flag for "
-                          "more; default, for a training workdir: its "
-                          "evaluation split).")
+flags.DEFINE_multi_string(
+    "images", None, "Image files or folders to "
+    "average the attention over (repeat the flag for "
+    "more; default, for a training workdir: its "
+    "evaluation split).")
 flags.DEFINE_integer("num_images", 128, "Images the attention is averaged "
                      "over (at most).")
 flags.DEFINE_integer("num_shown", 6, "Images in the attention rollout "
                      "figure.")
-flags.DEFINE_integer("batch_size", 8, "Images per batch (over all devices); "
-                     "the attention of every layer is kept, so memory grows "
-                     "with batch x layers x heads x tokens^2.")
+flags.DEFINE_integer(
+    "batch_size", 8, "Images per batch (over all devices); "
+    "the attention of every layer is kept, so memory grows "
+    "with batch x layers x heads x tokens^2.")
 flags.DEFINE_string("out", None, "Folder for the figures and measures.json.")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
            "mean_attention_distance.png", "attention_rollout.png")
+
 
 def _eval_split_batches(loaded, batch_size: int):
   """(batches of the training dataset's evaluation split, with the index of
@@ -85,29 +97,36 @@ def _output_folder(loaded) -> str:
   return "analysis"
 
 
+COPIED_AS_IS = ("variant", "image_size", "grid", "patch_pixels", "num_images")
+
+
 def to_json(result: dict, images: str, names) -> dict:
   filters = result["embedding_filters"]
   distance = result["mean_attention_distance"]
   return {
-      "checkpoint": result["checkpoint"], "images": images,
-      **{k: result[k] for k in ("variant", "image_size", "grid",
-                                "patch_pixels", "num_images")},
+      "checkpoint": result["checkpoint"],
+      "images": images,
+      **{
+          k: result[k] for k in COPIED_AS_IS
+      },
       "embedding_filters": {
           "layer": filters["layer"],
           "explained_variance_ratio": measures.rounded(
               filters["explained_variance_ratio"]),
-          "components": measures.rounded(filters["components"])},
+          "components": measures.rounded(filters["components"])
+      },
       "position_embedding_similarity": measures.rounded(
           result["position_embedding_similarity"]),
       "mean_attention_distance": measures.rounded(distance, 3),
       "mean_attention_distance_definition": measures.DISTANCE_DEFINITION,
       "mean_attention_distance_by_layer": [
           dict(zip(("min", "mean", "max"), measures.rounded(np.array(r), 3)))
-          for r in measures.summary_by_layer(distance)],
-      "attention_rollout": [
-          {"image": names(shown.index),
-           "map": measures.rounded(shown.rollout_map)}
-          for shown in result["attention_rollout"]],
+          for r in measures.summary_by_layer(distance)
+      ],
+      "attention_rollout": [{
+          "image": names(shown.index),
+          "map": measures.rounded(shown.rollout_map)
+      } for shown in result["attention_rollout"]],
   }
 
 
@@ -130,9 +149,9 @@ def main(argv):
     names = lambda i: os.path.basename(files[i])
   else:
     batches, images, names = _eval_split_batches(loaded, batch_size)
-  console.say("Analysing %s (%s) over at most %d images of %s.",
-              loaded.checkpoint, inference.describe(loaded), FLAGS.num_images,
-              images)
+  console.say(
+      "Analysing %s (%s) over at most %d images of %s.", loaded.checkpoint,
+      inference.describe(loaded), FLAGS.num_images, images)
   result = measures.run(loaded, batches, FLAGS.num_images, FLAGS.num_shown)
   result["checkpoint"] = loaded.checkpoint
   if FLAGS.images:
@@ -155,8 +174,9 @@ def main(argv):
   paths.resolve(where("measures.json")).write_text(
       json.dumps(to_json(result, images, names), indent=1))
 
-  console.say("Mean attention distance (pixels; min / mean / max over "
-              "heads), over %d images:", result["num_images"])
+  console.say(
+      "Mean attention distance (pixels; min / mean / max over "
+      "heads), over %d images:", result["num_images"])
   for layer, (low, mean, high) in enumerate(
       measures.summary_by_layer(result["mean_attention_distance"]), 1):
     console.say("  layer %2d  %6.2f / %6.2f / %6.2f", layer, low, mean, high)

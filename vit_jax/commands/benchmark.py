@@ -12,6 +12,8 @@ import json
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 from absl import flags
 
 from vit_jax import models
@@ -27,8 +29,9 @@ flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
 flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
 flags.DEFINE_enum("attention", "auto", models.ATTENTION,
                   "Attention implementation (config.model.attention).")
-flags.DEFINE_integer("profile_steps", 0, "Also trace this many steps and "
-                     "report where the device time goes.")
+flags.DEFINE_integer(
+    "profile_steps", 0, "Also trace this many steps and "
+    "report where the device time goes.")
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
 flags.DEFINE_string("out", None, "Write the JSON result here as well.")
 
@@ -37,8 +40,8 @@ def main(argv):
   del argv
   f = flags.FLAGS
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
-               f.dtype, f.remat, f.scan_layers, f.peak_tflops, f.attention,
-               f.profile_steps)
+                     f.dtype, f.remat, f.scan_layers, f.peak_tflops,
+                     f.attention, f.profile_steps)
   text = json.dumps(result, indent=2)
   print(text)
   if f.out:

@@ -18,6 +18,8 @@ import json
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()
 
 from absl import flags  # noqa: E402
@@ -38,7 +40,9 @@ flags.DEFINE_string("listing_root", None, "Where to build that folder.")
 def main(argv):
   del argv
   if FLAGS.listing:
-    print(json.dumps(throughput.measure_listing(FLAGS.listing, FLAGS.listing_root)))
+    print(
+        json.dumps(throughput.measure_listing(FLAGS.listing,
+                                              FLAGS.listing_root)))
   elif FLAGS.config is None:
     raise UserError("Pass --config=FILE.py (the pipeline to time) or "
                     "--listing=CLASSESxFILES.")

@@ -14,14 +14,15 @@ TensorFlow.
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 from absl import flags
 
 from vit_jax import console
 from vit_jax.weights import writers
 
 flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
-flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS,
-                  "Layout to write.")
+flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS, "Layout to write.")
 flags.DEFINE_string("out", None, "File to write.")
 flags.DEFINE_integer("num_heads", 0,
                      "Attention heads; needed only to read PyTorch weights.")
@@ -37,9 +38,10 @@ def main(argv):
   save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
   left_out = save(params, f.out) or []
   if left_out:
-    console.say("Left out masked patch prediction's [mask] token and "
-                "prediction head (%d arrays): timm's model has no place for "
-                "them.", len(left_out))
+    console.say(
+        "Left out masked patch prediction's [mask] token and "
+        "prediction head (%d arrays): timm's model has no place for "
+        "them.", len(left_out))
   written = {k: v for k, v in params.items() if k not in left_out}
   count = sum(v.size for v in written.values())
   print(f"Wrote {len(written)} arrays ({count:,} parameters) to {f.out}.")

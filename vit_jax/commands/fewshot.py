@@ -10,10 +10,12 @@ and writes the results.
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()
 
-from absl import flags  # noqa: E402
 import jax  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax.fewshot import sweep  # noqa: E402

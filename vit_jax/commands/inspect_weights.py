@@ -15,18 +15,23 @@ format, URL or released name the loader reads.
 
 from vit_jax import cli  # First: the commands' preamble.
 
-from absl import app, flags
+# isort: split
+
 import numpy as np
+from absl import app
+from absl import flags
 from ml_collections import config_flags
 
-from vit_jax.weights import describe, released
+from vit_jax.weights import describe
+from vit_jax.weights import released
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
                                 lock_config=True)
 flags.DEFINE_integer("num_classes", None, "Classes of the target's head.")
-flags.DEFINE_bool("list_released", False, "Print the names of the released "
-                  "checkpoints (and their URLs) instead.")
+flags.DEFINE_bool(
+    "list_released", False, "Print the names of the released "
+    "checkpoints (and their URLs) instead.")
 
 
 def main(argv):

@@ -3,7 +3,8 @@ r"""The plan command: memory, fit and time of a config on a target, no devices.
     vit-jax plan --config=configs/pretrain.py:i1k,variant=ViT-L/16 \
         --config.batch_size=256 --topology=v5e:4x4 --out=plan.json
 
-(or `python -m vit_jax plan ...`). See `vit_jax/performance/planning.py` for what is
+(or `python -m vit_jax plan ...`). See `vit_jax/performance/planning.py` for
+what is
 compiled and how the report is made.
 """
 
@@ -11,10 +12,12 @@ import json
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()  # The config checks read dataset metadata.
 
-from absl import flags  # noqa: E402
 import jax  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax import paths  # noqa: E402
@@ -45,8 +48,9 @@ def main(argv):
   _set_up_devices()
   result = planning.plan(FLAGS.config, FLAGS.topology, FLAGS.num_classes,
                          FLAGS.hbm_gib, FLAGS.mfu)
-  print(planning.format_row(result) if FLAGS.row
-        else planning.format_report(result))
+  print(
+      planning.format_row(result) if FLAGS.row else planning.
+      format_report(result))
   if FLAGS.out:
     paths.resolve(FLAGS.out).write_text(json.dumps(result, indent=2))
 

@@ -19,11 +19,16 @@ import time
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()
 
-from absl import app, flags  # noqa: E402
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 
-from vit_jax import console, inference, paths  # noqa: E402
+from vit_jax import console  # noqa: E402
+from vit_jax import inference  # noqa: E402
+from vit_jax import paths  # noqa: E402
 from vit_jax.data import image_files  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -43,8 +48,8 @@ def _shown(path: str) -> str:
 def format_table(rows, names) -> str:
   width = max(len(_shown(path)) for path, _, _ in rows)
   return "\n".join(
-      f"{_shown(path):<{width}}  " + "  ".join(
-          f"{names[c]} {100 * p:5.1f}%" for c, p in zip(classes, probs))
+      f"{_shown(path):<{width}}  " + "  ".join(f"{names[c]} {100 * p:5.1f}%"
+                                               for c, p in zip(classes, probs))
       for path, classes, probs in rows)
 
 
@@ -54,8 +59,9 @@ def to_csv(rows, names) -> str:
   k = len(rows[0][1]) if rows else 0
   out = io.StringIO()
   writer = csv.writer(out)
-  writer.writerow(["path", "label", "score"] + [
-      f"{field}_{i}" for i in range(1, k + 1) for field in ("label", "score")])
+  writer.writerow(
+      ["path", "label", "score"] +
+      [f"{field}_{i}" for i in range(1, k + 1) for field in ("label", "score")])
   for path, classes, probs in rows:
     top = [(names[c], f"{p:.6f}") for c, p in zip(classes, probs)]
     writer.writerow([path, *top[0]] + [x for pair in top for x in pair])
@@ -70,9 +76,8 @@ def main(argv):
                           FLAGS.num_heads)
   names, source = inference.class_names(loaded, FLAGS.labels)
   batch_size = loaded.batch_size(FLAGS.batch_size)
-  console.say("Predicting %d files with %s (%s; class names: %s).",
-              len(files), loaded.checkpoint, inference.describe(loaded),
-              source)
+  console.say("Predicting %d files with %s (%s; class names: %s).", len(files),
+              loaded.checkpoint, inference.describe(loaded), source)
   batches = image_files.ImageFiles(files, loaded.config.pp_eval,
                                    loaded.config.image_size, batch_size)
   start = time.perf_counter()
@@ -80,18 +85,19 @@ def main(argv):
   seconds = time.perf_counter() - start
   if rows:
     print(format_table(rows, names))
-  console.say("Predicted %d images in %.1f s (%.0f images/s, reading and "
-              "compiling included).", len(rows), seconds,
-              len(rows) / max(seconds, 1e-9))
+  console.say(
+      "Predicted %d images in %.1f s (%.0f images/s, reading and "
+      "compiling included).", len(rows), seconds,
+      len(rows) / max(seconds, 1e-9))
   if FLAGS.out:
     paths.resolve(FLAGS.out).write_text(to_csv(rows, names))
     console.say("Wrote %d predictions to %s.", len(rows), FLAGS.out)
   for path, why in batches.failed:
     console.say("Skipped %s: %s", _shown(path), why)
   if batches.failed:
-    console.say("%d of %d files could not be read (named above) and were "
-                "skipped; the others were predicted.", len(batches.failed),
-                len(files))
+    console.say(
+        "%d of %d files could not be read (named above) and were "
+        "skipped; the others were predicted.", len(batches.failed), len(files))
     return 1
   return 0
 

@@ -12,10 +12,13 @@ be a `gs://` URL. See launch/ for ready-made launchers.
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()
 
-from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax.training import trainer  # noqa: E402
@@ -24,8 +27,9 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: FILE.py:ARG.",
     lock_config=True)
-flags.DEFINE_string("workdir", None, "Directory for metrics and checkpoints "
-                    "(local or gs://...).")
+flags.DEFINE_string(
+    "workdir", None, "Directory for metrics and checkpoints "
+    "(local or gs://...).")
 flags.DEFINE_integer(
     "preempted_exit_code", 0,
     "Exit status after a preemption notice (SIGTERM) stopped the run and its "

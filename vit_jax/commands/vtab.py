@@ -14,25 +14,30 @@ means and the VTAB score, and writes them to WORKDIR/vtab.json. With
 
 from vit_jax import cli  # First: the commands' preamble.
 
+# isort: split
+
 cli.import_tensorflow_quietly()
 
-from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax import console  # noqa: E402
-from vit_jax.vtab import runner  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
+from vit_jax.vtab import runner  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
     "config", None, "The transfer setting: configs/vtab.py[:split=val,...]; "
     "its task is replaced by each task.", lock_config=True)
-flags.DEFINE_string("checkpoint", None, "Pre-trained weights to fine-tune "
-                    "(any format config.init.checkpoint reads); default: "
-                    "config.init.checkpoint.")
-flags.DEFINE_string("workdir", None, "Where each task's run and vtab.json go "
-                    "(local or gs://...).")
+flags.DEFINE_string(
+    "checkpoint", None, "Pre-trained weights to fine-tune "
+    "(any format config.init.checkpoint reads); default: "
+    "config.init.checkpoint.")
+flags.DEFINE_string(
+    "workdir", None, "Where each task's run and vtab.json go "
+    "(local or gs://...).")
 flags.DEFINE_list("tasks", None, "VTAB tasks to run (default: all 19).")
 flags.mark_flags_as_required(["config", "workdir"])
 

@@ -8,13 +8,16 @@ import ml_collections
 from absl import logging
 from jax.sharding import Mesh
 
-from vit_jax import models, sharding
-from vit_jax.training import optim, steps
-from vit_jax.data import input_pipeline, preprocess
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax.data import input_pipeline
+from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import solver as fewshot_solver
 from vit_jax.models import masked_patch
+from vit_jax.training import optim
+from vit_jax.training import steps
 from vit_jax.weights import posemb
 
 # Fields that must be > 0, and fields that must be >= 0.
@@ -22,16 +25,20 @@ _POSITIVE = ("batch_size", "eval_batch_size", "image_size", "lr",
              "log_every_steps", "checkpoint_every_steps", "keep_checkpoints",
              "shuffle_buffer", "accum_steps")
 _NON_NEGATIVE = ("total_steps", "warmup_steps", "eval_every_steps",
-                 "keep_checkpoint_every_steps", "profile_steps",
-                 "weight_decay", "grad_clip_norm", "fewshot.every_steps",
-                 "mixup.alpha")
-_FRACTIONS = ("label_smoothing", "ema_decay", "b1", "b2", "momentum",  # [0, 1)
-              "model.drop_path_rate")
+                 "keep_checkpoint_every_steps", "profile_steps", "weight_decay",
+                 "grad_clip_norm", "fewshot.every_steps", "mixup.alpha")
+_FRACTIONS = (
+    "label_smoothing",
+    "ema_decay",
+    "b1",
+    "b2",
+    "momentum",  # [0, 1)
+    "model.drop_path_rate")
 _CHOICES = (("optimizer", optim.OPTIMIZERS), ("decay_type", optim.DECAY_TYPES),
             ("loss", steps.LOSSES), ("mu_dtype", optim.MOMENTUM_DTYPES),
             ("init.posemb_resize", posemb.METHODS),
-            ("objective", steps.OBJECTIVES),
-            ("masked_patch.target", masked_patch.TARGETS))
+            ("objective", steps.OBJECTIVES), ("masked_patch.target",
+                                              masked_patch.TARGETS))
 
 
 def _get(config, dotted: str):
@@ -56,11 +63,11 @@ def check_numbers(config: ml_collections.ConfigDict):
   if not 0.0 <= config.mixup.p <= 1.0:
     raise UserError(f"config.mixup.p={config.mixup.p} is a probability: "
                     "use a value in [0, 1].")
-  for field, steps_field in (("num_epochs", "total_steps"),
-                             ("warmup_epochs", "warmup_steps")):
+  for field, steps_field in (("num_epochs", "total_steps"), ("warmup_epochs",
+                                                             "warmup_steps")):
     value = config[field]
-    if value is not None and (value < 0 or (field == "num_epochs" and
-                                            value == 0)):
+    if value is not None and (value < 0 or
+                              (field == "num_epochs" and value == 0)):
       raise UserError(f"config.{field}={value} must be positive (or unset, "
                       f"to use config.{steps_field}).")
   if (config.num_epochs is None and config.total_steps == 0 and
@@ -143,13 +150,13 @@ def check_masked_patch(config: ml_collections.ConfigDict, stride: int):
   if not 1 <= mp.color_bits <= 5:
     raise UserError(f"config.masked_patch.color_bits={mp.color_bits} must be "
                     "in 1..5 (3 bits per channel: 512 colour classes).")
-  if mp.target == "downsized" and (
-      mp.downsized_size < 1 or stride % mp.downsized_size):
+  if mp.target == "downsized" and (mp.downsized_size < 1 or
+                                   stride % mp.downsized_size):
     raise UserError(
         f"config.masked_patch.downsized_size={mp.downsized_size} does not "
         f"divide the {stride}-pixel patches of {config.model.variant}; use a "
         f"divisor of {stride} (the paper: 4).")
-  if (config.image_size // stride) ** 2 < 2:
+  if (config.image_size // stride)**2 < 2:
     raise UserError(
         f"config.image_size={config.image_size} gives one patch; masked "
         "patch prediction needs at least two (a patch is replaced by "

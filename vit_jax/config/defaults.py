@@ -17,7 +17,7 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.variant = "ViT-B/16"  # A name from vit_jax/models/variants.py.
   # representation_size: width of the tanh pre-logits layer that the paper
   # uses at pre-training only; None (the default) means no such layer.
-  model.classifier = "token"  # token (class token) | gap | map (attention pool).
+  model.classifier = "token"  # token (class token) | gap | map (attn pool).
   model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.
@@ -30,7 +30,7 @@ def get_model_config() -> ml_collections.ConfigDict:
   model.param_dtype = "float32"  # Storage dtype of the parameters.
   model.remat = "none"  # Rematerialise blocks: none | full | dots. Under
   # FSDP the blocks gather their weights again and "none" acts as "dots".
-  model.scan_layers = False  # One scanned block (faster compile for deep models).
+  model.scan_layers = False  # One scanned block (compiles deep models faster).
   # Attention where its weights are not needed: auto (cuDNN's fused kernel
   # on GPUs in bf16/fp16, else explicit) | explicit (einsums, softmax) |
   # xla | cudnn (jax.nn.dot_product_attention with that implementation).
@@ -51,7 +51,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # A TFDS name ('digits' is built in, no download) or 'folder:/path/to/root'
   # for images in ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}.
   config.dataset = "digits"  # See above.
-  config.data_dir = config_dict.placeholder(str)  # TFDS data_dir; None: default.
+  config.data_dir = config_dict.placeholder(str)  # TFDS data_dir, or default.
   config.manual_dir = config_dict.placeholder(str)  # TFDS manual downloads.
   config.train_split = "train"  # TFDS split string, e.g. 'train[:98%]'.
   config.eval_split = "test"  # Split for periodic and final evaluation.
@@ -76,14 +76,14 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.batch_size = 512  # Global training batch, split over all devices.
   config.eval_batch_size = 512  # Global evaluation batch.
   config.accum_steps = 1  # Micro-batches per update (gradient accumulation).
-  config.total_steps = 10_000  # Training steps (ignored when num_epochs is set).
+  config.total_steps = 10_000  # Training steps (unless num_epochs is set).
   config.num_epochs = config_dict.placeholder(float)  # Duration in epochs.
 
   # Optimizer and schedule.
   config.optimizer = "adam"  # adam (decoupled weight decay) | sgd (momentum).
   config.lr = 1e-3  # Peak learning rate, reached at the end of warmup.
   config.warmup_steps = 10_000  # Linear warmup from 0 to lr.
-  config.warmup_epochs = config_dict.placeholder(float)  # Overrides warmup_steps.
+  config.warmup_epochs = config_dict.placeholder(float)  # Or warmup_steps.
   config.decay_type = "cosine"  # After warmup: cosine | linear | constant.
   config.b1 = 0.9  # Adam first-moment decay.
   config.b2 = 0.999  # Adam second-moment decay.
@@ -102,11 +102,12 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.mixup.p = 1.0  # Share of the examples mixed (big_vision: all).
   config.mu_dtype = "float32"  # Adam first moment / SGD momentum: or bfloat16.
   # Per-parameter rules: regexes match the whole '/'-joined parameter path
-  # (e.g. 'head/.*'); the first match wins; a regex matching nothing is an error.
+  # (e.g. 'head/.*'); the first match wins; a regex matching nothing is an
+  # error.
   config.lr_mults = ()  # ((regex, factor), ...): learning-rate multipliers.
   config.wd_mults = ()  # ((regex, factor), ...): weight-decay multipliers.
-  config.frozen = ()  # (regex, ...): parameters not trained (no optimizer state).
-  config.ema_decay = 0.0  # Polyak/EMA of params used by evaluation (paper: 0.9999).
+  config.frozen = ()  # (regex, ...): not trained, and no optimizer state.
+  config.ema_decay = 0.0  # EMA of params, what evaluation uses (paper: 0.9999).
 
   # Devices and sharding (see vit_jax/sharding.py).
   config.mesh = ml_collections.ConfigDict()  # Sizes of the named mesh axes.
@@ -131,12 +132,12 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # predict each corrupted patch's colours (vit_jax/models/masked_patch.py).
   config.objective = "supervised"  # supervised | masked_patch.
   config.masked_patch = ml_collections.ConfigDict()  # Used by masked_patch.
-  config.masked_patch.target = "mean_color"  # mean_color | downsized | pixels_l2.
-  config.masked_patch.corrupt_rate = 0.5  # Share of each image's patches corrupted.
+  config.masked_patch.target = "mean_color"  # mean_color|downsized|pixels_l2.
+  config.masked_patch.corrupt_rate = 0.5  # Share of the patches corrupted.
   config.masked_patch.mask_rate = 0.8  # Of those: replaced by the [mask] token,
-  config.masked_patch.replace_rate = 0.1  # by another patch of the image; rest kept.
-  config.masked_patch.color_bits = 3  # Bits per channel of colour targets (512 classes).
-  config.masked_patch.downsized_size = 4  # downsized: cells per side of a patch.
+  config.masked_patch.replace_rate = 0.1  # by another patch; the rest kept.
+  config.masked_patch.color_bits = 3  # Bits per channel of colour targets.
+  config.masked_patch.downsized_size = 4  # downsized: cells per patch side.
 
   # Starting weights (fine-tuning); ignored when the workdir has a checkpoint
   # to resume from.
@@ -148,7 +149,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.init.checkpoint = config_dict.placeholder(str)  # See above.
   config.init.dont_load = ()  # Regexes: parameters to re-initialise instead.
   config.init.posemb_resize = "bilinear"  # Grid interpolation: or bicubic.
-  config.init.source_grid = config_dict.placeholder(tuple)  # File's (H, W) if not square.
+  # The file's position-embedding grid (H, W), when it is not square.
+  config.init.source_grid = config_dict.placeholder(tuple)  # See above.
   # Where downloaded checkpoints (URLs, released names) are kept and reused;
   # None: $VIT_JAX_CACHE_DIR, else ~/.cache/vit_jax.
   config.init.cache_dir = config_dict.placeholder(str)  # See above.
@@ -170,7 +172,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.fewshot.l2_reg = 2.0**10  # The fixed ridge L2 (big_vision's).
   config.fewshot.l2_grid = tuple(2.0**p for p in range(-6, 13, 2))  # For loo.
   config.fewshot.loo_max_heldout = 256  # loo: examples held out per sample.
-  config.fewshot.layer = "pre_logits"  # Representation: see fewshot/features.py.
+  config.fewshot.layer = "pre_logits"  # Representation (fewshot/features.py).
   config.fewshot.on_too_few = "fail"  # A class with < k examples: fail | skip.
   config.fewshot.float64 = False  # Solve in float64 on the host (else fp32).
   config.fewshot.every_steps = 0  # During training, every N steps; 0: never.
@@ -196,32 +198,33 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   return config
 
 
-def paper_transfer(config: ml_collections.ConfigDict, variant: str,
-                   init=None):
+def paper_transfer(config: ml_collections.ConfigDict, variant: str, init=None):
   """The paper's fine-tuning setting (App. B.1.1), which its transfer
   configs share: SGD momentum 0.9, batch 512, 500 warmup steps then
   cosine, clip 1, no weight decay, 384 px, bf16, and a new zero-initialised
   linear head on the weights of `init`."""
-  config.update(dict(  # Overrides, not declarations: see get_config.
-      image_size=384, batch_size=512, eval_batch_size=512, optimizer="sgd",
-      momentum=0.9, weight_decay=0.0, warmup_steps=500, decay_type="cosine",
-      grad_clip_norm=1.0))
+  # Overrides, not declarations: see get_config.
+  config.update(
+      dict(image_size=384, batch_size=512, eval_batch_size=512, optimizer="sgd",
+           momentum=0.9, weight_decay=0.0, warmup_steps=500,
+           decay_type="cosine", grad_clip_norm=1.0))
   config.model.variant = variant  # The model to fine-tune.
   config.model.representation_size = None  # A linear head.
   config.model.dtype = "bfloat16"  # bf16 compute, fp32 parameters.
   config.init.checkpoint = init  # The weights to start from.
-  config.init.dont_load = ("head/.*",)  # The paper: a new zero-initialised head.
+  config.init.dont_load = ("head/.*",)  # The paper: a new zero head.
 
 
 def runlocal(config: ml_collections.ConfigDict, image_size: int = 16):
   """Shrinks any recipe to a few CPU steps of `testing` on the built-in
   digits (what CI runs for each config's `runlocal` argument)."""
-  config.update(dict(  # Overrides, not declarations: see get_config.
-      dataset="digits", train_split="train", eval_split="test",
-      image_size=image_size, pp_train="inception_crop(0.5)|value_range",
-      pp_eval="resize|value_range", shuffle_buffer=1_000, cache=True,
-      batch_size=32, eval_batch_size=32, num_epochs=None, total_steps=10,
-      warmup_steps=2, log_every_steps=5, eval_every_steps=0))
+  # Overrides, not declarations: see get_config.
+  config.update(
+      dict(dataset="digits", train_split="train", eval_split="test",
+           image_size=image_size, pp_train="inception_crop(0.5)|value_range",
+           pp_eval="resize|value_range", shuffle_buffer=1_000, cache=True,
+           batch_size=32, eval_batch_size=32, num_epochs=None, total_steps=10,
+           warmup_steps=2, log_every_steps=5, eval_every_steps=0))
   config.model.variant = "testing"  # The tiny test model.
   config.model.dtype = "float32"  # bf16 is slow on CPUs.
 
@@ -240,6 +243,6 @@ def parse_arg(arg, **defaults) -> ml_collections.ConfigDict:
       parsed[key] = value
     else:
       raise UserError(f"Config argument {token!r} is not one of "
-                       f"{sorted(k for k in parsed if k != 'first')} "
-                       "(KEY=VALUE) or runlocal.")
+                      f"{sorted(k for k in parsed if k != 'first')} "
+                      "(KEY=VALUE) or runlocal.")
   return ml_collections.ConfigDict(parsed)

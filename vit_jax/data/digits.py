@@ -33,8 +33,10 @@ class Digits(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # The data ships with scikit-learn.
-    return {"train": self._generate_examples("train"),
-            "test": self._generate_examples("test")}
+    return {
+        "train": self._generate_examples("train"),
+        "test": self._generate_examples("test")
+    }
 
   def _generate_examples(self, split: str):
     import sklearn.datasets  # Only needed when the dataset is first prepared.
@@ -44,5 +46,7 @@ class Digits(tfds.core.GeneratorBasedBuilder):
     order = np.random.RandomState(_SPLIT_SEED).permutation(len(images))
     indices = order[NUM_TEST:] if split == "train" else order[:NUM_TEST]
     for index in sorted(indices):
-      yield int(index), {"image": images[index][..., None],
-                         "label": int(digits.target[index])}
+      yield int(index), {
+          "image": images[index][..., None],
+          "label": int(digits.target[index])
+      }

@@ -10,20 +10,24 @@ data, a file that cannot be read does not stop the run: it is left out, and
 """
 
 import re
-from typing import Iterator, Sequence
+from typing import Iterator
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from vit_jax import paths
-from vit_jax.data import image_folder, preprocess
+from vit_jax.data import image_folder
+from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 
 
 def _walk(directory: str) -> list[str]:
   subdirs, files = paths.list_dir(directory)
-  found = [f"{directory.rstrip('/')}/{f}" for f in files
-           if f.lower().endswith(image_folder.IMAGE_EXTENSIONS)]
+  found = [
+      f"{directory.rstrip('/')}/{f}" for f in files
+      if f.lower().endswith(image_folder.IMAGE_EXTENSIONS)
+  ]
   for subdir in subdirs:
     found += _walk(f"{directory.rstrip('/')}/{subdir}")
   return found
@@ -60,12 +64,16 @@ class ImageFiles:
     self._by_tensorflow = all(paths.tensorflow_can_read(f) for f in files)
 
   def _dataset(self) -> tf.data.Dataset:
-    def load(index, path):
-      return {"image": self._load(path), "index": tf.cast(index, tf.int32),
-              "mask": tf.constant(1.0, tf.float32)}
 
-    ds = tf.data.Dataset.from_tensor_slices(
-        (np.arange(len(self.files)), self.files))
+    def load(index, path):
+      return {
+          "image": self._load(path),
+          "index": tf.cast(index, tf.int32),
+          "mask": tf.constant(1.0, tf.float32)
+      }
+
+    ds = tf.data.Dataset.from_tensor_slices((np.arange(len(
+        self.files)), self.files))
     # A file that fails to read or decode is dropped here; `__iter__`
     # finds which by the indices that never arrive.
     ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE,
@@ -92,9 +100,11 @@ class ImageFiles:
         reached = int(batch["index"].max()) + 1
         missing = self.batch_size - len(batch["index"])
         if missing:  # A fixed batch shape: no recompilation for the last one.
-          batch = {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:],
-                                                  v.dtype)])
-                   for k, v in batch.items()}
+          batch = {
+              k: np.concatenate(
+                  [v, np.zeros((missing,) + v.shape[1:],
+                               v.dtype)]) for k, v in batch.items()
+          }
         yield batch
       reached = len(self.files)
     finally:
@@ -114,7 +124,7 @@ class ImageFiles:
       self._image_fn(image, tf.constant([0, 0], tf.int64)).numpy()
     except (tf.errors.OpError, ValueError) as e:
       # TensorFlow wraps the reason: "{{function_node ...}} WHY [Op:...]".
-      why = re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "",
-                   getattr(e, "message", str(e))).strip().splitlines()
+      why = re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", getattr(
+          e, "message", str(e))).strip().splitlines()
       return f"a broken image ({why[0][:200] if why else 'no details'})"
     return "could not be read"

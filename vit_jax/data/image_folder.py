@@ -27,7 +27,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from jax.experimental import multihost_utils
 
-from vit_jax import console, paths
+from vit_jax import console
+from vit_jax import paths
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 
@@ -75,15 +76,15 @@ def list_folder(root: str) -> Listing:
       listing[split] = {}
       for name, files in console.progress(zip(classes, listed), len(classes),
                                           f"Listing {split_dir}"):
-        images = sorted(f for f in files
-                        if f.lower().endswith(IMAGE_EXTENSIONS))
+        images = sorted(
+            f for f in files if f.lower().endswith(IMAGE_EXTENSIONS))
         if not images:
           raise UserError(f"Class folder {split_dir}/{name} holds no "
                           ".jpg/.jpeg/.png images; add some or remove the "
                           "folder.")
         listing[split][name] = images
-      console.say("Listed %s: %d classes, %d images.", split_dir,
-                  len(classes), sum(map(len, listing[split].values())))
+      console.say("Listed %s: %d classes, %d images.", split_dir, len(classes),
+                  sum(map(len, listing[split].values())))
   return listing
 
 
@@ -93,8 +94,11 @@ def _index_path(index_dir: str, root: str):
 
 
 def _write_index(path, root: str, listing: Listing):
-  path.write_bytes(gzip.compress(json.dumps(
-      {"root": root, "splits": listing}).encode()))
+  path.write_bytes(
+      gzip.compress(json.dumps({
+          "root": root,
+          "splits": listing
+      }).encode()))
 
 
 def _read_index(path, root: str) -> Listing:
@@ -134,8 +138,10 @@ def class_names(root: str, index_dir=None) -> list[str]:
     listing = _read_index(index, root)
   else:
     splits, _ = paths.list_dir(root)
-    listing = {s: dict.fromkeys(paths.list_dir(f"{root.rstrip('/')}/{s}")[0])
-               for s in splits}
+    listing = {
+        s: dict.fromkeys(paths.list_dir(f"{root.rstrip('/')}/{s}")[0])
+        for s in splits
+    }
   return sorted({c for by_class in listing.values() for c in by_class} -
                 {UNLABELLED})
 
@@ -146,8 +152,8 @@ class ImageFolderSource:
   def __init__(self, root: str, index_dir=None):
     self.name = root
     listing = load_listing(root, index_dir)
-    unlabelled = sorted(s for s, by_class in listing.items()
-                        if UNLABELLED in by_class)
+    unlabelled = sorted(
+        s for s, by_class in listing.items() if UNLABELLED in by_class)
     if unlabelled and len(unlabelled) < len(listing):
       raise UserError(
           f"Image folder {root} mixes unlabelled splits "
@@ -159,10 +165,11 @@ class ImageFolderSource:
     label_of[UNLABELLED] = -1
     self._files = {}  # split -> [(path, label)], shuffled once.
     for split, by_class in listing.items():
-      folder = lambda c, s=split: (f"{root.rstrip('/')}/{s}" +
-                                   (f"/{c}" if c else ""))
+      folder = lambda c, s=split: (f"{root.rstrip('/')}/{s}" + (f"/{c}"
+                                                                if c else ""))
       files = [(f"{folder(c)}/{f}", label_of[c])
-               for c in sorted(by_class) for f in by_class[c]]
+               for c in sorted(by_class)
+               for f in by_class[c]]
       random.Random(0).shuffle(files)  # Fixed: slices are random subsets.
       self._files[split] = files
     self.num_classes = len(self.class_names)
@@ -173,9 +180,10 @@ class ImageFolderSource:
     """Resolves 'train', 'train[:90%]', 'test[10:]' to (name, from, to)."""
     try:
       instructions = tfds.core.ReadInstruction.from_spec(split).to_absolute({
-          name: tfds.core.SplitInfo(name=name, shard_lengths=[len(files)],
-                                    num_bytes=0)
-          for name, files in self._files.items()})
+          name: tfds.core.SplitInfo(
+              name=name, shard_lengths=[len(files)],
+              num_bytes=0) for name, files in self._files.items()
+      })
     except (AssertionError, ValueError, KeyError) as e:
       raise UserError(f"Image folder {self.name} has no split {split!r}; it "
                       f"has {', '.join(self._files)}.") from e
@@ -201,8 +209,8 @@ class ImageFolderSource:
     return (name, bounds[index], bounds[index + 1])
 
   def _slice(self, split):
-    name, start, stop = (split if isinstance(split, tuple)
-                         else self._absolute(split))
+    name, start, stop = (split
+                         if isinstance(split, tuple) else self._absolute(split))
     return self._files[name][start:stop]
 
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
@@ -210,7 +218,8 @@ class ImageFolderSource:
     files = self._slice(split)
     ds = tf.data.Dataset.from_tensor_slices({
         "path": [path for path, _ in files],
-        "label": [label for _, label in files]})
+        "label": [label for _, label in files]
+    })
     return ds.shuffle(len(files), seed=seed) if shuffle_files else ds
 
   def decode(self, record):
@@ -225,8 +234,8 @@ def read_encoded(path, tensorflow_reads: bool) -> preprocess.Encoded:
   """The bytes of the image file at `path` (a string tensor), read by
   TensorFlow or, where it cannot (`paths.tensorflow_can_read`), through
   the path layer, with a decoder that names `path` when it fails."""
-  data = (tf.io.read_file(path) if tensorflow_reads
-          else _read_with_path_layer(path))
+  data = (tf.io.read_file(path)
+          if tensorflow_reads else _read_with_path_layer(path))
   return preprocess.Encoded(data, lambda d: _decode(d, path))
 
 
@@ -247,9 +256,11 @@ def _read_with_path_layer(path):
 
 def _decode(data, path):
   """Decodes JPEG/PNG bytes to uint8 RGB; a bad file fails naming its path."""
-  known = tf.reduce_any([tf.strings.substr(data, 0, len(m)) == m
-                         for m in MAGIC])
-  with tf.control_dependencies([tf.debugging.Assert(
-      known, ["Unreadable image (not a JPEG or PNG file):", path])]):
+  known = tf.reduce_any(
+      [tf.strings.substr(data, 0, len(m)) == m for m in MAGIC])
+  with tf.control_dependencies([
+      tf.debugging.Assert(known,
+                          ["Unreadable image (not a JPEG or PNG file):", path])
+  ]):
     image = tf.io.decode_image(data, channels=3, expand_animations=False)
   return tf.ensure_shape(image, (None, None, 3))

@@ -14,7 +14,8 @@ TensorFlow runs on the host CPU only.
 import collections
 import dataclasses
 import math
-from typing import Callable, Iterator
+from typing import Callable
+from typing import Iterator
 
 import jax
 import ml_collections
@@ -22,9 +23,10 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import sharding
-from vit_jax.training import steps
-from vit_jax.data import preprocess, sources
+from vit_jax.data import preprocess
+from vit_jax.data import sources
 from vit_jax.errors import UserError
+from vit_jax.training import steps
 
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source
@@ -46,10 +48,10 @@ def hide_accelerators_from_tf():
 
 
 def get_info(config: ml_collections.ConfigDict, source) -> DatasetInfo:
-  return DatasetInfo(num_classes=source.num_classes,
-                     num_train_examples=source.num_examples(config.train_split),
-                     num_eval_examples=source.num_examples(config.eval_split),
-                     multi_label=source.multi_label)
+  return DatasetInfo(
+      num_classes=source.num_classes, num_train_examples=source.num_examples(
+          config.train_split), num_eval_examples=source.num_examples(
+              config.eval_split), multi_label=source.multi_label)
 
 
 def reads_labels(config: ml_collections.ConfigDict) -> bool:
@@ -74,18 +76,22 @@ def _example_fn(config, pp_spec: str, source, base_seed, labels: bool,
   def target(label):
     if source.multi_label:
       return tf.cast(label, tf.float32)
-    checks = [tf.debugging.assert_less(
-        label, tf.cast(num_classes, label.dtype),
-        message=f"Label out of range for {source.name} with "
-        f"{num_classes} classes"),
-              tf.debugging.assert_non_negative(label)]
+    checks = [
+        tf.debugging.assert_less(
+            label, tf.cast(num_classes, label.dtype),
+            message=f"Label out of range for {source.name} with "
+            f"{num_classes} classes"),
+        tf.debugging.assert_non_negative(label)
+    ]
     with tf.control_dependencies(checks):
       return tf.one_hot(label, num_classes)
 
   def fn(index, example):
     seed = tf.random.experimental.stateless_fold_in(base_seed, index)
-    out = {"image": image_fn(example["image"], seed),
-           "mask": tf.constant(1.0, tf.float32)}
+    out = {
+        "image": image_fn(example["image"], seed),
+        "mask": tf.constant(1.0, tf.float32)
+    }
     if labels:
       out["labels"] = target(example["label"])
     return out
@@ -116,7 +122,7 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   local_batch = sharding.local_batch_size(config.batch_size,
-                                         process_count=count)
+                                          process_count=count)
   seed = config.seed + 1000 * index
   split = source.process_split(config.train_split, index, count,
                                drop_remainder=True)
@@ -154,8 +160,10 @@ def make_train_iterator(config: ml_collections.ConfigDict, source,
 def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
   """Batches per process: enough for the largest process share."""
   count = jax.process_count()
-  largest = max(source.num_examples(source.process_split(
-      config.eval_split, i, count, drop_remainder=False)) for i in range(count))
+  largest = max(
+      source.num_examples(
+          source.process_split(config.eval_split, i, count,
+                               drop_remainder=False)) for i in range(count))
   local_batch = sharding.local_batch_size(
       config.eval_batch_size, what="eval_batch_size", process_count=count)
   return max(1, math.ceil(largest / local_batch))
@@ -176,12 +184,15 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
   ds = source.read(split, shuffle_files=False, seed=config.seed)
   example_fn = _example_fn(config, config.pp_eval, source,
                            tf.constant([config.seed, 1], tf.int64), labels)
-  ds = ds.enumerate().map(lambda i, record: example_fn(i, source.decode(record)),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.enumerate().map(
+      lambda i, record: example_fn(i, source.decode(record)),
+      num_parallel_calls=tf.data.AUTOTUNE)
   if config.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
-      {k: tf.zeros(s.shape, s.dtype) for k, s in ds.element_spec.items()})
+      {
+          k: tf.zeros(s.shape, s.dtype) for k, s in ds.element_spec.items()
+      })
   ds = ds.concatenate(padding.repeat()).batch(local_batch)
   ds = ds.take(num_eval_batches(config, source))
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)

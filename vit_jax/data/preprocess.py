@@ -65,8 +65,8 @@ def central_crop(image, seed, size):
 def inception_box(shape, seed, min_area=0.05):
   """(begin, size) of a random box of min_area-100% area, aspect 3/4-4/3."""
   begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      shape, bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
-      seed=seed, area_range=(min_area, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
+      shape, bounding_boxes=tf.zeros([1, 0, 4], tf.float32), seed=seed,
+      area_range=(min_area, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
       min_object_covered=0.0, use_image_if_no_bounding_boxes=True)
   return begin, crop_size
 
@@ -112,7 +112,6 @@ OPS: dict[str, Op] = {
     "value_range": value_range,
 }
 
-
 _OP_PATTERN = re.compile(r"^(\w+)(?:\((.*)\))?$")
 
 
@@ -123,14 +122,14 @@ def parse(spec: str) -> list[tuple[str, tuple[float, ...]]]:
     match = _OP_PATTERN.match(part)
     if not match or match.group(1) not in OPS:
       raise UserError(f"Unknown preprocessing op {part!r} in {spec!r}. "
-                       f"Known ops: {', '.join(OPS)}.")
+                      f"Known ops: {', '.join(OPS)}.")
     try:
       args = ast.literal_eval(f"({match.group(2)},)") if match.group(2) else ()
       if not all(isinstance(a, (int, float)) for a in args):
         raise ValueError
     except (ValueError, SyntaxError) as e:
       raise UserError(f"Op {part!r} in {spec!r} takes numbers as arguments, "
-                       "e.g. inception_crop(0.35).") from e
+                      "e.g. inception_crop(0.35).") from e
     if match.group(1) == "randaug":
       try:
         randaug_lib.check_arguments(*args)
@@ -166,8 +165,8 @@ def decode_inception_window(encoded: Encoded, seed, min_area=0.05):
     # gives exactly the whole image's pixels.
     left = tf.minimum(begin[1], 1)
     right = tf.minimum(shape[1] - begin[1] - crop_size[1], 1)
-    window = tf.stack([begin[0], begin[1] - left, crop_size[0],
-                       crop_size[1] + left + right])
+    window = tf.stack(
+        [begin[0], begin[1] - left, crop_size[0], crop_size[1] + left + right])
     wider = tf.image.decode_and_crop_jpeg(data, window, channels=3)
     return wider[:, left:left + crop_size[1]]
 
@@ -180,9 +179,10 @@ def decode_inception_window(encoded: Encoded, seed, min_area=0.05):
                          (None, None, 3))
 
 
-def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
-                  crop_antialias: bool = False, uint8: bool = False
-                  ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+def make_image_fn(
+    spec: str, size: int, *, crop_on_decode: bool = True,
+    crop_antialias: bool = False,
+    uint8: bool = False) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `fn(image, seed) -> float32 size x size x 3` for a pipeline;
   `image` is a decoded uint8 tensor or `Encoded` (see the module doc).
   `crop_antialias` is inception_crop's; with `uint8` a pipeline ending in

@@ -48,8 +48,8 @@ REFERENCE_SIZE = 224.0  # The image size those pixel counts are for.
 def _blend(degenerate, image, factor):
   """PIL's Image.blend: degenerate + factor (image - degenerate), clipped,
   truncated to uint8."""
-  degenerate, image = tf.cast(degenerate, tf.float32), tf.cast(image,
-                                                               tf.float32)
+  degenerate, image = tf.cast(degenerate, tf.float32), tf.cast(
+      image, tf.float32)
   mixed = degenerate + factor * (image - degenerate)
   return tf.cast(tf.clip_by_value(mixed, 0.0, 255.0), tf.uint8)
 
@@ -66,28 +66,30 @@ def _affine(image, transform):
   nearest pixel, grey outside the image."""
   shape = tf.shape(image)[:2]
   out = tf.raw_ops.ImageProjectiveTransformV3(
-      images=image[None], transforms=tf.cast(tf.stack(transform)[None],
-                                             tf.float32),
-      output_shape=shape, fill_value=float(GREY), interpolation="NEAREST",
-      fill_mode="CONSTANT")
+      images=image[None], transforms=tf.cast(
+          tf.stack(transform)[None], tf.float32), output_shape=shape,
+      fill_value=float(GREY), interpolation="NEAREST", fill_mode="CONSTANT")
   return out[0]
 
 
 # Each operation: (uint8 image, argument, seed) -> uint8 image.
 def auto_contrast(image, arg, seed):
   del arg, seed
+
   def channel(c):
     lo, hi = tf.reduce_min(c), tf.reduce_max(c)
     lo, hi = tf.cast(lo, tf.float32), tf.cast(hi, tf.float32)
     scale = 255.0 / tf.maximum(hi - lo, 1.0)
     stretched = tf.clip_by_value((tf.cast(c, tf.float32) - lo) * scale, 0, 255)
     return tf.where(hi > lo, tf.cast(stretched, tf.uint8), c)
+
   return tf.stack([channel(image[..., i]) for i in range(3)], -1)
 
 
 def equalize(image, arg, seed):
   """PIL's ImageOps.equalize, channel by channel."""
   del arg, seed
+
   def channel(c):
     values = tf.reshape(tf.cast(c, tf.int32), [-1])
     hist = tf.math.bincount(values, minlength=256, maxlength=256)
@@ -96,6 +98,7 @@ def equalize(image, arg, seed):
     lut = (tf.cumsum(hist) - hist + step // 2) // tf.maximum(step, 1)
     lut = tf.cast(tf.clip_by_value(lut, 0, 255), tf.uint8)
     return tf.where(step > 0, tf.gather(lut, tf.cast(c, tf.int32)), c)
+
   return tf.stack([channel(image[..., i]) for i in range(3)], -1)
 
 
@@ -106,8 +109,8 @@ def invert(image, arg, seed):
 
 def rotate(image, degrees, seed):
   del seed
-  height, width = (tf.cast(s, tf.float32) for s in tf.unstack(
-      tf.shape(image)[:2]))
+  height, width = (
+      tf.cast(s, tf.float32) for s in tf.unstack(tf.shape(image)[:2]))
   radians = degrees * math.pi / 180.0
   cos, sin = tf.cos(radians), tf.sin(radians)
   # About the image centre, as tf-addons' rotate.
@@ -183,8 +186,8 @@ def sharpness(image, factor, seed):
   del seed
   kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13.0
   kernel = tf.tile(kernel[:, :, None, None], [1, 1, 3, 1])
-  smooth = tf.nn.depthwise_conv2d(tf.cast(image, tf.float32)[None], kernel,
-                                  [1, 1, 1, 1], "VALID")[0]
+  smooth = tf.nn.depthwise_conv2d(
+      tf.cast(image, tf.float32)[None], kernel, [1, 1, 1, 1], "VALID")[0]
   smooth = tf.cast(tf.clip_by_value(tf.round(smooth), 0, 255), tf.uint8)
   inner = tf.pad(smooth, [[1, 1], [1, 1], [0, 0]])
   height, width = tf.shape(image)[0], tf.shape(image)[1]
@@ -222,14 +225,14 @@ OPERATIONS = {
     "Sharpness": (sharpness, lambda m: m / MAX_LEVEL * 1.8 + 0.1, False),
     "ShearX": (shear_x, lambda m: m / MAX_LEVEL * 0.3, True),
     "ShearY": (shear_y, lambda m: m / MAX_LEVEL * 0.3, True),
-    "TranslateX": (translate_x, lambda m: m / MAX_LEVEL * TRANSLATE_PIXELS,
-                   True),
-    "TranslateY": (translate_y, lambda m: m / MAX_LEVEL * TRANSLATE_PIXELS,
-                   True),
-    "Cutout": (cutout, lambda m: float(int(m / MAX_LEVEL * CUTOUT_PIXELS)),
-               False),
-    "SolarizeAdd": (solarize_add, lambda m: float(int(m / MAX_LEVEL * 110)),
-                    False),
+    "TranslateX": (
+        translate_x, lambda m: m / MAX_LEVEL * TRANSLATE_PIXELS, True),
+    "TranslateY": (
+        translate_y, lambda m: m / MAX_LEVEL * TRANSLATE_PIXELS, True),
+    "Cutout": (
+        cutout, lambda m: float(int(m / MAX_LEVEL * CUTOUT_PIXELS)), False),
+    "SolarizeAdd": (
+        solarize_add, lambda m: float(int(m / MAX_LEVEL * 110)), False),
 }
 
 
@@ -247,8 +250,8 @@ def randaug(image, seed, num_ops: int = 2, magnitude: float = 10.0):
   """RandAugment of one HxWx3 image in [0, 255] with a stateless seed:
   float32 in [0, 255] (whole numbers: the operations work on uint8)."""
   check_arguments(num_ops, magnitude)
-  image = tf.cast(tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0,
-                                   255), tf.uint8)
+  image = tf.cast(
+      tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0, 255), tf.uint8)
   names = list(OPERATIONS)
   for i in range(int(num_ops)):
     op_seed = tf.random.experimental.stateless_fold_in(seed, i)
@@ -256,14 +259,12 @@ def randaug(image, seed, num_ops: int = 2, magnitude: float = 10.0):
         tf.random.experimental.stateless_split(op_seed, 3))
     chosen = tf.random.stateless_uniform([], choice_seed, 0, len(names),
                                          tf.int32)
-    sign = tf.where(tf.random.stateless_uniform([], sign_seed) < 0.5, -1.0,
-                    1.0)
+    sign = tf.where(tf.random.stateless_uniform([], sign_seed) < 0.5, -1.0, 1.0)
 
-    def branch(name, x=image):
+    def branch(name, x=image, sign=sign, own_seed=own_seed):
       operation, argument, signed = OPERATIONS[name]
       arg = argument(float(magnitude))
-      return operation(x, sign * arg if signed else tf.constant(arg),
-                       own_seed)
+      return operation(x, sign * arg if signed else tf.constant(arg), own_seed)
 
     image = tf.switch_case(chosen, [lambda n=n: branch(n) for n in names])
     image = tf.ensure_shape(image, (None, None, 3))

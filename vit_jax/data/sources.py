@@ -18,11 +18,13 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from jax.experimental import multihost_utils
 
-from vit_jax import console, paths
+from vit_jax import console
+from vit_jax import paths
 from vit_jax.data import digits  # Registers the built-in `digits` builder.
-from vit_jax.data import image_folder, preprocess
-from vit_jax.vtab import tasks as vtab_tasks
+from vit_jax.data import image_folder
+from vit_jax.data import preprocess
 from vit_jax.errors import UserError
+from vit_jax.vtab import tasks as vtab_tasks
 
 del digits
 FOLDER_PREFIX = "folder:"
@@ -91,9 +93,9 @@ class TfdsSource:
             f"Dataset {self._builder.name!r} needs a manual download, and "
             f"{manual_dir} is missing or empty. Download its files there (or "
             f"set config.manual_dir), as TFDS says:\n{instructions}")
-    console.say("Preparing TFDS dataset %s in %s (first use; TFDS shows its "
-                "progress on a terminal).", self._builder.name,
-                self._builder.data_dir)
+    console.say(
+        "Preparing TFDS dataset %s in %s (first use; TFDS shows its "
+        "progress on a terminal).", self._builder.name, self._builder.data_dir)
     self._builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
 
@@ -101,13 +103,13 @@ class TfdsSource:
     try:
       return self._builder.info.splits[split].num_examples
     except (KeyError, ValueError, AssertionError) as e:
-      raise UserError(
-          f"Dataset {self.name!r} has no split {split!r}; it has "
-          f"{', '.join(self._builder.info.splits)} (slices like "
-          "'train[:90%]' work too).") from e
+      raise UserError(f"Dataset {self.name!r} has no split {split!r}; it has "
+                      f"{', '.join(self._builder.info.splits)} (slices like "
+                      "'train[:90%]' work too).") from e
 
   def process_split(self, split: str, index: int, count: int, drop_remainder):
-    return tfds.even_splits(split, n=count, drop_remainder=drop_remainder)[index]
+    return tfds.even_splits(split, n=count,
+                            drop_remainder=drop_remainder)[index]
 
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
     """Undecoded records; `decode` turns one into an example."""
@@ -121,8 +123,8 @@ class TfdsSource:
     image, decoded otherwise; the label (multi-hot for a list of them)."""
     feature = self._builder.info.features["image"]
     image = (preprocess.Encoded(record["image"], feature.decode_example)
-             if feature.tf_dtype == tf.uint8 else
-             feature.decode_example(record["image"]))
+             if feature.tf_dtype == tf.uint8 else feature.decode_example(
+                 record["image"]))
     if not self.num_classes:
       return {"image": image}
     label = record[self._label_key]
@@ -195,8 +197,8 @@ def label_names(config: ml_collections.ConfigDict, index_dir=None):
                                       index_dir) or None
     features = tfds.builder(config.dataset,
                             data_dir=config.data_dir).info.features
-    label = (features["label"] if "label" in features
-             else features["labels"].feature)
+    label = (features["label"]
+             if "label" in features else features["labels"].feature)
     return list(label.names)
   except Exception:  # pylint: disable=broad-except  # Names are optional.
     return None
@@ -209,5 +211,7 @@ def imagenet_names() -> list[str]:
   from tensorflow_datasets.datasets.siscore import labels  # pylint: disable=g-import-not-at-top
   entries = labels.IMAGENET_LABELS_LIST
   first = [entry.split(",")[0].strip() for entry in entries]
-  return [name if first.count(name) == 1 else entry
-          for name, entry in zip(first, entries)]
+  return [
+      name if first.count(name) == 1 else entry
+      for name, entry in zip(first, entries)
+  ]

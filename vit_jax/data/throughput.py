@@ -6,7 +6,8 @@ import os
 import tempfile
 import time
 
-from vit_jax.data import image_folder, input_pipeline
+from vit_jax.data import image_folder
+from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 
 
@@ -21,9 +22,14 @@ def measure(config, num_batches: int) -> dict:
     batch = next(batches)
   seconds = time.perf_counter() - start
   images = num_batches * batch["image"].shape[0]
-  return {"dataset": config.dataset, "image_size": config.image_size,
-          "pp_train": config.pp_train, "batch": int(batch["image"].shape[0]),
-          "images_per_sec": images / seconds, "cpu_cores": os.cpu_count()}
+  return {
+      "dataset": config.dataset,
+      "image_size": config.image_size,
+      "pp_train": config.pp_train,
+      "batch": int(batch["image"].shape[0]),
+      "images_per_sec": images / seconds,
+      "cpu_cores": os.cpu_count()
+  }
 
 
 def build_tree(root: str, classes: int, files: int):
@@ -50,6 +56,10 @@ def measure_listing(spec: str, root=None) -> dict:
   start = time.perf_counter()
   source = image_folder.ImageFolderSource(root)
   seconds = time.perf_counter() - start
-  return {"root": root, "classes": source.num_classes,
-          "files": source.num_examples("train"), "listing_s": seconds,
-          "cpu_cores": os.cpu_count()}
+  return {
+      "root": root,
+      "classes": source.num_classes,
+      "files": source.num_examples("train"),
+      "listing_s": seconds,
+      "cpu_cores": os.cpu_count()
+  }

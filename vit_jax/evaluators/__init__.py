@@ -8,8 +8,9 @@ or None where the config leaves it off. The loop runs each one every
 metrics as `NAME/metric` scalars.
 """
 
-from vit_jax.evaluators import (classification, imagenet_variants,
-                                patch_prediction)
+from vit_jax.evaluators import classification
+from vit_jax.evaluators import imagenet_variants
+from vit_jax.evaluators import patch_prediction
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 
 EVALUATORS = {

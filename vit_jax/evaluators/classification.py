@@ -7,7 +7,8 @@ The top-1 class is correct when it is one of the example's true labels
 label); otherwise each example counts once.
 """
 
-from typing import Callable, Iterable
+from typing import Callable
+from typing import Iterable
 
 import flax.linen as nn
 import jax
@@ -16,8 +17,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vit_jax import sharding
-from vit_jax.training import steps
 from vit_jax.data import input_pipeline
+from vit_jax.training import steps
 
 
 def top1_correct(logits, labels, mask, skip_unlabelled: bool = False):
@@ -48,9 +49,12 @@ class ClassificationEvaluator:
       logits, _ = model.apply({"params": params}, batch["image"], train=False)
       correct, counted = top1_correct(logits, batch["labels"], batch["mask"],
                                       skip_unlabelled)
-      return {"correct": jnp.sum(correct),
-              "loss": jnp.sum(loss_fn(logits, batch["labels"]) * counted),
-              "count": jnp.sum(counted), "images": jnp.sum(batch["mask"])}
+      return {
+          "correct": jnp.sum(correct),
+          "loss": jnp.sum(loss_fn(logits, batch["labels"]) * counted),
+          "count": jnp.sum(counted),
+          "images": jnp.sum(batch["mask"])
+      }
 
     self._step = sharding.jit_on_mesh(
         eval_step, mesh, logical_axis_rules,
@@ -60,13 +64,16 @@ class ClassificationEvaluator:
   def run(self, params) -> dict[str, float]:
     totals = None
     for local_batch in self._batches():
-      sums = self._step(params, sharding.to_global_batch(local_batch, self._mesh))
+      sums = self._step(params, sharding.to_global_batch(
+          local_batch, self._mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
     count = max(totals["count"], 1.0)  # No labelled example: 0, not NaN.
-    metrics = {"accuracy": totals["correct"] / count,
-               "loss": totals["loss"] / count,
-               "num_examples": totals["count"]}
+    metrics = {
+        "accuracy": totals["correct"] / count,
+        "loss": totals["loss"] / count,
+        "num_examples": totals["count"]
+    }
     if self._skip_unlabelled:
       metrics["num_unlabelled"] = totals["images"] - totals["count"]
     return metrics
@@ -86,6 +93,6 @@ def from_config(config, model, mesh, params_sharding, source):
     return None
 
   return config.eval_every_steps, ClassificationEvaluator(
-      model, input_pipeline.make_eval_batches(config, source), mesh,
-      steps.LOSSES[config.loss], params_sharding,
+      model, input_pipeline.make_eval_batches(
+          config, source), mesh, steps.LOSSES[config.loss], params_sharding,
       config.sharding.logical_axis_rules)

@@ -24,10 +24,11 @@ yes/no questions, it is against the multi-hot set itself.
 
 import jax.numpy as jnp
 
-from vit_jax.training import steps
-from vit_jax.data import input_pipeline, sources
+from vit_jax.data import input_pipeline
+from vit_jax.data import sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
+from vit_jax.training import steps
 
 REAL_DATASET = "imagenet2012_real"
 REAL_LABELS = "real_label"
@@ -45,6 +46,7 @@ def real_loss(loss: str):
     # An empty set stays all zeros (a loss of 0; the image is not counted).
     sizes = jnp.maximum(jnp.sum(labels, -1, keepdims=True), 1.0)
     return loss_fn(logits, labels / sizes)
+
   return normalised
 
 

@@ -7,7 +7,8 @@ the classification evaluator it counts every image once (padding is masked);
 loss and accuracy are over the corrupted patches.
 """
 
-from typing import Callable, Iterable
+from typing import Callable
+from typing import Iterable
 
 import flax.linen as nn
 import jax
@@ -16,9 +17,10 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from vit_jax import models, sharding
-from vit_jax.training import steps
+from vit_jax import models
+from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.training import steps
 
 
 class MaskedPatchEvaluator:
@@ -33,8 +35,8 @@ class MaskedPatchEvaluator:
 
     def eval_step(params, batch, index):
       rng = jax.random.fold_in(jax.random.key(seed), index)
-      apply = lambda images, **kw: model.apply({"params": params}, images,
-                                               train=False, **kw)
+      apply = lambda images, **kw: model.apply({"params": params}, images, train
+                                               =False, **kw)
       sums = steps.masked_patch_sums(apply, batch["image"], rng, mp_config,
                                      stride, batch["mask"])
       return {**sums, "images": jnp.sum(batch["mask"])}
@@ -48,14 +50,16 @@ class MaskedPatchEvaluator:
   def run(self, params) -> dict[str, float]:
     totals = None
     for index, local_batch in enumerate(self._batches()):
-      sums = self._step(params, sharding.to_global_batch(local_batch,
-                                                         self._mesh),
-                        np.int32(index))
+      sums = self._step(params, sharding.to_global_batch(
+          local_batch, self._mesh), np.int32(index))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
-    return {"loss": totals["loss"] / totals["count"],
-            "accuracy": totals["correct"] / totals["count"],
-            "num_examples": totals["images"], "num_patches": totals["count"]}
+    return {
+        "loss": totals["loss"] / totals["count"],
+        "accuracy": totals["correct"] / totals["count"],
+        "num_examples": totals["images"],
+        "num_patches": totals["count"]
+    }
 
   def summary(self, metrics) -> str:
     return (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
@@ -70,7 +74,7 @@ def from_config(config, model, mesh, params_sharding, source):
     return None
 
   return config.eval_every_steps, MaskedPatchEvaluator(
-      model, input_pipeline.make_eval_batches(config, source, labels=False),
-      mesh, config.masked_patch,
+      model, input_pipeline.make_eval_batches(
+          config, source, labels=False), mesh, config.masked_patch,
       models.get_variant(config.model.variant).stride, config.seed,
       params_sharding, config.sharding.logical_axis_rules)

@@ -1,1 +1,1 @@
-"""Few-shot linear evaluation: closed-form solver, feature extraction, sweeps."""
+"""Few-shot linear evaluation: closed-form solver, features, sweeps."""

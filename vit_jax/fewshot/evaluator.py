@@ -9,12 +9,13 @@ the sweep command runs it on checkpoints.
 
 import re
 
-from absl import logging
 import ml_collections
+from absl import logging
 
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
-from vit_jax.fewshot import features, solver
+from vit_jax.fewshot import features
+from vit_jax.fewshot import solver
 
 
 def dataset_splits(fewshot) -> list[tuple[str, str, str, str]]:
@@ -50,7 +51,7 @@ class FewShotEvaluator:
     fewshot = config.fewshot
     if not fewshot.datasets:
       raise UserError("config.fewshot.datasets is empty; name at least one "
-                       "dataset (a TFDS name, folder:/path or digits).")
+                      "dataset (a TFDS name, folder:/path or digits).")
     solver.check_config(fewshot)
     features.check_layer(fewshot.layer, model.num_layers)
     self._config = config
@@ -105,8 +106,10 @@ class FewShotEvaluator:
 
   def summary(self, metrics) -> str:
     """The console line: the largest shot count and the full probe."""
-    shown = [k for k in metrics if k.endswith(
-        (f"/{max(self._config.fewshot.shots)}shot", "/full"))]
+    shown = [
+        k for k in metrics
+        if k.endswith((f"/{max(self._config.fewshot.shots)}shot", "/full"))
+    ]
     return ", ".join(f"{k} {100 * metrics[k]:.2f}%" for k in shown)
 
 
@@ -115,5 +118,5 @@ def from_config(config, model, mesh, params_sharding, source):
   del source  # Few-shot reads its own datasets.
   if not config.fewshot.every_steps:
     return None
-  return config.fewshot.every_steps, FewShotEvaluator(
-      model, config, mesh, params_sharding)
+  return config.fewshot.every_steps, FewShotEvaluator(model, config, mesh,
+                                                      params_sharding)

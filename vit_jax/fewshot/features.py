@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vit_jax import console, sharding
+from vit_jax import console
+from vit_jax import sharding
 from vit_jax.errors import UserError
 
 POOLED_LAYERS = ("pre_logits", "head_input", "logits")
@@ -41,8 +42,8 @@ def make_feature_fn(model, layer: str, mesh, params_sharding,
     if block is None:
       return (logits if layer == "logits" else out[layer]).astype(jnp.float32)
     tokens = out["blocks"][int(block.group(1))]
-    pooled = (tokens[:, 0] if model.classifier == "token"
-              else tokens.mean(axis=1))
+    pooled = (tokens[:,
+                     0] if model.classifier == "token" else tokens.mean(axis=1))
     return pooled.astype(jnp.float32)
 
   return sharding.jit_on_mesh(
@@ -51,8 +52,8 @@ def make_feature_fn(model, layer: str, mesh, params_sharding,
       out_shardings=sharding.batch_sharding(mesh))
 
 
-def extract(feature_fn, params, batches: Iterable[dict], mesh,
-            num_batches: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+def extract(feature_fn, params, batches: Iterable[dict], mesh, num_batches: int,
+            what: str) -> tuple[np.ndarray, np.ndarray]:
   """(features N x D, integer labels N) of every real example in `batches`."""
   features, labels, masks = [], [], []
   for local in console.progress(batches, num_batches, f"Features of {what}"):

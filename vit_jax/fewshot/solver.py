@@ -23,7 +23,8 @@ from one D x D Gram matrix.
 
 import dataclasses
 import functools
-from typing import Optional, Sequence
+from typing import Optional
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -43,8 +44,8 @@ _REFIT_CHUNK = 8  # Leave-one-out refits computed at a time.
 
 def check_config(fewshot) -> None:
   """Config-time checks of `config.fewshot` (before any feature is computed)."""
-  for field, allowed in (("l2_selection", L2_SELECTIONS),
-                         ("on_too_few", ON_TOO_FEW)):
+  for field, allowed in (("l2_selection", L2_SELECTIONS), ("on_too_few",
+                                                           ON_TOO_FEW)):
     if fewshot[field] not in allowed:
       raise UserError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
                       f"of {', '.join(allowed)}.")
@@ -62,8 +63,7 @@ def _with_bias(z_NxD):
 
 def _transpose_times_targets(v_NxR, labels_N, num_classes: int):
   """v^T (2 onehot - 1), R x K, without the N x K target matrix."""
-  per_class_KxR = jax.ops.segment_sum(v_NxR, labels_N,
-                                      num_segments=num_classes)
+  per_class_KxR = jax.ops.segment_sum(v_NxR, labels_N, num_segments=num_classes)
   return 2.0 * per_class_KxR.T - v_NxR.sum(0)[:, None]
 
 
@@ -97,8 +97,8 @@ def _count_correct(mean_D, std_D, w_GxDxK, x_MxD, labels_M):
 
   def one_chunk(args):
     x_CxD, labels_C = args
-    scores_GxCxK = jnp.einsum("cd,gdk->gck", _with_bias((x_CxD - mean_D) / std_D),
-                              w_GxDxK)
+    scores_GxCxK = jnp.einsum("cd,gdk->gck", _with_bias(
+        (x_CxD - mean_D) / std_D), w_GxDxK)
     return jnp.sum(jnp.argmax(scores_GxCxK, -1) == labels_C[None], axis=1)
 
   return jax.lax.map(one_chunk, (x, labels)).sum(0)
@@ -135,14 +135,14 @@ def _loo_correct(x_NxD, labels_N, heldout_H, l2_G, *, num_classes: int):
     scatter = gram_DxD - (n / (n - 1)) * jnp.outer(x0_i, x0_i)
     std_D = jnp.sqrt(jnp.maximum(jnp.diag(scatter), 0) / (n - 1)) + STD_EPS
     others_sum_K = target_sum_K - y_i
-    cross = (cross_DxK - jnp.outer(x0_i, y_i)
-             + jnp.outer(x0_i, others_sum_K) / (n - 1)) / std_D[:, None]
+    cross = (cross_DxK - jnp.outer(x0_i, y_i) + jnp.outer(x0_i, others_sum_K) /
+             (n - 1)) / std_D[:, None]
     eigs, q = jnp.linalg.eigh(scatter / jnp.outer(std_D, std_D))
     z_i = x0_i * (n / (n - 1)) / std_D  # x_i minus the others' mean, scaled.
     scale_GxR = 1.0 / (jnp.maximum(eigs, 0)[None] + l2_G[:, None])
     scores_GxK = jnp.einsum("r,gr,rk->gk", z_i @ q, scale_GxR, q.T @ cross)
-    bias_GxK = BIAS_CONSTANT**2 * others_sum_K[None] / (
-        BIAS_CONSTANT**2 * (n - 1) + l2_G[:, None])
+    bias_GxK = BIAS_CONSTANT**2 * others_sum_K[None] / (BIAS_CONSTANT**2 *
+                                                        (n - 1) + l2_G[:, None])
     return jnp.argmax(scores_GxK + bias_GxK, -1) == labels_N[i]
 
   return jax.lax.map(refit, heldout_H, batch_size=_REFIT_CHUNK).sum(0)
@@ -158,10 +158,13 @@ class RidgeResult:
 
 def _run(fn, float64: bool, *args, num_classes: int):
   """`fn(*args)` in fp32 on the default device, or float64 on the host."""
+
   def call(float_dtype):
-    cast = lambda a: jnp.asarray(a, float_dtype if np.issubdtype(
-        np.asarray(a).dtype, np.floating) else jnp.int32)
+    cast = lambda a: jnp.asarray(
+        a, float_dtype
+        if np.issubdtype(np.asarray(a).dtype, np.floating) else jnp.int32)
     return np.asarray(fn(*map(cast, args), num_classes=num_classes))
+
   if not float64:
     return call(jnp.float32)
   with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
@@ -169,12 +172,12 @@ def _run(fn, float64: bool, *args, num_classes: int):
 
 
 def accuracy_per_l2(train_NxD, train_labels_N, test_MxD, test_labels_M,
-                  num_classes: int, l2_grid: Sequence[float],
-                  float64: bool = False) -> np.ndarray:
+                    num_classes: int, l2_grid: Sequence[float],
+                    float64: bool = False) -> np.ndarray:
   """Test accuracy of the ridge fitted on the sample, per L2 strength."""
-  correct = _run(_fit_and_count, float64, train_NxD, train_labels_N, test_MxD,
-                 test_labels_M, np.asarray(l2_grid, np.float64),
-                 num_classes=num_classes)
+  correct = _run(_fit_and_count, float64, train_NxD,
+                 train_labels_N, test_MxD, test_labels_M,
+                 np.asarray(l2_grid, np.float64), num_classes=num_classes)
   return correct / len(test_labels_M)
 
 
@@ -192,8 +195,9 @@ def loo_accuracy(train_NxD, train_labels_N, num_classes: int,
   if len(eligible) == 0:
     return None
   if len(eligible) > max_heldout:
-    eligible = np.sort(np.random.default_rng(seed).choice(
-        eligible, max_heldout, replace=False))
+    eligible = np.sort(
+        np.random.default_rng(seed).choice(eligible, max_heldout,
+                                           replace=False))
   correct = _run(_loo_correct, float64, train_NxD, labels, eligible,
                  np.asarray(l2_grid, np.float64), num_classes=num_classes)
   return correct / len(eligible)
@@ -208,7 +212,7 @@ def fewshot_accuracy(train_NxD, train_labels_N, test_MxD, test_labels_M,
   """Fits the sample and measures test accuracy at the L2 the policy picks."""
   if l2_selection not in L2_SELECTIONS:
     raise UserError(f"config.fewshot.l2_selection={l2_selection!r} is not "
-                     f"one of {', '.join(L2_SELECTIONS)}.")
+                    f"one of {', '.join(L2_SELECTIONS)}.")
   loo, note, l2 = None, "", l2_reg
   if l2_selection == "loo":
     loo = loo_accuracy(train_NxD, train_labels_N, num_classes, l2_grid,
@@ -219,12 +223,12 @@ def fewshot_accuracy(train_NxD, train_labels_N, test_MxD, test_labels_M,
     else:  # Ties go to the strongest regularisation (the last best).
       l2 = float(l2_grid[len(l2_grid) - 1 - int(np.argmax(loo[::-1]))])
   accuracy = accuracy_per_l2(train_NxD, train_labels_N, test_MxD, test_labels_M,
-                           num_classes, (l2,), float64)[0]
+                             num_classes, (l2,), float64)[0]
   return RidgeResult(float(accuracy), l2, loo, note)
 
 
-def sample_shots(labels_N: np.ndarray, shots: int, seed: int,
-                 num_classes: int, on_too_few: str = "fail") -> np.ndarray:
+def sample_shots(labels_N: np.ndarray, shots: int, seed: int, num_classes: int,
+                 on_too_few: str = "fail") -> np.ndarray:
   """Indices of `shots` random examples of every class (grouped by class).
 
   As big_vision samples: one permutation of each class's examples per seed,
@@ -234,7 +238,7 @@ def sample_shots(labels_N: np.ndarray, shots: int, seed: int,
   """
   if on_too_few not in ON_TOO_FEW:
     raise UserError(f"config.fewshot.on_too_few={on_too_few!r} is not one "
-                     f"of {', '.join(ON_TOO_FEW)}.")
+                    f"of {', '.join(ON_TOO_FEW)}.")
   rng = np.random.default_rng(seed)
   chosen = []
   for c in range(num_classes):
@@ -266,9 +270,9 @@ def run_protocol(train_NxD, train_labels_N, test_MxD, test_labels_M,
     runs = []
     for seed in range(seeds):
       index = sample_shots(train_labels_N, k, seed, num_classes, on_too_few)
-      runs.append(fewshot_accuracy(
-          train_NxD[index], train_labels_N[index], test_MxD, test_labels_M,
-          num_classes, seed=seed, **policy))
+      runs.append(
+          fewshot_accuracy(train_NxD[index], train_labels_N[index], test_MxD,
+                           test_labels_M, num_classes, seed=seed, **policy))
     results[f"{k}shot"] = float(np.mean([r.accuracy for r in runs]))
     results[f"{k}shot_std"] = float(np.std([r.accuracy for r in runs]))
     results[f"{k}shot_l2"] = float(np.median([r.l2 for r in runs]))

@@ -17,14 +17,17 @@ import csv
 import io
 import json
 
-from absl import logging
 import ml_collections
 import optax
+from absl import logging
 
-from vit_jax import models, paths, sharding, weights
-from vit_jax.training import steps
+from vit_jax import models
+from vit_jax import paths
+from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
+from vit_jax.training import steps
 
 # The checkpoint name of the config's model at random init (a path of that
 # name is given as ./random).
@@ -48,8 +51,8 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   table, notes = {}, []
   for path in checkpoints:
     random_init = path == RANDOM_INIT
-    path_config = weights.resolve_gelu(
-        config, checkpoint=None if random_init else path)
+    path_config = weights.resolve_gelu(config,
+                                       checkpoint=None if random_init else path)
     gelu = path_config.model.gelu_approximate
     if gelu not in by_gelu:
       model = models.build_model(path_config.model, num_classes=None)
@@ -85,15 +88,20 @@ def describe_protocol(fewshot_config) -> str:
 
 def format_table(table, shots) -> str:
   columns = [f"{k}shot" for k in shots] + ["full"]
-  rows = [(path, dataset, [cells[c] for c in columns])
+  rows = [(path, dataset, [cells[c]
+                           for c in columns])
           for path, by_dataset in table.items()
           for dataset, cells in by_dataset.items()]
   width = max(len(f"{p} | {d}") for p, d, _ in rows)
-  lines = [f"{'checkpoint | dataset':<{width}}  " +
-           "  ".join(f"{c:>7}" for c in columns)]
-  lines += [f"{f'{p} | {d}':<{width}}  " +
-            "  ".join(f"{100 * v:6.2f}%" for v in values)
-            for p, d, values in rows]
+  lines = [
+      f"{'checkpoint | dataset':<{width}}  " +
+      "  ".join(f"{c:>7}" for c in columns)
+  ]
+  lines += [
+      f"{f'{p} | {d}':<{width}}  " + "  ".join(f"{100 * v:6.2f}%"
+                                               for v in values)
+      for p, d, values in rows
+  ]
   return "\n".join(lines)
 
 

@@ -7,30 +7,37 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.errors import UserError
-from vit_jax.models.variants import VARIANTS, Variant, get_variant
-from vit_jax.models.vit import (ATTENTION, CLASSIFIERS, REMAT_POLICIES,
-                                VisionTransformer)
+from vit_jax.models.variants import VARIANTS
+from vit_jax.models.variants import Variant
+from vit_jax.models.variants import get_variant
+from vit_jax.models.vit import ATTENTION
+from vit_jax.models.vit import CLASSIFIERS
+from vit_jax.models.vit import REMAT_POLICIES
+from vit_jax.models.vit import VisionTransformer
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16,
-          "float16": jnp.float16}
+DTYPES = {
+    "float32": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "float16": jnp.float16
+}
 
 
 def check_model_config(model_config: ml_collections.ConfigDict):
   """Raises a clear error for a bad `config.model` before anything is traced."""
   get_variant(model_config.variant)
   for field, allowed in (("classifier", CLASSIFIERS), ("remat", REMAT_POLICIES),
-                         ("dtype", DTYPES), ("param_dtype", DTYPES),
-                         ("attention", ATTENTION)):
+                         ("dtype", DTYPES), ("param_dtype",
+                                             DTYPES), ("attention", ATTENTION)):
     # Configs recorded before `attention` existed lack it: the default.
     value = model_config.get(field, "auto" if field == "attention" else None)
     if value not in allowed:
       raise UserError(f"config.model.{field}={value!r} is not "
-                       f"one of {', '.join(allowed)}.")
+                      f"one of {', '.join(allowed)}.")
 
 
-def build_model(model_config: ml_collections.ConfigDict,
-                num_classes: Optional[int],
-                masked_patch_outputs: Optional[int] = None) -> VisionTransformer:
+def build_model(
+    model_config: ml_collections.ConfigDict, num_classes: Optional[int],
+    masked_patch_outputs: Optional[int] = None) -> VisionTransformer:
   """`num_classes` None: no classification head. `masked_patch_outputs`:
   the [mask] token and per-patch head of masked patch prediction."""
   check_model_config(model_config)
@@ -54,8 +61,8 @@ def build_model(model_config: ml_collections.ConfigDict,
       attention=model_config.get("attention", "auto"),
       # Unset: the released models' tanh form (`weights.resolve_gelu` sets
       # it from a checkpoint's origin before the model is built).
-      gelu_approximate=(True if model_config.gelu_approximate is None
-                        else model_config.gelu_approximate),
+      gelu_approximate=(True if model_config.gelu_approximate is None else
+                        model_config.gelu_approximate),
       masked_patch_outputs=masked_patch_outputs,
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
@@ -74,5 +81,7 @@ def param_shapes(model, image_size: int):
       lambda: init_on_zeros(model, jax.random.key(0), image_size))
 
 
-__all__ = ["VARIANTS", "VisionTransformer", "build_model", "get_variant",
-           "check_model_config", "DTYPES", "init_on_zeros", "param_shapes"]
+__all__ = [
+    "VARIANTS", "VisionTransformer", "build_model", "get_variant",
+    "check_model_config", "DTYPES", "init_on_zeros", "param_shapes"
+]

@@ -63,9 +63,9 @@ def sample_corruption(rng, batch: int, num_patches: int,
   rank_BxN = jnp.argsort(jnp.argsort(noise_BxN, axis=1), axis=1)
   chosen_BxN = rank_BxN < count
   draw_BxN = jax.random.uniform(kind_rng, (batch, num_patches))
-  kind_BxN = jnp.where(draw_BxN < mask_rate, MASKED,
-                       jnp.where(draw_BxN < mask_rate + replace_rate,
-                                 REPLACED, KEPT))
+  kind_BxN = jnp.where(
+      draw_BxN < mask_rate, MASKED,
+      jnp.where(draw_BxN < mask_rate + replace_rate, REPLACED, KEPT))
   kind_BxN = jnp.where(chosen_BxN, kind_BxN, UNTOUCHED).astype(jnp.int32)
   # Uniform over the other N - 1 positions: draw from [0, N-1), skip self.
   own_BxN = jnp.arange(num_patches)[None, :]
@@ -78,8 +78,8 @@ def sample_corruption(rng, batch: int, num_patches: int,
 def corrupt(x_BxNxD, mask_token_D, corruption: Corruption):
   """Applies `corruption` to patch embeddings (before position embeddings,
   so a replaced patch keeps its own position)."""
-  other_BxNxD = jnp.take_along_axis(
-      x_BxNxD, corruption.source_BxN[..., None], axis=1)
+  other_BxNxD = jnp.take_along_axis(x_BxNxD, corruption.source_BxN[..., None],
+                                    axis=1)
   kind_BxNx1 = corruption.kind_BxN[..., None]
   x_BxNxD = jnp.where(kind_BxNx1 == REPLACED, other_BxNxD, x_BxNxD)
   return jnp.where(kind_BxNx1 == MASKED, mask_token_D.astype(x_BxNxD.dtype),
@@ -92,14 +92,13 @@ def patch_pixels(images_BxHxWxC, grid: tuple[int, int]):
   gh, gw = grid
   sh, sw = height // gh, width // gw
   x = images_BxHxWxC.reshape(batch, gh, sh, gw, sw, channels)
-  return x.transpose(0, 1, 3, 2, 4, 5).reshape(batch, gh * gw, sh, sw,
-                                               channels)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(batch, gh * gw, sh, sw, channels)
 
 
 def color_classes(rgb_Xx3, bits: int):
   """Colours in [-1, 1] -> one of 2^(3 bits) classes: each channel
   quantised to `bits` bits (R most significant)."""
-  levels = 2 ** bits
+  levels = 2**bits
   unit = (rgb_Xx3.astype(jnp.float32) + 1.0) / 2.0
   q = jnp.clip(jnp.floor(unit * levels), 0, levels - 1).astype(jnp.int32)
   return (q[..., 0] * levels + q[..., 1]) * levels + q[..., 2]
@@ -108,11 +107,11 @@ def color_classes(rgb_Xx3, bits: int):
 def output_width(target: str, stride: int, color_bits: int,
                  downsized_size: int) -> int:
   """Outputs of the prediction head per token."""
-  classes = 2 ** (3 * color_bits)
+  classes = 2**(3 * color_bits)
   if target == "mean_color":
     return classes
   if target == "downsized":
-    return downsized_size ** 2 * classes
+    return downsized_size**2 * classes
   return stride * stride * 3  # pixels_l2
 
 
@@ -142,13 +141,13 @@ def per_patch_loss_and_correct(predictions_BxNxO, targets, target: str,
   if target == "pixels_l2":
     loss = jnp.mean(jnp.square(logits - targets), axis=-1)
     mean_color = lambda x: x.reshape(x.shape[:2] + (-1, 3)).mean(axis=2)
-    correct = (color_classes(mean_color(logits), color_bits) ==
-               color_classes(mean_color(targets), color_bits))
+    correct = (color_classes(mean_color(logits), color_bits) == color_classes(
+        mean_color(targets), color_bits))
     return loss, correct.astype(jnp.float32)
   if target == "downsized":  # B x N x cells x classes, averaged over cells.
     logits = logits.reshape(targets.shape + (-1,))
-  xent = -jnp.take_along_axis(jax.nn.log_softmax(logits),
-                              targets[..., None], axis=-1)[..., 0]
+  xent = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None],
+                              axis=-1)[..., 0]
   correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
   if target == "downsized":
     return xent.mean(axis=-1), correct.mean(axis=-1)

@@ -14,8 +14,8 @@ from typing import Optional
 LogicalAxes = tuple[Optional[str], ...]
 
 # Activations.
-BATCH, LENGTH, EMBED, HEADS, HEAD_DIM, MLP = (
-    "batch", "length", "embed", "heads", "head_dim", "mlp")
+BATCH, LENGTH, EMBED, HEADS, HEAD_DIM, MLP = ("batch", "length", "embed",
+                                              "heads", "head_dim", "mlp")
 TOKENS_AXES = (BATCH, LENGTH, EMBED)  # B x N x D between blocks.
 HIDDEN_AXES = (BATCH, LENGTH, MLP)  # B x N x F inside the MLP.
 QKV_AXES = (BATCH, LENGTH, HEADS, HEAD_DIM)  # B x N x H x K in attention.
@@ -35,8 +35,9 @@ _PARAM_AXES: tuple[tuple[str, LogicalAxes], ...] = (
 def key_names(key_path) -> tuple:
   """A jax tree key path (`tree_map_with_path`) as plain names: the keys of
   `flax.traverse_util.flatten_dict`."""
-  return tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))
-               for k in key_path)
+  return tuple(
+      getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))
+      for k in key_path)
 
 
 def param_path(key_path) -> str:

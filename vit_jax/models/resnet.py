@@ -50,8 +50,8 @@ class ResidualUnit(nn.Module):
     conv = lambda f, k, s=(1, 1), name=None: StdConv(
         f, k, s, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
         name=name)
-    norm = lambda name, **kw: nn.GroupNorm(
-        dtype=self.dtype, param_dtype=self.param_dtype, name=name, **kw)
+    norm = lambda name, **kw: nn.GroupNorm(dtype=self.dtype, param_dtype=self.
+                                           param_dtype, name=name, **kw)
 
     residual = x
     if x.shape[-1] != 4 * self.features or self.strides != (1, 1):
@@ -89,11 +89,11 @@ def resnet_stem(x, spec: ResNetSpec, dtype: Dtype, param_dtype: Dtype):
   width = int(64 * spec.width_factor)
   x = StdConv(width, (7, 7), (2, 2), use_bias=False, dtype=dtype,
               param_dtype=param_dtype, name="conv_root")(x)
-  x = nn.relu(nn.GroupNorm(dtype=dtype, param_dtype=param_dtype,
-                           name="gn_root")(x))
+  x = nn.relu(
+      nn.GroupNorm(dtype=dtype, param_dtype=param_dtype, name="gn_root")(x))
   x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding="SAME")
   for stage, num_units in enumerate(spec.num_layers):
-    x = ResNetStage(num_units, width * 2**stage,
-                    (1, 1) if stage == 0 else (2, 2), dtype=dtype,
-                    param_dtype=param_dtype, name=f"block{stage + 1}")(x)
+    x = ResNetStage(num_units, width * 2**stage, (1, 1) if stage == 0 else
+                    (2, 2), dtype=dtype, param_dtype=param_dtype,
+                    name=f"block{stage + 1}")(x)
   return x

@@ -14,7 +14,8 @@ from vit_jax.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class ResNetSpec:
-  """Hybrid stem: a root conv (stride 4 with its max-pool) then bottleneck stages."""
+  """Hybrid stem: a root conv (stride 4 with its max-pool), then bottleneck
+  stages."""
   num_layers: tuple[int, ...]  # Units per stage; () keeps only the root.
   width_factor: float = 1.0
 
@@ -25,7 +26,7 @@ class Variant:
   mlp_dim: int
   num_heads: int
   num_layers: int
-  patch_size: int  # On the image (pure ViT) or on the stem's feature map (hybrid).
+  patch_size: int  # On the image (ViT) or on the stem's feature map (hybrid).
   resnet: Optional[ResNetSpec] = None
 
   @property
@@ -33,7 +34,7 @@ class Variant:
     """Pixels per token along each side of the image."""
     if self.resnet is None:
       return self.patch_size
-    stem_stride = 4 * 2 ** max(len(self.resnet.num_layers) - 1, 0)
+    stem_stride = 4 * 2**max(len(self.resnet.num_layers) - 1, 0)
     return stem_stride * self.patch_size
 
 
@@ -73,10 +74,9 @@ VARIANTS: dict[str, Variant] = {
     # Tiny models for tests and CPU demos.
     "testing": Variant(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2,
                        patch_size=4),
-    "testing-hybrid": Variant(hidden_size=16, mlp_dim=32, num_heads=2,
-                              num_layers=1, patch_size=1,
-                              resnet=ResNetSpec(num_layers=(1, 1),
-                                                width_factor=0.5)),
+    "testing-hybrid": Variant(
+        hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, patch_size=1,
+        resnet=ResNetSpec(num_layers=(1, 1), width_factor=0.5)),
     "digits": Variant(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=4,
                       patch_size=4),
 }

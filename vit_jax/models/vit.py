@@ -21,7 +21,9 @@ code bases that trained the released weights use; False is the exact erf
 form of timm and Hugging Face.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any
+from typing import Callable
+from typing import Optional
 
 import flax.linen as nn
 import jax
@@ -56,11 +58,12 @@ class MlpBlock(nn.Module):
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
     dense = lambda features, name: nn.Dense(
-        features, dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
-    h_BxNxF = nn.gelu(dense(self.mlp_dim, "Dense_0")(x_BxNxD),
-                       approximate=self.gelu_approximate)
+        features, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=nn
+        .initializers.xavier_uniform(), bias_init=nn.initializers.normal(
+            stddev=1e-6), name=name)
+    h_BxNxF = nn.gelu(
+        dense(self.mlp_dim, "Dense_0")(x_BxNxD),
+        approximate=self.gelu_approximate)
     h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(self.dropout_rate)(h_BxNxF, deterministic)
     y_BxNxD = dense(x_BxNxD.shape[-1], "Dense_1")(h_BxNxF)
@@ -123,18 +126,16 @@ class MultiHeadDotProductAttention(nn.Module):
     width = kv_BxNxD.shape[-1]
     if width % self.num_heads:
       raise UserError(f"hidden_size {width} is not divisible by num_heads "
-                       f"{self.num_heads}.")
+                      f"{self.num_heads}.")
     head_dim = width // self.num_heads
     proj = lambda name: nn.DenseGeneral(
-        (self.num_heads, head_dim), dtype=self.dtype,
-        param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform(), name=name)
+        (self.num_heads, head_dim), dtype=self.dtype, param_dtype=self.
+        param_dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
     q_BxMxHxK = proj("query")(q_BxMxD) / jnp.sqrt(head_dim).astype(self.dtype)
     k_BxNxHxK = proj("key")(kv_BxNxD)
     v_BxNxHxK = proj("value")(kv_BxNxD)
-    q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (
-        nn.with_logical_constraint(t, lx.QKV_AXES)
-        for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
+    q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
+        t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
 
     implementation = self.implementation
     if implementation == "auto":
@@ -179,8 +180,8 @@ class Encoder1DBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
-    norm = lambda name: nn.LayerNorm(dtype=self.dtype,
-                                     param_dtype=self.param_dtype, name=name)
+    norm = lambda name: nn.LayerNorm(dtype=self.dtype, param_dtype=self.
+                                     param_dtype, name=name)
     y = norm("LayerNorm_0")(x_BxNxD)
     y, weights_BxHxNxN = MultiHeadDotProductAttention(
         self.num_heads, self.attention_dropout_rate, self.attention,
@@ -196,8 +197,10 @@ class Encoder1DBlock(nn.Module):
                  name="MlpBlock_3")(y, deterministic)
     y = drop_path(self.drop_path_rate)(y, deterministic)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD + y, lx.TOKENS_AXES)
-    captured = ({"block": x_BxNxD, "attention": weights_BxHxNxN}
-                if self.return_intermediates else None)
+    captured = ({
+        "block": x_BxNxD,
+        "attention": weights_BxHxNxN
+    } if self.return_intermediates else None)
     return x_BxNxD, captured
 
 
@@ -244,19 +247,20 @@ class Encoder(nn.Module):
     if policy is not None:
       block_cls = nn.remat(block_cls, prevent_cse=not self.scan_layers,
                            static_argnums=(2,), policy=policy)
-    block_kwargs = dict(
-        mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-        dropout_rate=self.dropout_rate,
-        attention_dropout_rate=self.attention_dropout_rate,
-        drop_path_rate=self.drop_path_rate,
-        return_intermediates=return_intermediates,
-        gelu_approximate=self.gelu_approximate, attention=self.attention,
-        dtype=self.dtype, param_dtype=self.param_dtype)
+    block_kwargs = dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+                        dropout_rate=self.dropout_rate,
+                        attention_dropout_rate=self.attention_dropout_rate,
+                        drop_path_rate=self.drop_path_rate,
+                        return_intermediates=return_intermediates,
+                        gelu_approximate=self.gelu_approximate,
+                        attention=self.attention, dtype=self.dtype,
+                        param_dtype=self.param_dtype)
 
     if self.scan_layers:
-      scanned = nn.scan(block_cls, variable_axes={"params": 0},
-                        split_rngs={"params": True, "dropout": True},
-                        in_axes=nn.broadcast, length=self.num_layers)
+      scanned = nn.scan(block_cls, variable_axes={"params": 0}, split_rngs={
+          "params": True,
+          "dropout": True
+      }, in_axes=nn.broadcast, length=self.num_layers)
       x_BxNxD, captured = scanned(name="encoderblock", **block_kwargs)(
           x_BxNxD, deterministic)
     else:
@@ -296,8 +300,8 @@ class MAPHead(nn.Module):
   @nn.compact
   def __call__(self, x_BxNxD):
     width = x_BxNxD.shape[-1]
-    probe = self.param("probe", nn.initializers.xavier_uniform(),
-                       (1, 1, width), self.param_dtype)
+    probe = self.param("probe", nn.initializers.xavier_uniform(), (1, 1, width),
+                       self.param_dtype)
     probe_Bx1xD = jnp.tile(probe, (x_BxNxD.shape[0], 1, 1)).astype(self.dtype)
     x_Bx1xD, weights_BxHx1xN = MultiHeadDotProductAttention(
         self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
@@ -306,9 +310,8 @@ class MAPHead(nn.Module):
     y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
                      name="LayerNorm_0")(x_Bx1xD)
     x_Bx1xD = x_Bx1xD + MlpBlock(
-        self.mlp_dim, gelu_approximate=self.gelu_approximate,
-        dtype=self.dtype, param_dtype=self.param_dtype,
-        name="MlpBlock_0")(y, True)
+        self.mlp_dim, gelu_approximate=self.gelu_approximate, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="MlpBlock_0")(y, True)
     return x_Bx1xD[:, 0], weights_BxHx1xN
 
 
@@ -326,14 +329,15 @@ class MaskedPatchHead(nn.Module):
   @nn.compact
   def __call__(self, x_BxNxD):
     dense = lambda features, name, **kw: nn.Dense(
-        features, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
-        **kw)
-    h_BxNxD = nn.gelu(dense(x_BxNxD.shape[-1], "Dense_0")(x_BxNxD),
-                      approximate=self.gelu_approximate)
+        features, dtype=self.dtype, param_dtype=self.param_dtype, name=name, **
+        kw)
+    h_BxNxD = nn.gelu(
+        dense(x_BxNxD.shape[-1], "Dense_0")(x_BxNxD),
+        approximate=self.gelu_approximate)
     h_BxNxD = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
                            name="LayerNorm_0")(h_BxNxD)
-    return dense(self.outputs, "Dense_1", kernel_init=nn.initializers.zeros)(
-        h_BxNxD).astype(jnp.float32)
+    return dense(self.outputs, "Dense_1",
+                 kernel_init=nn.initializers.zeros)(h_BxNxD).astype(jnp.float32)
 
 
 class VisionTransformer(nn.Module):
@@ -400,19 +404,18 @@ class VisionTransformer(nn.Module):
         num_layers=self.num_layers, mlp_dim=self.mlp_dim,
         num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
-        drop_path_rate=self.drop_path_rate,
-        use_posemb=self.use_posemb, remat=self.remat,
-        scan_layers=self.scan_layers, gelu_approximate=self.gelu_approximate,
-        attention=self.attention, gather_block=self.gather_block, dtype=self.dtype,
-        param_dtype=self.param_dtype, name="Transformer")(
-            x_BxNxD, not train, return_intermediates)
+        drop_path_rate=self.drop_path_rate, use_posemb=self.use_posemb,
+        remat=self.remat, scan_layers=self.scan_layers,
+        gelu_approximate=self.gelu_approximate, attention=self.attention,
+        gather_block=self.gather_block, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="Transformer")(x_BxNxD, not train,
+                                                          return_intermediates)
     out["encoded"] = encoded
     if self.masked_patch_outputs is not None:
       patches_BxNxD = encoded[:, 1:] if self.classifier == "token" else encoded
       out["patch_predictions"] = MaskedPatchHead(
           self.masked_patch_outputs, self.gelu_approximate, dtype=self.dtype,
-          param_dtype=self.param_dtype, name="masked_patch_head")(
-              patches_BxNxD)
+          param_dtype=self.param_dtype, name="masked_patch_head")(patches_BxNxD)
     if captured is not None:
       out["blocks"] = captured["block"]  # L x B x N x D
       out["attention_weights"] = captured["attention"]  # L x B x H x N x N
@@ -423,29 +426,27 @@ class VisionTransformer(nn.Module):
       x_BxD = jnp.mean(encoded, axis=1)
     elif self.classifier == "map":
       x_BxD, probe_attention = MAPHead(
-          self.mlp_dim, self.num_heads, self.gelu_approximate,
-          dtype=self.dtype, param_dtype=self.param_dtype,
-          name="MAPHead_0")(encoded)
+          self.mlp_dim, self.num_heads, self.gelu_approximate, dtype=self.dtype,
+          param_dtype=self.param_dtype, name="MAPHead_0")(encoded)
       if return_intermediates:
         out["map_attention"] = probe_attention  # B x H x 1 x N
     else:
       raise UserError(f"Unknown classifier {self.classifier!r}; use one of "
-                       f"{CLASSIFIERS}.")
+                      f"{CLASSIFIERS}.")
     out["head_input"] = x_BxD
 
     if self.representation_size is not None:
-      x_BxD = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype,
-                               param_dtype=self.param_dtype,
-                               name="pre_logits")(x_BxD))
+      x_BxD = nn.tanh(
+          nn.Dense(self.representation_size, dtype=self.dtype,
+                   param_dtype=self.param_dtype, name="pre_logits")(x_BxD))
     out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
 
     if self.num_classes is None:
       return x_BxD, out
     logits_BxK = nn.Dense(
         self.num_classes, dtype=jnp.float32, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.zeros,
-        bias_init=nn.initializers.constant(self.head_bias_init),
-        name="head")(x_BxD)
+        kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(
+            self.head_bias_init), name="head")(x_BxD)
     out["logits"] = logits_BxK
     return logits_BxK, out
 

@@ -9,8 +9,9 @@ and reports its per-device memory from XLA's `memory_analysis()`, whether it
 fits, its FLOPs and an estimated step time. The target is a TPU topology
 such as `v5e:4x4`, `v5p:2x2x4` or `v6e:8x8` (compiled here by libtpu, from
 the `tpu` extra; no TPU needed; v4 is described with two devices per chip
-and may be refused) or `cpu:N` (N host devices). A step the TPU compiler refuses for want of memory is
-reported as not fitting, with the compiler's lower bound of its need.
+and may be refused) or `cpu:N` (N host devices). A step the TPU compiler
+refuses for want of memory is reported as not fitting, with the compiler's
+lower bound of its need.
 """
 
 import math
@@ -18,17 +19,19 @@ import os
 import re
 from typing import Optional
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from absl import logging
 
 from vit_jax import sharding
 from vit_jax.config import checks
-from vit_jax.performance import flops, hardware
-from vit_jax.training import optim, steps
 from vit_jax.errors import UserError
+from vit_jax.performance import flops
+from vit_jax.performance import hardware
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 # Share of device memory the compiled step may use; the rest is left to the
 # runtime (program code, collectives' buffers) and fragmentation.
@@ -72,8 +75,10 @@ def _num_classes(config: ml_collections.ConfigDict) -> int:
     return 10
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    features = tfds.builder(config.dataset, data_dir=config.data_dir).info.features
-    label = features["label"] if "label" in features else features["labels"].feature
+    features = tfds.builder(config.dataset,
+                            data_dir=config.data_dir).info.features
+    label = features["label"] if "label" in features else features[
+        "labels"].feature
     return label.num_classes
   except Exception as e:  # Folders, unknown or unavailable builders.
     raise UserError(f"Cannot read the number of classes of "
@@ -94,16 +99,18 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   num_steps = max(config.total_steps, 1)  # The schedule's length only.
   tx, schedule = optim.make_optimizer(config, num_steps)
   state, state_sharding = steps.abstract_train_state(
-      model, tx, config.image_size, mesh, config.sharding,
-      ema=config.ema_decay > 0)
+      model, tx, config.image_size, mesh, config.sharding, ema=config.ema_decay
+      > 0)
   optim.check_param_rules(config, state.params)
   train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
                                            state_sharding)
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
   image_dtype = jnp.uint8 if steps.hands_over_uint8(config) else jnp.float32
-  batch_spec = {"image": jax.ShapeDtypeStruct(
-      (batch, size, size, 3), image_dtype, sharding=batch_sharding)}
+  batch_spec = {
+      "image": jax.ShapeDtypeStruct((batch, size, size, 3), image_dtype,
+                                    sharding=batch_sharding)
+  }
   if supervised:
     batch_spec["labels"] = jax.ShapeDtypeStruct(
         (batch, num_classes), jnp.float32, sharding=batch_sharding)
@@ -117,22 +124,25 @@ def plan(config: ml_collections.ConfigDict, topology: str,
     if needed is None:
       raise
     memory = {**{k: None for k in MEMORY_KEYS}, "total_bytes": needed}
-    result = report(memory, None, devices, chips, topology, mesh, model,
-                    config, hbm_gib, mfu, state.params)
-    return {**result, "fits": False,
-            "compile_error": str(e).splitlines()[0][:300]}
+    result = report(memory, None, devices, chips, topology, mesh, model, config,
+                    hbm_gib, mfu, state.params)
+    return {
+        **result, "fits": False,
+        "compile_error": str(e).splitlines()[0][:300]
+    }
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return report(memory_bytes(compiled), float(cost.get("flops", 0.0)),
-                devices, chips, topology, mesh, model, config, hbm_gib, mfu,
-                state.params)
+  return report(memory_bytes(compiled), float(cost.get(
+      "flops", 0.0)), devices, chips, topology, mesh, model, config, hbm_gib,
+                mfu, state.params)
 
 
 MEMORY_KEYS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                "total_bytes")
 # The two forms of libtpu's refusal, each with a lower bound of the need.
-_OOM_NEED = re.compile(r"Ran out of memory.*?(?:Total hbm usage >= |required "
-                       r"for HLO temporaries \()([\d.]+)([KMGT])", re.DOTALL)
+_OOM_NEED = re.compile(
+    r"Ran out of memory.*?(?:Total hbm usage >= |required "
+    r"for HLO temporaries \()([\d.]+)([KMGT])", re.DOTALL)
 
 
 def compile_time_oom_bytes(message: str) -> Optional[int]:
@@ -142,18 +152,20 @@ def compile_time_oom_bytes(message: str) -> Optional[int]:
   match = _OOM_NEED.search(message)
   if not match:
     return None
-  return int(float(match.group(1)) * 2**(10 * (1 + "KMGT".index(
-      match.group(2)))))
+  return int(
+      float(match.group(1)) * 2**(10 * (1 + "KMGT".index(match.group(2)))))
 
 
 def memory_bytes(compiled) -> dict[str, int]:
   """Per-device bytes of a compiled executable (donated buffers counted
   once: outputs that alias arguments are not counted twice)."""
   stats = compiled.memory_analysis()
-  out = {"argument_bytes": stats.argument_size_in_bytes,
-         "output_bytes": stats.output_size_in_bytes,
-         "alias_bytes": stats.alias_size_in_bytes,
-         "temp_bytes": stats.temp_size_in_bytes}
+  out = {
+      "argument_bytes": stats.argument_size_in_bytes,
+      "output_bytes": stats.output_size_in_bytes,
+      "alias_bytes": stats.alias_size_in_bytes,
+      "temp_bytes": stats.temp_size_in_bytes
+  }
   out["total_bytes"] = (out["argument_bytes"] + out["output_bytes"] -
                         out["alias_bytes"] + out["temp_bytes"])
   return out
@@ -173,12 +185,13 @@ def preflight(train_step, state, batch) -> dict[str, int]:
   memory = memory_bytes(train_step.compile(state, batch))
   limit = device_memory_limit(jax.local_devices()[0])
   gib = lambda b: f"{b / 2**30:.2f} GiB"
-  logging.info("Train step per device: arguments %s + temporaries %s + "
-               "outputs %s - aliased %s = %s (device limit %s).",
-               gib(memory["argument_bytes"]), gib(memory["temp_bytes"]),
-               gib(memory["output_bytes"]), gib(memory["alias_bytes"]),
-               gib(memory["total_bytes"]),
-               gib(limit) if limit else "not reported")
+  logging.info(
+      "Train step per device: arguments %s + temporaries %s + "
+      "outputs %s - aliased %s = %s (device limit %s).",
+      gib(memory["argument_bytes"]), gib(memory["temp_bytes"]),
+      gib(memory["output_bytes"]), gib(memory["alias_bytes"]),
+      gib(memory["total_bytes"]),
+      gib(limit) if limit else "not reported")
   if limit and memory["total_bytes"] > limit:
     raise UserError(
         f"The compiled train step needs {gib(memory['total_bytes'])} per "
@@ -195,29 +208,37 @@ def report(memory, compiled_flops, devices, chips, topology, mesh, model,
            config, hbm_gib, mfu, params) -> dict:
   kind = devices[0].device_kind
   per_chip = max(len(devices) // chips, 1)
-  hbm = (int(hbm_gib * 2**30) if hbm_gib else
-         hardware.hbm_bytes(kind, per_chip))
-  model_flops = 6 * flops.forward_macs(model, config.image_size) * (
-      config.batch_size)
+  hbm = (int(hbm_gib *
+             2**30) if hbm_gib else hardware.hbm_bytes(kind, per_chip))
+  model_flops = 6 * flops.forward_macs(model,
+                                       config.image_size) * (config.batch_size)
   peak = hardware.peak_flops(kind, per_chip)
   return {
-      "topology": topology, "device_kind": kind, "num_devices": len(devices),
-      "mesh": {k: int(v) for k, v in mesh.shape.items()},
-      "variant": config.model.variant, "batch_size": config.batch_size,
-      "image_size": config.image_size, "dtype": config.model.dtype,
-      "remat": config.model.remat, "scan_layers": config.model.scan_layers,
+      "topology": topology,
+      "device_kind": kind,
+      "num_devices": len(devices),
+      "mesh": {
+          k: int(v) for k, v in mesh.shape.items()
+      },
+      "variant": config.model.variant,
+      "batch_size": config.batch_size,
+      "image_size": config.image_size,
+      "dtype": config.model.dtype,
+      "remat": config.model.remat,
+      "scan_layers": config.model.scan_layers,
       "sharding": [list(r) for r in config.sharding.params],
-      "hbm_bytes_per_device": hbm, **memory,
-      "fits": None if hbm is None else memory["total_bytes"] <= (
-          FIT_FRACTION * hbm),
+      "hbm_bytes_per_device": hbm,
+      **memory,
+      "fits": None if hbm is None else memory["total_bytes"] <= (FIT_FRACTION *
+                                                                 hbm),
       "fit_fraction": FIT_FRACTION,
       "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
-      "flops_per_step": (None if compiled_flops is None else
-                         compiled_flops * len(devices)),
+      "flops_per_step": (
+          None if compiled_flops is None else compiled_flops * len(devices)),
       "model_flops_per_step": float(model_flops),
       "mfu_assumed": mfu,
-      "est_step_s": (model_flops / (len(devices) * peak * mfu)
-                     if peak else None),
+      "est_step_s": (
+          model_flops / (len(devices) * peak * mfu) if peak else None),
   }
 
 

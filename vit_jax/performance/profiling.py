@@ -16,16 +16,21 @@ import jax
 
 # Kind of an op, from its name (GPU kernels and XLA op names), first match.
 _KINDS = (
-    ("fused attention", re.compile(r"cudnn.*(fmha|flash|attention)|fmha|"
-                                   r"flash|dot_product_attention", re.I)),
-    ("matmul", re.compile(r"gemm|cublas|dot|matmul|convolution|\bconv\b|"
-                          r"conv_general|xmma|nvjet|cutlass", re.I)),
-    ("collective", re.compile(r"all-reduce|all-gather|reduce-scatter|"
-                              r"all-to-all|nccl|collective", re.I)),
+    ("fused attention",
+     re.compile(
+         r"cudnn.*(fmha|flash|attention)|fmha|"
+         r"flash|dot_product_attention", re.I)),
+    ("matmul",
+     re.compile(
+         r"gemm|cublas|dot|matmul|convolution|\bconv\b|"
+         r"conv_general|xmma|nvjet|cutlass", re.I)),
+    ("collective",
+     re.compile(
+         r"all-reduce|all-gather|reduce-scatter|"
+         r"all-to-all|nccl|collective", re.I)),
     ("copy/transpose", re.compile(r"copy|transpose|memcpy|memset", re.I)),
     ("other fusion", re.compile(r"fusion|loop_|input_|reduce", re.I)),
 )
-
 
 # The CPU runtime's spans around the ops (they would count them twice).
 _WRAPPER = re.compile(r"ThunkExecutor|ThreadPool|Await")
@@ -44,10 +49,10 @@ def _device_events(profile):
     planes = [p for p in profile.planes if p.name.startswith("/host:")]
   for plane in planes:
     lines = list(plane.lines)
-    ops = [l for l in lines if l.name in ("XLA Ops", "Kernels")] or [
-        l for l in lines if "XLA" in l.name] or lines
+    ops = ([line for line in lines if line.name in ("XLA Ops", "Kernels")] or
+           [line for line in lines if "XLA" in line.name] or lines)
     # Prefer GPU kernels (what ran) over the XLA op line that spans them.
-    kernels = [l for l in ops if l.name == "Kernels"]
+    kernels = [line for line in ops if line.name == "Kernels"]
     for line in kernels or ops:
       for event in line.events:
         if not _WRAPPER.search(event.name):
@@ -77,8 +82,13 @@ def device_time_by_op(step, state, num_steps: int, top: int = 15) -> dict:
   per_step_ms = lambda ns: ns / num_steps / 1e6
   return {
       "device_ms_per_step": per_step_ms(total),
-      "share_by_kind": {k: v / total for k, v in by_kind.most_common()},
-      "top_ops": [{"name": n[:120], "ms_per_step": per_step_ms(d),
-                   "share": d / total, "kind": kind_of(n)}
-                  for n, d in by_name.most_common(top)],
+      "share_by_kind": {
+          k: v / total for k, v in by_kind.most_common()
+      },
+      "top_ops": [{
+          "name": n[:120],
+          "ms_per_step": per_step_ms(d),
+          "share": d / total,
+          "kind": kind_of(n)
+      } for n, d in by_name.most_common(top)],
   }

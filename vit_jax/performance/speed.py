@@ -14,16 +14,21 @@ import time
 import jax
 import numpy as np
 
-from vit_jax import models, sharding
+from vit_jax import models
+from vit_jax import sharding
 from vit_jax.config import defaults
-from vit_jax.performance import flops, hardware, profiling
-from vit_jax.training import optim, steps
+from vit_jax.performance import flops
+from vit_jax.performance import hardware
+from vit_jax.performance import profiling
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 
 def peak_flops(device, dtype: str, override_tflops):
   if override_tflops:
     return override_tflops * 1e12
-  return hardware.peak_flops(device.device_kind) if dtype == "bfloat16" else None
+  return hardware.peak_flops(
+      device.device_kind) if dtype == "bfloat16" else None
 
 
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
@@ -31,8 +36,9 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         scan_layers: bool = False, peak_tflops=None, attention: str = "auto",
         profile_steps: int = 0) -> dict:
   model_config = defaults.get_model_config()
-  model_config.update(dict(variant=variant, dtype=dtype, remat=remat,
-                           scan_layers=scan_layers, attention=attention))
+  model_config.update(
+      dict(variant=variant, dtype=dtype, remat=remat, scan_layers=scan_layers,
+           attention=attention))
   model = models.build_model(model_config, num_classes)
   config = defaults.get_config()
   config.update(dict(optimizer="adam", warmup_steps=1))
@@ -43,14 +49,15 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
                                                    mesh)
   train_step = steps.jit_train_step(
       steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
-                            schedule, mesh),
-      state_sharding, mesh)
+                            schedule, mesh), state_sharding, mesh)
   rng = np.random.default_rng(0)
-  batch_data = sharding.to_global_batch({
-      "image": rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype(
-          np.float32),
-      "labels": np.eye(num_classes, dtype=np.float32)[
-          rng.integers(0, num_classes, batch)]}, mesh)
+  batch_data = sharding.to_global_batch(
+      {
+          "image": rng.uniform(
+              -1, 1, (batch, image_size, image_size, 3)).astype(np.float32),
+          "labels": np.eye(num_classes, dtype=np.float32)[rng.integers(
+              0, num_classes, batch)]
+      }, mesh)
 
   start = time.perf_counter()
   compiled = train_step.lower(state, batch_data).compile()
@@ -64,9 +71,9 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - start)
 
-  profile = (profiling.device_time_by_op(
-      lambda s: compiled(s, batch_data), state, profile_steps)
-              if profile_steps else None)
+  profile = (profiling.device_time_by_op(lambda s: compiled(s, batch_data),
+                                         state, profile_steps)
+             if profile_steps else None)
   step_s = statistics.median(times)
   images_per_sec = batch / step_s
   macs = flops.forward_macs(model, image_size)
@@ -75,21 +82,28 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   model_flops_per_sec = images_per_sec * 6 * macs
   memory = device.memory_stats() or {}
   return {
-      "variant": variant, "batch": batch, "image_size": image_size,
-      "dtype": dtype, "remat": remat, "scan_layers": scan_layers,
+      "variant": variant,
+      "batch": batch,
+      "image_size": image_size,
+      "dtype": dtype,
+      "remat": remat,
+      "scan_layers": scan_layers,
       "attention": attention,
-      "device": device.device_kind, "num_devices": jax.device_count(),
-      "compile_s": compile_s, "step_s": step_s,
+      "device": device.device_kind,
+      "num_devices": jax.device_count(),
+      "compile_s": compile_s,
+      "step_s": step_s,
       "images_per_sec": images_per_sec,
       "images_per_sec_per_device": images_per_sec / jax.device_count(),
       "forward_gmacs_per_image": macs / 1e9,
       "model_tflops_per_sec": model_flops_per_sec / 1e12,
-      "mfu": (model_flops_per_sec / (peak * jax.device_count())
-              if peak else None),
-      "peak_device_memory_gib": (memory["peak_bytes_in_use"] / 2**30
-                                 if "peak_bytes_in_use" in memory else None),
-      "peak_host_rss_gib": resource.getrusage(
-          resource.RUSAGE_SELF).ru_maxrss / 2**20,
+      "mfu": (
+          model_flops_per_sec / (peak * jax.device_count()) if peak else None),
+      "peak_device_memory_gib": (
+          memory["peak_bytes_in_use"] /
+          2**30 if "peak_bytes_in_use" in memory else None),
+      "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss /
+                           2**20,
       "final_loss": float(metrics["loss"]),
       "profile": profile,
   }

@@ -17,7 +17,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from vit_jax import console, paths
+from vit_jax import console
+from vit_jax import paths
 from vit_jax.errors import UserError
 
 
@@ -25,10 +26,10 @@ def make_manager(workdir: str,
                  config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
       max_to_keep=config.keep_checkpoints,
-      keep_period=config.keep_checkpoint_every_steps or None,
-      create=True, enable_async_checkpointing=True)
-  return ocp.CheckpointManager(paths.resolve(workdir) / "checkpoints",
-                               options=options)
+      keep_period=config.keep_checkpoint_every_steps or None, create=True,
+      enable_async_checkpointing=True)
+  return ocp.CheckpointManager(
+      paths.resolve(workdir) / "checkpoints", options=options)
 
 
 def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
@@ -37,8 +38,8 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
   if step is None:
     return state
   abstract = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      state, state_sharding)
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state,
+      state_sharding)
   try:
     restored = manager.restore(step, args=ocp.args.StandardRestore(abstract))
   except (ValueError, KeyError) as e:

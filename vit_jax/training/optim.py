@@ -52,33 +52,38 @@ def _first_match(rules, path: str, default):
 
 def check_param_rules(config: ml_collections.ConfigDict, params):
   """Every regex of lr_mults, wd_mults and frozen matches some parameter."""
-  paths = [param_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(
-      params)[0]]
+  paths = [
+      param_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]
+  ]
   for field in ("lr_mults", "wd_mults", "frozen"):
-    regexes = ([r for r, _ in config[field]] if field != "frozen"
-               else list(config[field]))
+    regexes = ([r for r, _ in config[field]]
+               if field != "frozen" else list(config[field]))
     for regex in regexes:
       if not any(re.fullmatch(regex, p) for p in paths):
         raise UserError(
             f"config.{field} regex {regex!r} matches no parameter (paths look "
             f"like {paths[0]!r}, {paths[-1]!r}); fix or remove it.")
-  if config.frozen and all(any(re.fullmatch(r, p) for r in config.frozen)
-                           for p in paths):
+  if config.frozen and all(
+      any(re.fullmatch(r, p) for r in config.frozen) for p in paths):
     raise UserError("config.frozen freezes every parameter; nothing would "
-                     "train.")
+                    "train.")
 
 
 def _scale_per_param(rules: Sequence, default: float, add_params=False,
                      factor: float = 1.0) -> optax.GradientTransformation:
   """u -> u * mult(path) or, with `add_params`, u + factor * mult(path) * p."""
+
   def update(updates, state, params=None):
+
     def one(key_path, u, p):
       mult = _first_match(rules, param_path(key_path), default)
       if add_params:
         return u if mult == 0 else u + factor * mult * p.astype(u.dtype)
       return u if mult == 1 else u * mult
+
     return jax.tree_util.tree_map_with_path(
         one, updates, params if add_params else updates), state
+
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
 
@@ -95,26 +100,29 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
     parts.append(optax.clip_by_global_norm(config.grad_clip_norm))
   if config.optimizer == "adam":
     # The second moment stays fp32 whatever mu_dtype says.
-    parts += [optax.scale_by_adam(b1=config.b1, b2=config.b2,
-                                  mu_dtype=momentum_dtype)]
+    parts += [
+        optax.scale_by_adam(b1=config.b1, b2=config.b2, mu_dtype=momentum_dtype)
+    ]
     if config.weight_decay:
       parts.append(decay)
   else:
     if config.weight_decay:
       parts.append(decay)
     if config.momentum:
-      parts.append(optax.trace(config.momentum,
-                               accumulator_dtype=momentum_dtype))
+      parts.append(
+          optax.trace(config.momentum, accumulator_dtype=momentum_dtype))
   parts.append(optax.scale_by_learning_rate(schedule))
   if config.lr_mults:
     parts.append(_scale_per_param(config.lr_mults, 1.0))
   tx = optax.chain(*parts)
   if config.frozen:
     labels = lambda params: jax.tree.map(
-        lambda frozen: "frozen" if frozen else "trained",
-        frozen_mask(config.frozen, params))
-    tx = optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()},
-                               labels)
+        lambda frozen: "frozen"
+        if frozen else "trained", frozen_mask(config.frozen, params))
+    tx = optax.multi_transform({
+        "trained": tx,
+        "frozen": optax.set_to_zero()
+    }, labels)
   return tx, schedule
 
 
@@ -131,8 +139,8 @@ def stop_frozen_gradients(frozen_regexes, params):
   if not frozen_regexes:
     return params
   return jax.tree.map(
-      lambda x, frozen: jax.lax.stop_gradient(x) if frozen else x,
-      params, frozen_mask(frozen_regexes, params))
+      lambda x, frozen: jax.lax.stop_gradient(x) if frozen else x, params,
+      frozen_mask(frozen_regexes, params))
 
 
 def ema_update(ema_params, params, step, decay: float):

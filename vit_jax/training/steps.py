@@ -4,7 +4,8 @@ This is what runs on the accelerator, so benchmarks and inference can use it
 where only jax/flax/optax are installed.
 """
 
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 import flax
 import jax
@@ -12,11 +13,16 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from vit_jax import models, sharding
-from vit_jax.training import mixup, optim
-from vit_jax.models import layout, masked_patch
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax.models import layout
+from vit_jax.models import masked_patch
+from vit_jax.training import mixup
+from vit_jax.training import optim
 
 
 def softmax_xent(logits, labels):
@@ -41,6 +47,7 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
   """Classification of `batch["labels"]`; label smoothing mixes the targets
   with the uniform distribution; with `mixup_alpha`, images and labels are
   mixed first (`vit_jax/training/mixup.py`)."""
+
   def objective(apply, batch, rng):
     images, labels = batch["image"], batch["labels"]
     if mixup_alpha > 0:  # Its own key; without mixup, dropout's stays as was.
@@ -51,6 +58,7 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
       labels = optax.smooth_labels(labels, label_smoothing)
     logits, _ = apply(images, rngs={"dropout": rng})
     return jnp.mean(loss_fn(logits, labels)), {}
+
   return objective
 
 
@@ -72,33 +80,38 @@ def masked_patch_sums(apply, images, rng, mp_config, stride: int,
                                        mp_config.color_bits,
                                        mp_config.downsized_size)
   loss_BxN, correct_BxN = masked_patch.per_patch_loss_and_correct(
-      out["patch_predictions"], targets, mp_config.target,
-      mp_config.color_bits)
+      out["patch_predictions"], targets, mp_config.target, mp_config.color_bits)
   weights_BxN = corruption.corrupted_BxN.astype(jnp.float32)
   if weights_B is not None:
     weights_BxN = weights_BxN * weights_B[:, None]
-  return {"loss": jnp.sum(loss_BxN * weights_BxN),
-          "correct": jnp.sum(correct_BxN * weights_BxN),
-          "count": jnp.sum(weights_BxN)}
+  return {
+      "loss": jnp.sum(loss_BxN * weights_BxN),
+      "correct": jnp.sum(correct_BxN * weights_BxN),
+      "count": jnp.sum(weights_BxN)
+  }
 
 
 def masked_patch_prediction(mp_config, stride: int) -> Objective:
   """The paper's self-supervision (`models/masked_patch.py`): labels are not
   read. Metrics: the per-patch accuracy on the corrupted patches."""
+
   def objective(apply, batch, rng):
     sums = masked_patch_sums(apply, batch["image"], rng, mp_config, stride)
     return sums["loss"] / sums["count"], {
-        "accuracy": sums["correct"] / sums["count"]}
+        "accuracy": sums["correct"] / sums["count"]
+    }
+
   return objective
 
 
 # config.objective -> the config's objective.
 OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
-    "supervised": lambda config: supervised(
-        LOSSES[config.loss], config.label_smoothing, config.mixup.alpha,
-        config.mixup.p),
+    "supervised": lambda config: supervised(LOSSES[
+        config.loss], config.label_smoothing, config.mixup.alpha, config.mixup.p
+                                           ),
     "masked_patch": lambda config: masked_patch_prediction(
-        config.masked_patch, models.get_variant(config.model.variant).stride),
+        config.masked_patch,
+        models.get_variant(config.model.variant).stride),
 }
 
 
@@ -113,8 +126,10 @@ def model_for_config(config: ml_collections.ConfigDict, num_classes):
     return models.build_model(config.model, num_classes)
   mp = config.masked_patch
   stride = models.get_variant(config.model.variant).stride
-  return models.build_model(config.model, None, masked_patch.output_width(
-      mp.target, stride, mp.color_bits, mp.downsized_size))
+  return models.build_model(
+      config.model, None,
+      masked_patch.output_width(mp.target, stride, mp.color_bits,
+                                mp.downsized_size))
 
 
 @flax.struct.dataclass
@@ -132,18 +147,21 @@ class TrainState:
 
 def replicate_all() -> ml_collections.ConfigDict:
   """The sharding config that replicates every parameter (a plain DP run)."""
-  return ml_collections.ConfigDict(dict(
-      params=((".*", "replicate"),), fsdp_min_size=0, logical_axis_rules=()))
+  return ml_collections.ConfigDict(
+      dict(params=((".*", "replicate"),), fsdp_min_size=0,
+           logical_axis_rules=()))
 
 
 def _init_fn(model, tx, image_size: int, ema: bool):
+
   def init(rng):
     params_rng, dropout_rng = jax.random.split(rng)
     params = models.init_on_zeros(model, params_rng, image_size)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=tx.init(params),
+    return TrainState(step=jnp.zeros(
+        (), jnp.int32), params=params, opt_state=tx.init(params),
                       rng=jax.random.key_data(dropout_rng),
                       ema_params=params if ema else None)
+
   return init
 
 
@@ -158,13 +176,12 @@ def abstract_train_state(model, tx, image_size: int, mesh: Mesh,
   sharding_config = sharding_config or replicate_all()
   abstract = jax.eval_shape(_init_fn(model, tx, image_size, ema),
                             jax.random.key(0))
-  specs = sharding.param_partition_specs(abstract.params, mesh,
-                                         sharding_config)
+  specs = sharding.param_partition_specs(abstract.params, mesh, sharding_config)
   state_sharding = sharding.state_shardings(abstract, abstract.params, specs,
                                             mesh)
   return jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      abstract, state_sharding), state_sharding
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract,
+      state_sharding), state_sharding
 
 
 def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
@@ -226,8 +243,8 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
     params = optim.stop_frozen_gradients(frozen, params)
     if params_sharding is not None:
       params = sharding.gather_over_data(params, params_sharding)
-    apply = lambda images, **kw: model.apply({"params": params}, images,
-                                             train=True, **kw)
+    apply = lambda images, **kw: model.apply({"params": params}, images, train=
+                                             True, **kw)
     return objective(apply, batch, rng)
 
   grad_fn = jax.value_and_grad(loss, has_aux=True)
@@ -241,7 +258,9 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
     def split(x):
       x = x.reshape((x.shape[0] // accum_steps, accum_steps) + x.shape[1:])
       return jax.lax.with_sharding_constraint(
-          jnp.swapaxes(x, 0, 1), NamedSharding(mesh, P(None, sharding.DATA_AXIS)))
+          jnp.swapaxes(x, 0, 1), NamedSharding(mesh, P(None,
+                                                       sharding.DATA_AXIS)))
+
     micro = jax.tree.map(split, batch)
 
     def add_micro_batch(carry, xs):
@@ -254,8 +273,8 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
         jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], micro),
                        rng))
     if grads_sharding is not None:  # The sums live where the shards do.
-      zeros = (zeros[0], jax.lax.with_sharding_constraint(zeros[1],
-                                                          grads_sharding))
+      zeros = (zeros[0],
+               jax.lax.with_sharding_constraint(zeros[1], grads_sharding))
     total, _ = jax.lax.scan(add_micro_batch, zeros,
                             (jnp.arange(accum_steps), micro))
     return jax.tree.map(lambda x: x / accum_steps, total)
@@ -266,9 +285,13 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
         state.params, batch, rng)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss_value, "learning_rate": schedule(state.step),
-               "grad_norm": optax.global_norm(grads),
-               "param_norm": optax.global_norm(params), **objective_metrics}
+    metrics = {
+        "loss": loss_value,
+        "learning_rate": schedule(state.step),
+        "grad_norm": optax.global_norm(grads),
+        "param_norm": optax.global_norm(params),
+        **objective_metrics
+    }
     ema_params = state.ema_params
     if ema_params is not None:
       ema_params = optim.ema_update(ema_params, params, state.step, ema_decay)
@@ -296,11 +319,13 @@ def _gather_in_blocks(model, params_sharding):
   if all(sharding.without_data(s) == s for s in jax.tree.leaves(per_block)):
     return model, params_sharding  # Nothing split over `data`.
   cast = model.dtype if model.dtype != model.param_dtype else None
-  gather = lambda v: {"params": sharding.gather_over_data(v["params"],
-                                                          per_block, cast)}
+  gather = lambda v: {
+      "params": sharding.gather_over_data(v["params"], per_block, cast)
+  }
   model = model.clone(gather_block=gather)
-  blocks_done = {k: jax.tree.map(sharding.without_data, encoder[k])
-                 for k in names}
+  blocks_done = {
+      k: jax.tree.map(sharding.without_data, encoder[k]) for k in names
+  }
   return model, {**params_sharding, "Transformer": {**encoder, **blocks_done}}
 
 
@@ -319,7 +344,8 @@ def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
   """The config's jitted train step: what training runs and the plan
   compiles (one definition, so the plan measures the real step)."""
   return jit_train_step(
-      make_train_step(model, tx, objective_for_config(config), schedule,
-                      mesh, config.accum_steps, config.ema_decay,
-                      state_sharding.params, tuple(config.frozen)),
-      state_sharding, mesh, config.sharding.logical_axis_rules)
+      make_train_step(model, tx, objective_for_config(config), schedule, mesh,
+                      config.accum_steps,
+                      config.ema_decay, state_sharding.params,
+                      tuple(config.frozen)), state_sharding, mesh,
+      config.sharding.logical_axis_rules)

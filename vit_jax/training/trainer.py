@@ -16,15 +16,22 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
-from clu import metric_writers, periodic_actions
+from clu import metric_writers
+from clu import periodic_actions
 from jax.experimental import multihost_utils
 
-from vit_jax import console, evaluators, paths, sharding, weights
+from vit_jax import console
+from vit_jax import evaluators
+from vit_jax import paths
+from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import checks
-from vit_jax.performance import planning
-from vit_jax.training import checkpoint, optim, steps
 from vit_jax.data import input_pipeline
 from vit_jax.errors import NonFiniteLossError
+from vit_jax.performance import planning
+from vit_jax.training import checkpoint
+from vit_jax.training import optim
+from vit_jax.training import steps
 
 
 def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
@@ -35,8 +42,8 @@ def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
 
 def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
   if config.warmup_epochs is not None:
-    return math.ceil(config.warmup_epochs * num_train_examples /
-                     config.batch_size)
+    return math.ceil(
+        config.warmup_epochs * num_train_examples / config.batch_size)
   return config.warmup_steps
 
 
@@ -106,8 +113,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   if config.init.checkpoint and manager.latest_step() is None:
     params = weights.init_params(config, config.init.checkpoint, state.params,
                                  state_sharding.params)
-    state = state.replace(params=params, ema_params=(  # Own buffers: donated.
-        None if state.ema_params is None else jax.tree.map(jnp.copy, params)))
+    state = state.replace(
+        params=params,
+        ema_params=(  # Own buffers: donated.
+            None if state.ema_params is None else jax.tree.map(
+                jnp.copy, params)))
   state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
   train_iter = input_pipeline.prefetch_to_device(
@@ -120,10 +130,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
   learns = (f"{info.num_classes} classes" if config.objective == "supervised"
             else f"{config.objective}: {config.masked_patch.target}")
-  console.say("Training %s on %s from step %d to %d (%s) on %d devices in %d "
-              "processes, mesh %s.", config.model.variant, config.dataset,
-              start_step, num_steps, learns, jax.device_count(),
-              jax.process_count(), dict(mesh.shape))
+  console.say(
+      "Training %s on %s from step %d to %d (%s) on %d devices in %d "
+      "processes, mesh %s.", config.model.variant, config.dataset, start_step,
+      num_steps, learns, jax.device_count(), jax.process_count(),
+      dict(mesh.shape))
   preemption = checkpoint.Preemption()
   try:
     result = _loop(config, state, train_step, train_iter, evals, manager,
@@ -145,13 +156,15 @@ def _loop(config, state, train_step, train_iter, evals, manager, outputs,
   writer = outputs.writer
   hooks = []
   if jax.process_index() == 0:
-    hooks.append(periodic_actions.ReportProgress(num_train_steps=num_steps,
-                                                 writer=writer))
+    hooks.append(
+        periodic_actions.ReportProgress(num_train_steps=num_steps,
+                                        writer=writer))
     if config.profile_steps:
-      hooks.append(periodic_actions.Profile(  # Once, for profile_steps steps.
-          num_profile_steps=config.profile_steps, profile_duration_ms=None,
-          first_profile=start_step + 10, every_secs=None,
-          logdir=outputs.logdir))
+      hooks.append(
+          periodic_actions.Profile(  # Once, for profile_steps steps.
+              num_profile_steps=config.profile_steps, profile_duration_ms=None,
+              first_profile=start_step + 10, every_secs=None,
+              logdir=outputs.logdir))
   result = {}
   pending = None  # (step, metrics) to log once the next step is dispatched.
   timer = _Timer(start_step, num_steps, config.batch_size)
@@ -175,8 +188,9 @@ def _loop(config, state, train_step, train_iter, evals, manager, outputs,
                   manager.directory / str(step))
       outputs.sync()
     if stop:  # Saved above, with the pending metrics logged.
-      logging.warning("Stopped at step %d after a preemption notice "
-                      "(SIGTERM); rerun the same command to continue.", step)
+      logging.warning(
+          "Stopped at step %d after a preemption notice "
+          "(SIGTERM); rerun the same command to continue.", step)
       return {**result, "preempted_at_step": float(step)}
     due = [e for e in evals if e[1] and step % e[1] == 0 and step < num_steps]
     result.update(_evaluate(due, state, writer, step))
@@ -214,9 +228,12 @@ class _Timer:
     step_s = (now - self.last_time) / max(step - self.last_step, 1)
     self.last_step, self.last_time = step, now
     images_per_sec = self.batch_size / max(step_s, 1e-9)
-    return {"step_time_s": step_s, "images_per_sec": images_per_sec,
-            "images_per_sec_per_core": images_per_sec / jax.device_count(),
-            "eta_s": step_s * (self.num_steps - step)}
+    return {
+        "step_time_s": step_s,
+        "images_per_sec": images_per_sec,
+        "images_per_sec_per_core": images_per_sec / jax.device_count(),
+        "eta_s": step_s * (self.num_steps - step)
+    }
 
 
 def _log_train(writer, step, metrics, timer) -> dict[str, float]:
@@ -228,9 +245,9 @@ def _log_train(writer, step, metrics, timer) -> dict[str, float]:
   if "accuracy" in scalars:  # Masked patch prediction's, on corrupted patches.
     result["train/accuracy"] = scalars["accuracy"]
     accuracy = f", accuracy {scalars['accuracy']:.4f}"
-  console.say("Step %d/%d: loss %.4f%s, lr %.3g, %.0f images/s, ETA %s.",
-              step, timer.num_steps, loss, accuracy,
-              scalars["learning_rate"], scalars["images_per_sec"],
+  console.say("Step %d/%d: loss %.4f%s, lr %.3g, %.0f images/s, ETA %s.", step,
+              timer.num_steps, loss, accuracy, scalars["learning_rate"],
+              scalars["images_per_sec"],
               datetime.timedelta(seconds=round(scalars["eta_s"])))
   return result
 

@@ -24,11 +24,12 @@ import uuid
 import jax
 import ml_collections
 
-from vit_jax import console, paths
-from vit_jax.training import trainer
+from vit_jax import console
+from vit_jax import paths
 from vit_jax.data import sources
-from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.errors import UserError
+from vit_jax.training import trainer
+from vit_jax.vtab import tasks as vtab_tasks
 from vit_jax.weights import loader
 
 RESULT_FILE = "result.json"  # In each task's sub-workdir.
@@ -52,8 +53,9 @@ def task_config(config: ml_collections.ConfigDict,
 _NOT_COMPARED = frozenset([
     "data_dir", "manual_dir", "cache", "eval_batch_size", "log_every_steps",
     "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints",
-    "keep_checkpoint_every_steps", "profile_steps", "init.cache_dir",
-    "mesh.", "sharding."])
+    "keep_checkpoint_every_steps", "profile_steps", "init.cache_dir", "mesh.",
+    "sharding."
+])
 # Unset, the trainer decides it from the checkpoint (which is compared) and
 # records its decision in config.json.
 _DECIDED_BY_TRAINER = "model.gelu_approximate"
@@ -72,9 +74,11 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 def _settings(config_json: dict) -> dict:
   """{dotted field: value} of a config as JSON, without _NOT_COMPARED."""
-  return {k: v for k, v in _flatten(config_json).items()
-          if k not in _NOT_COMPARED and
-          k.split(".")[0] + "." not in _NOT_COMPARED}
+  return {
+      k: v
+      for k, v in _flatten(config_json).items()
+      if k not in _NOT_COMPARED and k.split(".")[0] + "." not in _NOT_COMPARED
+  }
 
 
 def settings(config: ml_collections.ConfigDict) -> dict:
@@ -137,8 +141,12 @@ def run_task(config: ml_collections.ConfigDict, workdir, task: str):
   if "preempted_at_step" in metrics:
     return None
   if jax.process_index() == 0:
-    _write_atomically(result_path, json.dumps(
-        {"settings": wanted, "metrics": metrics}, indent=2))
+    _write_atomically(
+        result_path,
+        json.dumps({
+            "settings": wanted,
+            "metrics": metrics
+        }, indent=2))
   return metrics
 
 
@@ -150,15 +158,15 @@ def run_tasks(config: ml_collections.ConfigDict, workdir,
   for task in tasks:
     vtab_tasks.get(task)  # Every name checked before hours of training.
   if config.init.checkpoint:  # A released name of another model: refused.
-    loader.check_released_variant(config.init.checkpoint,
-                                  config.model.variant)
+    loader.check_released_variant(config.init.checkpoint, config.model.variant)
   paths.make_workdir(workdir)
   accuracy = {}
   for task in tasks:
     metrics = run_task(config, workdir, task)
     if metrics is None:
-      console.say("Stopped in VTAB %s after a preemption notice; rerun the "
-                  "same command to continue.", task)
+      console.say(
+          "Stopped in VTAB %s after a preemption notice; rerun the "
+          "same command to continue.", task)
       break
     accuracy[task] = metrics["test/accuracy"]
   return accuracy
@@ -171,23 +179,31 @@ def summarize(accuracy: dict[str, float]) -> dict:
   unknown = sorted(set(accuracy) - set(vtab_tasks.TASKS))
   if unknown:
     raise UserError(f"Not VTAB tasks: {', '.join(unknown)}.")
-  tasks = {name: {"group": vtab_tasks.TASKS[name].group, "accuracy": value}
-           for name, value in accuracy.items()}
+  tasks = {
+      name: {
+          "group": vtab_tasks.TASKS[name].group,
+          "accuracy": value
+      } for name, value in accuracy.items()
+  }
   groups = {}
   for group in vtab_tasks.GROUPS:
     values = [t["accuracy"] for t in tasks.values() if t["group"] == group]
     if values:
       groups[group] = statistics.fmean(values)
-  return {"tasks": tasks, "groups": groups,
-          "mean": statistics.fmean(accuracy.values()) if accuracy else None,
-          "num_tasks": len(accuracy),
-          "complete": len(accuracy) == len(vtab_tasks.TASKS)}
+  return {
+      "tasks": tasks,
+      "groups": groups,
+      "mean": statistics.fmean(accuracy.values()) if accuracy else None,
+      "num_tasks": len(accuracy),
+      "complete": len(accuracy) == len(vtab_tasks.TASKS)
+  }
 
 
 def format_table(summary: dict) -> str:
   """Task | group | accuracy, then the group means and the mean."""
-  rows = [(name, t["group"], t["accuracy"])
-          for name, t in summary["tasks"].items()]
+  rows = [
+      (name, t["group"], t["accuracy"]) for name, t in summary["tasks"].items()
+  ]
   rows += [(f"mean {group}", "", value)
            for group, value in summary["groups"].items()]
   if summary["mean"] is not None:
@@ -196,15 +212,23 @@ def format_table(summary: dict) -> str:
     rows.append((f"mean ({count} tasks)", "", summary["mean"]))
   width = max([len("task")] + [len(name) for name, _, _ in rows])
   lines = [f"{'task':<{width}}  {'group':<11}  accuracy"]
-  lines += [f"{name:<{width}}  {group:<11}  {100 * value:7.2f}%"
-            for name, group, value in rows]
+  lines += [
+      f"{name:<{width}}  {group:<11}  {100 * value:7.2f}%"
+      for name, group, value in rows
+  ]
   return "\n".join(lines)
 
 
 def write(summary: dict, config: ml_collections.ConfigDict, workdir) -> str:
   """WORKDIR/vtab.json: the summary with the splits it was measured on."""
   path = paths.make_workdir(workdir) / SUMMARY_FILE
-  _write_atomically(path, json.dumps(
-      {"train_split": config.train_split, "eval_split": config.eval_split,
-       "checkpoint": config.init.checkpoint, **summary}, indent=2))
+  _write_atomically(
+      path,
+      json.dumps(
+          {
+              "train_split": config.train_split,
+              "eval_split": config.eval_split,
+              "checkpoint": config.init.checkpoint,
+              **summary
+          }, indent=2))
   return str(path)

@@ -27,7 +27,8 @@ hosts without it.
 """
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 from vit_jax.errors import UserError
 
@@ -68,27 +69,35 @@ class Task:
       val = f"train[{begin}:{begin + VAL_SIZE}]"
     else:
       val = f"{self.val_split}[:{VAL_SIZE}]"
-    test = (f"train[{start(self.test_after)}:]" if self.test_split == "train"
-            else self.test_split)
+    test = (f"train[{start(self.test_after)}:]"
+            if self.test_split == "train" else self.test_split)
     train = f"train[:{TRAIN_SIZE}]"
-    return {"train800": train, "val200": val,
-            "train800val200": f"{train}+{val}", "test": test}[split]
+    return {
+        "train800": train,
+        "val200": val,
+        "train800val200": f"{train}+{val}",
+        "test": test
+    }[split]
 
 
 def feature(name: str) -> Label:
   """The label is the class feature `name` as it is."""
+
   def label(record):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.cast(record[name], tf.int64)
+
   return label
 
 
 def binned(name: str, values: int, classes: int) -> Label:
   """`values` consecutive values of an integer feature grouped into
   `classes` bins: floor(v / (values / classes)), in integers."""
+
   def label(record):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.cast(record[name], tf.int64) * classes // values
+
   return label
 
 
@@ -146,8 +155,8 @@ _TASKS = (
     Task("resisc45", "specialized", "resisc45:3.*.*", 45, feature("label"),
          val_split="train", val_after=(60,), test_split="train",
          test_after=(60, 20)),
-    Task("diabetic_retinopathy", "specialized",
-         "diabetic_retinopathy_detection/btgraham-300:3.*.*", 5,
+    Task("diabetic_retinopathy",
+         "specialized", "diabetic_retinopathy_detection/btgraham-300:3.*.*", 5,
          feature("label")),
     Task("clevr_count", "structured", "clevr:3.*.*", 8, clevr_count,
          val_split="train", val_after=(90,), test_split="validation"),
@@ -159,18 +168,16 @@ _TASKS = (
     Task("kitti_distance", "structured", "kitti:3.*.*", 4,
          kitti_vehicle_distance),
     Task("dsprites_location", "structured", "dsprites:2.*.*", 16,
-         binned("label_x_position", 32, 16), val_split="train",
-         val_after=(80,), test_split="train", test_after=(80, 10),
-         pixel_scale=255),
+         binned("label_x_position", 32, 16), val_split="train", val_after=(80,),
+         test_split="train", test_after=(80, 10), pixel_scale=255),
     Task("dsprites_orientation", "structured", "dsprites:2.*.*", 16,
-         binned("label_orientation", 40, 16), val_split="train",
-         val_after=(80,), test_split="train", test_after=(80, 10),
-         pixel_scale=255),
+         binned("label_orientation", 40,
+                16), val_split="train", val_after=(80,), test_split="train",
+         test_after=(80, 10), pixel_scale=255),
     Task("smallnorb_azimuth", "structured", "smallnorb:2.*.*", 18,
          feature("label_azimuth"), val_split="test", test_split="test[50%:]"),
     Task("smallnorb_elevation", "structured", "smallnorb:2.*.*", 9,
-         feature("label_elevation"), val_split="test",
-         test_split="test[50%:]"),
+         feature("label_elevation"), val_split="test", test_split="test[50%:]"),
 )
 TASKS: dict[str, Task] = {task.name: task for task in _TASKS}
 

@@ -6,8 +6,15 @@ start from a checkpoint (`config.init.checkpoint`).
 """
 
 from vit_jax.weights.formats import WeightsError
-from vit_jax.weights.loader import (Report, file_origin, init_params, load,
-                                    load_for_config, resolve_gelu, target_grid)
+from vit_jax.weights.loader import Report
+from vit_jax.weights.loader import file_origin
+from vit_jax.weights.loader import init_params
+from vit_jax.weights.loader import load
+from vit_jax.weights.loader import load_for_config
+from vit_jax.weights.loader import resolve_gelu
+from vit_jax.weights.loader import target_grid
 
-__all__ = ["WeightsError", "Report", "load", "load_for_config", "init_params",
-           "target_grid", "resolve_gelu", "file_origin"]
+__all__ = [
+    "WeightsError", "Report", "load", "load_for_config", "init_params",
+    "target_grid", "resolve_gelu", "file_origin"
+]

@@ -20,8 +20,12 @@ from typing import Optional
 import numpy as np
 
 from vit_jax.errors import UserError
-from vit_jax.models.variants import VARIANTS, ResNetSpec, Variant
-from vit_jax.weights import convert, formats, posemb
+from vit_jax.models.variants import VARIANTS
+from vit_jax.models.variants import ResNetSpec
+from vit_jax.models.variants import Variant
+from vit_jax.weights import convert
+from vit_jax.weights import formats
+from vit_jax.weights import posemb
 from vit_jax.weights.formats import WeightsError
 
 _BLOCK = "Transformer/encoderblock_{}/"
@@ -51,8 +55,11 @@ def read(path: str, num_heads: Optional[int] = None,
          cache_dir=None) -> Architecture:
   fmt, tensors = formats.read(path, cache_dir)
   if fmt in ("safetensors", "torch") and not num_heads:
-    widths = [v.shape[0] for k, v in tensors.items()
-              if k.endswith(_TORCH_PATCH_PROJECTION)]
+    widths = [
+        v.shape[0]
+        for k, v in tensors.items()
+        if k.endswith(_TORCH_PATCH_PROJECTION)
+    ]
     if not widths:
       raise WeightsError(f"{path} has no patch projection "
                          f"({' or '.join(_TORCH_PATCH_PROJECTION)}).")
@@ -93,8 +100,11 @@ def _variant(params, path) -> Variant:
   """The widths, depth, heads, patch size and stem of `params`."""
   try:
     embedding = params["embedding/kernel"]  # P x P x C x D
-    layers = len({m.group(1) for k in params
-                  if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    layers = len({
+        m.group(1)
+        for k in params
+        if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))
+    })
     block = _BLOCK.format(0)
     query = params[block + "MultiHeadDotProductAttention_1/query/kernel"]
     mlp = params[block + "MlpBlock_3/Dense_0/kernel"]
@@ -104,8 +114,12 @@ def _variant(params, path) -> Variant:
   if "conv_root/kernel" in params:
     units = []
     while any(k.startswith(f"block{len(units) + 1}/") for k in params):
-      units.append(len({m.group(1) for k in params if (m := re.match(
-          rf"block{len(units) + 1}/unit(\d+)/", k))}))
+      units.append(
+          len({
+              m.group(1)
+              for k in params
+              if (m := re.match(rf"block{len(units) + 1}/unit(\d+)/", k))
+          }))
     resnet = ResNetSpec(num_layers=tuple(units),
                         width_factor=params["conv_root/kernel"].shape[-1] / 64)
   return Variant(hidden_size=embedding.shape[-1], mlp_dim=mlp.shape[-1],

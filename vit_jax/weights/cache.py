@@ -34,7 +34,8 @@ import urllib.parse
 
 from absl import logging
 
-from vit_jax import console, paths
+from vit_jax import console
+from vit_jax import paths
 from vit_jax.errors import UserError
 from vit_jax.weights import released
 
@@ -55,8 +56,7 @@ class DownloadError(UserError):
 
 
 def is_offline() -> bool:
-  return os.environ.get(OFFLINE_VARIABLE, "").lower() not in ("", "0",
-                                                              "false")
+  return os.environ.get(OFFLINE_VARIABLE, "").lower() not in ("", "0", "false")
 
 
 def cache_root(cache_dir=None) -> str:
@@ -73,13 +73,14 @@ def cache_root(cache_dir=None) -> str:
 def cache_path(url: str, cache_dir=None) -> str:
   """Where the copy of `url` lies: CACHE/SCHEME/HOST/PATH."""
   parts = urllib.parse.urlsplit(url)
-  names = [n if n not in (".", "..") else "_"
-           for n in parts.path.split("/") if n] or ["_"]
+  names = [
+      n if n not in (".", "..") else "_" for n in parts.path.split("/") if n
+  ] or ["_"]
   if parts.query:  # Keep URLs that differ only by their query apart.
     digest = hashlib.sha256(parts.query.encode()).hexdigest()[:12]
     names[-1] = f"{names[-1]}.{digest}"
-  return os.path.join(cache_root(cache_dir), parts.scheme,
-                      parts.netloc or "_", *names)
+  return os.path.join(cache_root(cache_dir), parts.scheme, parts.netloc or "_",
+                      *names)
 
 
 def locate(path, cache_dir=None) -> str:
@@ -138,8 +139,9 @@ def _offline_copy(url: str, name, cache_dir) -> str:
   whether `url` is a file or an Orbax directory is unknown here."""
   target = cache_path(url, cache_dir)
   if os.path.isfile(target):
-    _announce(url, "Using cached %s (offline mode: not checked for a "
-              "newer version).", _describe(url, name))
+    _announce(
+        url, "Using cached %s (offline mode: not checked for a "
+        "newer version).", _describe(url, name))
     return target
   raise DownloadError(
       f"Offline mode is on (--offline or {OFFLINE_VARIABLE}=1), so "
@@ -169,8 +171,9 @@ def _remote_info(fs, inner, url, name, cache_dir):
     problem = f"the storage could not be asked ({type(e).__name__}: {e})"
   target = cache_path(url, cache_dir)
   if os.path.isfile(target):
-    _announce(url, "Could not check %s for a newer version: %s. Using the "
-              "cached copy %s.", _describe(url, name), problem, target)
+    _announce(
+        url, "Could not check %s for a newer version: %s. Using the "
+        "cached copy %s.", _describe(url, name), problem, target)
     return None
   raise DownloadError(
       f"No weights at {_describe(url, name)}: {problem}. Check the URL and "

@@ -42,9 +42,13 @@ _BLOCK_MODULE = re.compile(r"Transformer/encoderblock(?:_\d+)?/([^/]+)/")
 # What each layout's origin computes for GELU: True is the tanh
 # approximation (both Google code bases), False the exact erf. An Orbax
 # workdir's form is read from its config.json (see loader.origin_gelu).
-ORIGIN_GELU_APPROXIMATE = {"released": True, "released_current_flax": True,
-                           "big_vision": True, "timm": False,
-                           "hugging_face": False}
+ORIGIN_GELU_APPROXIMATE = {
+    "released": True,
+    "released_current_flax": True,
+    "big_vision": True,
+    "timm": False,
+    "hugging_face": False
+}
 
 
 def detect_layout(fmt: str, names, path: str) -> str:
@@ -67,7 +71,8 @@ def detect_layout(fmt: str, names, path: str) -> str:
   if fmt in ("safetensors", "torch"):
     if any(n.startswith(("blocks.", "patch_embed.")) for n in names):
       return "timm"
-    if any(re.match(r"(vit\.)?(embeddings|encoder|layers)\.", n) for n in names):
+    if any(
+        re.match(r"(vit\.)?(embeddings|encoder|layers)\.", n) for n in names):
       return "hugging_face"
     raise WeightsError(f"{path} holds PyTorch weights but neither timm's nor "
                        "Hugging Face's ViT names (e.g. 'blocks.0.attn.qkv."
@@ -194,23 +199,28 @@ def _embedding_and_head(get, params):
 
 def from_timm(tensors, num_heads, path) -> Converted:
   """timm's VisionTransformer (class token, fused qkv)."""
-  if "fc_norm.weight" in tensors or "reg_token" in tensors or (
-      "cls_token" not in tensors):
+  if "fc_norm.weight" in tensors or "reg_token" in tensors or ("cls_token"
+                                                               not in tensors):
     raise WeightsError(
         f"{path}: only timm ViTs with a class token and no fc_norm or "
         "register tokens map onto this model.")
   params = _timm_resnet_stem(tensors)
-  params.update({"cls": tensors["cls_token"], POSEMB: tensors["pos_embed"],
-            "embedding/kernel": tensors["patch_embed.proj.weight"].transpose(
-                2, 3, 1, 0),
-            "embedding/bias": tensors["patch_embed.proj.bias"],
-            "Transformer/encoder_norm/scale": tensors["norm.weight"],
-            "Transformer/encoder_norm/bias": tensors["norm.bias"]})
+  params.update({
+      "cls": tensors["cls_token"],
+      POSEMB: tensors["pos_embed"],
+      "embedding/kernel": tensors["patch_embed.proj.weight"].transpose(
+          2, 3, 1, 0),
+      "embedding/bias": tensors["patch_embed.proj.bias"],
+      "Transformer/encoder_norm/scale": tensors["norm.weight"],
+      "Transformer/encoder_norm/bias": tensors["norm.bias"]
+  })
   if "head.weight" in tensors:
     params["head/kernel"] = _dense(tensors["head.weight"])
     params["head/bias"] = tensors["head.bias"]
-  num_layers = 1 + max(int(m.group(1)) for n in tensors
-                       if (m := re.match(r"blocks\.(\d+)\.", n)))
+  num_layers = 1 + max(
+      int(m.group(1))
+      for n in tensors
+      if (m := re.match(r"blocks\.(\d+)\.", n)))
   for i in range(num_layers):
     t = lambda name, i=i: tensors[f"blocks.{i}.{name}"]
     block = _BLOCK.format(i)
@@ -234,9 +244,16 @@ def from_timm(tensors, num_heads, path) -> Converted:
   return Converted(params, 1, "timm")
 
 
-_TIMM_UNIT = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3",
-              "norm1": "gn1", "norm2": "gn2", "norm3": "gn3",
-              "downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}
+_TIMM_UNIT = {
+    "conv1": "conv1",
+    "conv2": "conv2",
+    "conv3": "conv3",
+    "norm1": "gn1",
+    "norm2": "gn2",
+    "norm3": "gn3",
+    "downsample.conv": "conv_proj",
+    "downsample.norm": "gn_proj"
+}
 
 
 def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
@@ -247,8 +264,10 @@ def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
     if not name.startswith("patch_embed.backbone."):
       continue
     rest = name[len("patch_embed.backbone."):]
-    leaf = {"weight": "kernel" if value.ndim == 4 else "scale",
-            "bias": "bias"}[rest.rsplit(".", 1)[1]]
+    leaf = {
+        "weight": "kernel" if value.ndim == 4 else "scale",
+        "bias": "bias"
+    }[rest.rsplit(".", 1)[1]]
     if value.ndim == 4:
       value = value.transpose(2, 3, 1, 0)
     if rest.startswith("stem."):
@@ -266,8 +285,7 @@ def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
 # Hugging Face block names: transformers 4 (the Hub's files) and 5.
 _HF_BLOCK = {
     "v4": dict(prefix="encoder.layer.{}.", query="attention.attention.query",
-               key="attention.attention.key",
-               value="attention.attention.value",
+               key="attention.attention.key", value="attention.attention.value",
                out="attention.output.dense", fc1="intermediate.dense",
                fc2="output.dense"),
     "v5": dict(prefix="layers.{}.", query="attention.q_proj",
@@ -278,19 +296,22 @@ _HF_BLOCK = {
 
 def from_hugging_face(tensors, num_heads, path) -> Converted:
   """transformers' ViTModel / ViTForImageClassification (either naming)."""
-  tensors = {(k[len("vit."):] if k.startswith("vit.") else k): v
-             for k, v in tensors.items()}
-  names = _HF_BLOCK["v4" if any(k.startswith("encoder.layer.")
-                                for k in tensors) else "v5"]
-  params = {"cls": tensors["embeddings.cls_token"],
-            POSEMB: tensors["embeddings.position_embeddings"],
-            "embedding/kernel": tensors[
-                "embeddings.patch_embeddings.projection.weight"].transpose(
-                    2, 3, 1, 0),
-            "embedding/bias": tensors[
-                "embeddings.patch_embeddings.projection.bias"],
-            "Transformer/encoder_norm/scale": tensors["layernorm.weight"],
-            "Transformer/encoder_norm/bias": tensors["layernorm.bias"]}
+  tensors = {
+      (k[len("vit."):] if k.startswith("vit.") else k): v
+      for k, v in tensors.items()
+  }
+  names = _HF_BLOCK["v4" if any(
+      k.startswith("encoder.layer.") for k in tensors) else "v5"]
+  params = {
+      "cls": tensors["embeddings.cls_token"],
+      POSEMB: tensors["embeddings.position_embeddings"],
+      "embedding/kernel":
+          tensors["embeddings.patch_embeddings.projection.weight"].transpose(
+              2, 3, 1, 0),
+      "embedding/bias": tensors["embeddings.patch_embeddings.projection.bias"],
+      "Transformer/encoder_norm/scale": tensors["layernorm.weight"],
+      "Transformer/encoder_norm/bias": tensors["layernorm.bias"]
+  }
   if "classifier.weight" in tensors:
     params["head/kernel"] = _dense(tensors["classifier.weight"])
     params["head/bias"] = tensors["classifier.bias"]
@@ -298,8 +319,8 @@ def from_hugging_face(tensors, num_heads, path) -> Converted:
     params["pre_logits/kernel"] = _dense(tensors["pooler.dense.weight"])
     params["pre_logits/bias"] = tensors["pooler.dense.bias"]
   block_re = re.escape(names["prefix"]).replace(r"\{\}", r"(\d+)")
-  num_layers = 1 + max(int(m.group(1)) for n in tensors
-                       if (m := re.match(block_re, n)))
+  num_layers = 1 + max(
+      int(m.group(1)) for n in tensors if (m := re.match(block_re, n)))
   for i in range(num_layers):
     t = lambda name, i=i: tensors[names["prefix"].format(i) + name]
     block = _BLOCK.format(i)
@@ -309,8 +330,7 @@ def from_hugging_face(tensors, num_heads, path) -> Converted:
       params[f"{attn}/kernel"] = _heads_in(w, num_heads)
       params[f"{attn}/bias"] = b.reshape(num_heads, -1)
     out = f"{block}/MultiHeadDotProductAttention_1/out"
-    params[f"{out}/kernel"] = _heads_out(t(names["out"] + ".weight"),
-                                         num_heads)
+    params[f"{out}/kernel"] = _heads_out(t(names["out"] + ".weight"), num_heads)
     params[f"{out}/bias"] = t(names["out"] + ".bias")
     for ours, theirs in (("LayerNorm_0", "layernorm_before"),
                          ("LayerNorm_2", "layernorm_after")):
@@ -337,33 +357,39 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "exported file would give other logits. Export a model without it "
         "(e.g. after fine-tuning with config.model.representation_size=None), "
         "or use --format=npz, which keeps it.")
-  if "cls" not in params or any(k.startswith(("conv_root", "MAPHead_0"))
-                                for k in params):
+  if "cls" not in params or any(
+      k.startswith(("conv_root", "MAPHead_0")) for k in params):
     raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "
                        "no MAP head) have a timm layout; use --format=npz.")
   used = set()
+
   def p(name):
     used.add(name)
     return np.ascontiguousarray(params[name])
-  out = {"cls_token": p("cls"), "pos_embed": p(POSEMB),
-         "patch_embed.proj.weight": np.ascontiguousarray(
-             p("embedding/kernel").transpose(3, 2, 0, 1)),
-         "patch_embed.proj.bias": p("embedding/bias"),
-         "norm.weight": p("Transformer/encoder_norm/scale"),
-         "norm.bias": p("Transformer/encoder_norm/bias")}
+
+  out = {
+      "cls_token": p("cls"),
+      "pos_embed": p(POSEMB),
+      "patch_embed.proj.weight": np.ascontiguousarray(
+          p("embedding/kernel").transpose(3, 2, 0, 1)),
+      "patch_embed.proj.bias": p("embedding/bias"),
+      "norm.weight": p("Transformer/encoder_norm/scale"),
+      "norm.bias": p("Transformer/encoder_norm/bias")
+  }
   if "head/kernel" in params:
     out["head.weight"] = np.ascontiguousarray(p("head/kernel").T)
     out["head.bias"] = p("head/bias")
   i = 0
   while f"{_BLOCK.format(i)}/LayerNorm_0/scale" in params:
-    block, attn = _BLOCK.format(i), f"{_BLOCK.format(i)}/MultiHeadDotProductAttention_1"
+    block, attn = _BLOCK.format(
+        i), f"{_BLOCK.format(i)}/MultiHeadDotProductAttention_1"
     width = params[f"{attn}/query/kernel"].shape[0]
-    out[f"blocks.{i}.attn.qkv.weight"] = np.concatenate(
-        [p(f"{attn}/{n}/kernel").reshape(width, -1).T
-         for n in ("query", "key", "value")])
+    out[f"blocks.{i}.attn.qkv.weight"] = np.concatenate([
+        p(f"{attn}/{n}/kernel").reshape(width, -1).T
+        for n in ("query", "key", "value")
+    ])
     out[f"blocks.{i}.attn.qkv.bias"] = np.concatenate(
-        [p(f"{attn}/{n}/bias").reshape(-1)
-         for n in ("query", "key", "value")])
+        [p(f"{attn}/{n}/bias").reshape(-1) for n in ("query", "key", "value")])
     out[f"blocks.{i}.attn.proj.weight"] = np.ascontiguousarray(
         p(f"{attn}/out/kernel").reshape(-1, width).T)
     out[f"blocks.{i}.attn.proj.bias"] = p(f"{attn}/out/bias")
@@ -373,7 +399,8 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
       out[f"blocks.{i}.mlp.{theirs}.weight"] = np.ascontiguousarray(
           p(f"{block}/MlpBlock_3/{ours}/kernel").T)
-      out[f"blocks.{i}.mlp.{theirs}.bias"] = p(f"{block}/MlpBlock_3/{ours}/bias")
+      out[f"blocks.{i}.mlp.{theirs}.bias"] = p(
+          f"{block}/MlpBlock_3/{ours}/bias")
     i += 1
   left = sorted(set(params) - used)
   if left:

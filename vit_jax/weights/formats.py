@@ -28,7 +28,8 @@ from etils import epath
 
 from vit_jax import paths
 from vit_jax.errors import UserError
-from vit_jax.weights import cache, released
+from vit_jax.weights import cache
+from vit_jax.weights import released
 
 FORMATS = ("orbax", "npz", "safetensors", "torch")
 
@@ -43,8 +44,11 @@ def read(path: str, cache_dir=None) -> tuple[str, dict[str, np.ndarray]]:
   if path.is_dir():
     return "orbax", _read_orbax(path)
   fmt = _sniff(path)
-  reader = {"npz": _read_npz, "safetensors": _read_safetensors,
-            "torch": _read_torch}[fmt]
+  reader = {
+      "npz": _read_npz,
+      "safetensors": _read_safetensors,
+      "torch": _read_torch
+  }[fmt]
   return fmt, reader(path)
 
 
@@ -115,8 +119,9 @@ def _safetensors_header(path: epath.Path) -> dict:
     if 8 + header_len > size:
       raise WeightsError(f"{path} is a truncated safetensors file.")
     header = json.loads(f.read(header_len))
-  end = max((v["data_offsets"][1] for k, v in header.items()
-             if k != "__metadata__"), default=0)
+  end = max(
+      (v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
+      default=0)
   if 8 + header_len + end > size:
     raise WeightsError(f"{path} is a truncated safetensors file: its header "
                        f"promises {end} bytes of tensors.")
@@ -125,8 +130,10 @@ def _safetensors_header(path: epath.Path) -> dict:
 
 def _read_safetensors(path: epath.Path):
   header = _safetensors_header(path)
-  if any(v.get("dtype") == "BF16" for k, v in header.items()
-         if k != "__metadata__"):
+  if any(
+      v.get("dtype") == "BF16"
+      for k, v in header.items()
+      if k != "__metadata__"):
     return _read_with_torch_safetensors(path)
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if paths.is_remote(path):
@@ -137,8 +144,8 @@ def _read_safetensors(path: epath.Path):
 def _read_with_torch_safetensors(path: epath.Path):
   torch = _import_torch(path)
   from safetensors import torch as st_torch  # pylint: disable=g-import-not-at-top
-  tensors = (st_torch.load(path.read_bytes()) if paths.is_remote(path)
-             else st_torch.load_file(str(path)))
+  tensors = (st_torch.load(path.read_bytes())
+             if paths.is_remote(path) else st_torch.load_file(str(path)))
   return {k: v.to(torch.float32).numpy() for k, v in tensors.items()}
 
 
@@ -170,8 +177,11 @@ def _read_torch(path: epath.Path, names_only: bool = False):
                        "dict of tensors.")
   if names_only:  # The values stay on disk.
     return {k: None for k, v in state.items() if hasattr(v, "detach")}
-  return {k: v.detach().to(torch.float32).numpy() for k, v in state.items()
-          if hasattr(v, "detach")}
+  return {
+      k: v.detach().to(torch.float32).numpy()
+      for k, v in state.items()
+      if hasattr(v, "detach")
+  }
 
 
 def _is_zip(path: epath.Path) -> bool:
@@ -195,21 +205,26 @@ def _read_orbax(path: epath.Path):
     if not tree.get(key):
       raise WeightsError(f"The Orbax checkpoint {step_dir} holds no 'params' "
                          f"(it has {sorted(tree)}).")
-    item = {key: jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
-                              tree[key])}
+    item = {
+        key: jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype),
+                          tree[key])
+    }
     restore_args = jax.tree.map(
         lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-    state = checkpointer.restore(step_dir, args=ocp.args.Composite(
-        default=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
-                                       partial_restore=True)))["default"]
+    state = checkpointer.restore(
+        step_dir, args=ocp.args.Composite(
+            default=ocp.args.PyTreeRestore(item=item, restore_args=restore_args,
+                                           partial_restore=True)))["default"]
   except WeightsError:
     raise
   except Exception as e:  # Orbax raises many types for a bad directory.
     raise WeightsError(f"{step_dir} could not be restored as an Orbax "
                        f"checkpoint: {e}") from e
   import flax  # pylint: disable=g-import-not-at-top
-  return {k: np.asarray(v) for k, v in
-          flax.traverse_util.flatten_dict(state[key], sep="/").items()}
+  return {
+      k: np.asarray(v)
+      for k, v in flax.traverse_util.flatten_dict(state[key], sep="/").items()
+  }
 
 
 def _orbax_step_dir(path: epath.Path) -> epath.Path:
@@ -217,8 +232,11 @@ def _orbax_step_dir(path: epath.Path) -> epath.Path:
   folder (STEP/default) -> the step."""
   if (path / "checkpoints").is_dir():
     path = path / "checkpoints"
-  steps = [int(d.name) for d in path.iterdir() if d.name.isdigit() and
-           (d / "_CHECKPOINT_METADATA").exists()]
+  steps = [
+      int(d.name)
+      for d in path.iterdir()
+      if d.name.isdigit() and (d / "_CHECKPOINT_METADATA").exists()
+  ]
   if steps:
     path = path / str(max(steps))
   if path.name == "default" and (path / "_METADATA").exists():

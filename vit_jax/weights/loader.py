@@ -23,7 +23,8 @@ import dataclasses
 import json
 import os
 import re
-from typing import Optional, Sequence
+from typing import Optional
+from typing import Sequence
 
 import flax
 import jax
@@ -31,11 +32,15 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from vit_jax import console, paths
+from vit_jax import console
+from vit_jax import paths
 from vit_jax.errors import UserError
 from vit_jax.models import layout as param_layout
 from vit_jax.models import variants
-from vit_jax.weights import convert, formats, posemb, released
+from vit_jax.weights import convert
+from vit_jax.weights import formats
+from vit_jax.weights import posemb
+from vit_jax.weights import released
 from vit_jax.weights.formats import WeightsError
 
 POSEMB = convert.POSEMB
@@ -65,8 +70,8 @@ class Report:
     """One line: what loaded, and what did not."""
     parts = [f"{len(self.matched)} parameters loaded"]
     for what, items in (("resized", self.resized),
-                        ("re-initialised", self.reinitialised),
-                        ("dropped", self.dropped)):
+                        ("re-initialised", self.reinitialised), ("dropped",
+                                                                 self.dropped)):
       if items:
         parts.append(f"{len(items)} {what} "
                      f"({', '.join(str(i[0]) for i in items[:3])}"
@@ -74,19 +79,22 @@ class Report:
     return f"{self.path}: {'; '.join(parts)}"
 
   def table(self, limit: int = 12) -> str:
-    rows = [f"{self.path} ({self.layout} layout): "
-            f"{len(self.matched)} matching"]
+    rows = [
+        f"{self.path} ({self.layout} layout): "
+        f"{len(self.matched)} matching"
+    ]
     if self.gelu:
       rows.append(f"  GELU: {self.gelu}")
-    sections = (
-        ("resized", [f"{n}: {o} -> {t}" for n, o, t in self.resized]),
-        ("re-initialised", [f"{n} ({why})" for n, why in self.reinitialised]),
-        ("dropped from the file", [f"{n} ({why})" for n, why in self.dropped]),
-        ("MISSING from the file", self.missing),
-        ("UNEXPECTED in the file", self.unexpected),
-        ("SHAPE MISMATCH (file vs config)",
-         [f"{n}: {f} vs {t}" for n, f, t in self.mismatched]),
-        ("warnings", self.warnings))
+    sections = (("resized", [f"{n}: {o} -> {t}" for n, o, t in self.resized
+                            ]), ("re-initialised", [
+                                f"{n} ({why})" for n, why in self.reinitialised
+                            ]), ("dropped from the file", [
+                                f"{n} ({why})" for n, why in self.dropped
+                            ]), ("MISSING from the file", self.missing),
+                ("UNEXPECTED in the file",
+                 self.unexpected), ("SHAPE MISMATCH (file vs config)", [
+                     f"{n}: {f} vs {t}" for n, f, t in self.mismatched
+                 ]), ("warnings", self.warnings))
     for title, items in sections:
       if items:
         rows.append(f"  {title} ({len(items)}):")
@@ -209,14 +217,15 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
   check_released_variant(path, config.model.variant)
   if param_layout.is_scanned(params):
     params = jax.eval_shape(param_layout.unstack_layers, params)
-  return load(path, params,
-              num_prefix_tokens=1 if config.model.classifier == "token" else 0,
-              grid=target_grid(config), dont_load=config.init.dont_load,
-              resize_method=config.init.posemb_resize,
-              source_grid=config.init.source_grid,
-              gelu_approximate=(True if config.model.gelu_approximate is None
-                                else config.model.gelu_approximate),
-              cache_dir=config.init.cache_dir)
+  return load(
+      path, params,
+      num_prefix_tokens=1 if config.model.classifier == "token" else 0,
+      grid=target_grid(config), dont_load=config.init.dont_load,
+      resize_method=config.init.posemb_resize,
+      source_grid=config.init.source_grid,
+      gelu_approximate=(True if config.model.gelu_approximate is None else
+                        config.model.gelu_approximate),
+      cache_dir=config.init.cache_dir)
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
@@ -234,15 +243,15 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
     logging.info("Initialised from %s", report.table())
   if param_layout.is_scanned(params):
     try:
-      loaded = param_layout.stack_flat(
-          loaded, param_layout.num_scanned_layers(params))
+      loaded = param_layout.stack_flat(loaded,
+                                       param_layout.num_scanned_layers(params))
     except UserError as e:  # models/ cannot import weights' error type.
       raise WeightsError(str(e)) from None
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   shardings = flax.traverse_util.flatten_dict(params_sharding, sep="/")
   for name, value in loaded.items():
-    flat[name] = jax.make_array_from_callback(
-        value.shape, shardings[name], lambda index, v=value: v[index])
+    flat[name] = jax.make_array_from_callback(value.shape, shardings[name],
+                                              lambda index, v=value: v[index])
   return flax.traverse_util.unflatten_dict(flat, sep="/")
 
 
@@ -315,13 +324,14 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
         f"{report.table()}\n{_hint(source.params, target_flat)}Name the "
         "parameters to re-initialise (and file entries to ignore) in "
         "config.init.dont_load, or pick the config.model that wrote the file.")
-  loaded = {k: np.asarray(v, dtype=target_flat[k].dtype)
-            for k, v in loaded.items()}
+  loaded = {
+      k: np.asarray(v, dtype=target_flat[k].dtype) for k, v in loaded.items()
+  }
   return loaded, report
 
 
-def _resize(value, shape, source, num_prefix_tokens, grid, method,
-            source_grid, report):
+def _resize(value, shape, source, num_prefix_tokens, grid, method, source_grid,
+            report):
   """The file's position embeddings on the target grid, or None (mismatch)."""
   if value.ndim == 2:
     value = value[None]
@@ -329,8 +339,8 @@ def _resize(value, shape, source, num_prefix_tokens, grid, method,
     report.mismatched.append((POSEMB, tuple(value.shape), shape))
     return None
   prefix = source.posemb_prefix_tokens
-  old_grid = (tuple(source_grid) if source_grid else
-              posemb.square_grid(value.shape[1] - prefix, source.layout))
+  old_grid = (tuple(source_grid) if source_grid else posemb.square_grid(
+      value.shape[1] - prefix, source.layout))
   resized = posemb.resize_posemb(value, prefix, old_grid, grid, method)
   # Prefix tokens: keep, drop (no class token in the target), or add a zero
   # one (the file's class token had no position embedding: same model).
@@ -391,13 +401,18 @@ def _warn_zero_head(loaded, report):
 
 def _hint(file_params, target_flat) -> str:
   """Says when the file is a different model size, e.g. B/16 into L/16."""
+
   def describe(flat):
     kernel = flat.get("embedding/kernel")
-    layers = len({m.group(1) for k in flat
-                  if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))})
+    layers = len({
+        m.group(1)
+        for k in flat
+        if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))
+    })
     if kernel is None:
       return None
     return f"width {kernel.shape[-1]}, patch {kernel.shape[0]}, {layers} layers"
+
   theirs, ours = describe(file_params), describe(target_flat)
   if theirs and ours and theirs != ours:
     return (f"The file is a different model ({theirs}) from the config's "

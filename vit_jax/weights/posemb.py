@@ -19,9 +19,9 @@ METHODS = ("bilinear", "bicubic")
 def _keys_cubic(t):
   t = np.abs(t)
   a = -0.5
-  return np.where(t <= 1, (a + 2) * t**3 - (a + 3) * t**2 + 1,
-                  np.where(t < 2, a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a,
-                           0.0))
+  return np.where(
+      t <= 1, (a + 2) * t**3 - (a + 3) * t**2 + 1,
+      np.where(t < 2, a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a, 0.0))
 
 
 def _interpolation_matrix(size_in: int, size_out: int, method: str):
@@ -45,8 +45,8 @@ def _interpolation_matrix(size_in: int, size_out: int, method: str):
   for offset in (-1, 0, 1, 2):
     tap = base + offset
     w = _keys_cubic(source - tap)
-    for beyond, edge, inner in ((tap < 0, 0, 1),
-                                (tap > size_in - 1, size_in - 1, size_in - 2)):
+    for beyond, edge, inner in ((tap < 0, 0, 1), (tap > size_in - 1,
+                                                  size_in - 1, size_in - 2)):
       np.add.at(weights, (rows[beyond], edge), 2 * w[beyond])
       np.add.at(weights, (rows[beyond], inner), -w[beyond])
     inside = (tap >= 0) & (tap <= size_in - 1)
@@ -58,7 +58,7 @@ def resize_grid(grid_HxWxD: np.ndarray, new_hw, method: str = "bilinear"):
   """Interpolates an (H, W, D) grid of embeddings to (H', W', D)."""
   if method not in METHODS:
     raise UserError(f"Unknown position-embedding resize method {method!r}; "
-                     f"use one of {', '.join(METHODS)}.")
+                    f"use one of {', '.join(METHODS)}.")
   h, w, _ = grid_HxWxD.shape
   rows = _interpolation_matrix(h, new_hw[0], method)
   cols = _interpolation_matrix(w, new_hw[1], method)
@@ -68,9 +68,9 @@ def resize_grid(grid_HxWxD: np.ndarray, new_hw, method: str = "bilinear"):
   return out.astype(grid_HxWxD.dtype)
 
 
-def resize_posemb(posemb_1xNxD: np.ndarray, num_prefix_tokens: int,
-                  old_grid, new_grid, method: str = "bilinear") -> np.ndarray:
-  """(1, prefix + H*W, D) -> (1, prefix + H'*W', D); same grid: returned as is."""
+def resize_posemb(posemb_1xNxD: np.ndarray, num_prefix_tokens: int, old_grid,
+                  new_grid, method: str = "bilinear") -> np.ndarray:
+  """(1, prefix + H*W, D) -> (1, prefix + H'*W', D); the same grid: as is."""
   old_grid, new_grid = tuple(old_grid), tuple(new_grid)
   _, length, width = posemb_1xNxD.shape
   if length != num_prefix_tokens + old_grid[0] * old_grid[1]:

@@ -43,8 +43,8 @@ def _original_release() -> dict[str, Released]:
   table = {}
   for variant in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "ViT-H/14",
                   "R50+ViT-B/16", "R50+ViT-L/32"):
-    table[f"{variant}@i21k"] = Released(
-        _bucket_file("imagenet21k", variant), variant, "ImageNet-21k")
+    table[f"{variant}@i21k"] = Released(_bucket_file("imagenet21k", variant),
+                                        variant, "ImageNet-21k")
   for variant in ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32",
                   "R50+ViT-B/16"):
     table[f"{variant}@i21k-ft-i1k"] = Released(
@@ -84,8 +84,8 @@ _AUGREG_RECOMMENDED = (
 def _augreg_recommended() -> dict[str, Released]:
   table = {}
   for variant, stem, lr in _AUGREG_RECOMMENDED:
-    table[f"{variant}@augreg-i21k"] = Released(
-        f"{BUCKET}/augreg/{stem}.npz", variant, "ImageNet-21k (AugReg)")
+    table[f"{variant}@augreg-i21k"] = Released(f"{BUCKET}/augreg/{stem}.npz",
+                                               variant, "ImageNet-21k (AugReg)")
     table[f"{variant}@augreg-i21k-ft-i1k"] = Released(
         f"{BUCKET}/augreg/{stem}--imagenet2012-steps_20k-lr_{lr}-res_384.npz",
         variant, "ImageNet-21k (AugReg), fine-tuned on ImageNet-1k at 384 px")
@@ -93,16 +93,25 @@ def _augreg_recommended() -> dict[str, Released]:
 
 
 # Name -> checkpoint. Tests add entries (pytest's monkeypatch.setitem).
-CHECKPOINTS: dict[str, Released] = {**_original_release(),
-                                    **_augreg_recommended()}
+CHECKPOINTS: dict[str, Released] = {
+    **_original_release(),
+    **_augreg_recommended()
+}
 
 # The model part of AugReg file stems (google-research/vision_transformer's
 # `configs/models.py` names them so) -> our variant.
 AUGREG_MODELS = {
-    "Ti_16": "ViT-Ti/16", "S_16": "ViT-S/16", "S_32": "ViT-S/32",
-    "B_8": "ViT-B/8", "B_16": "ViT-B/16", "B_32": "ViT-B/32",
-    "L_16": "ViT-L/16", "R_Ti_16": "R+ViT-Ti/16", "R26_S_32": "R26+ViT-S/32",
-    "R26_B_32": "R26+ViT-B/32", "R50_L_32": "R50+ViT-L/32",
+    "Ti_16": "ViT-Ti/16",
+    "S_16": "ViT-S/16",
+    "S_32": "ViT-S/32",
+    "B_8": "ViT-B/8",
+    "B_16": "ViT-B/16",
+    "B_32": "ViT-B/32",
+    "L_16": "ViT-L/16",
+    "R_Ti_16": "R+ViT-Ti/16",
+    "R26_S_32": "R26+ViT-S/32",
+    "R26_B_32": "R26+ViT-B/32",
+    "R50_L_32": "R50+ViT-L/32",
 }
 # MODEL-{i1k|i21k}-..., in the index's safe characters (no '/').
 _AUGREG_STEM = re.compile(
@@ -123,11 +132,15 @@ def lookup(name: str) -> Optional[Released]:
 
 def close_matches(name: str, count: int = 5) -> list[str]:
   """Names of the table like `name` (case and separators aside)."""
+
   def key(text):
     return re.sub(r"[^a-z0-9@]", "", text.lower())
+
   keyed = {key(n): n for n in CHECKPOINTS}
-  return [keyed[k] for k in difflib.get_close_matches(
-      key(name), list(keyed), n=count, cutoff=0.6)]
+  return [
+      keyed[k] for k in difflib.get_close_matches(key(name), list(keyed),
+                                                  n=count, cutoff=0.6)
+  ]
 
 
 def unknown_name_hint(name: str) -> str:
@@ -147,9 +160,12 @@ def unknown_name_hint(name: str) -> str:
 def describe_table() -> str:
   """Every name with what it was trained on and its URL."""
   width = max(len(n) for n in CHECKPOINTS)
-  rows = [f"{name:<{width}}  {r.about}\n{'':<{width}}  {r.url}"
-          for name, r in CHECKPOINTS.items()]
+  rows = [
+      f"{name:<{width}}  {r.about}\n{'':<{width}}  {r.url}"
+      for name, r in CHECKPOINTS.items()
+  ]
   return "\n".join(rows + [
       "", "Any AugReg checkpoint is also named by its file stem "
       "(index: gs://vit_models/augreg/index.csv, columns filename and "
-      "adapt_filename)."])
+      "adapt_filename)."
+  ])

@@ -12,7 +12,8 @@ import flax
 import numpy as np
 
 from vit_jax import paths
-from vit_jax.weights import convert, loader
+from vit_jax.weights import convert
+from vit_jax.weights import loader
 
 EXPORT_FORMATS = ("npz", "timm")
 
@@ -22,7 +23,8 @@ def released_params(path: str, num_heads: int = 0) -> dict[str, np.ndarray]:
   source = loader.read_converted(path, num_heads)
   params = dict(source.params)
   posemb = params.get(convert.POSEMB)
-  if "cls" in params and posemb is not None and source.posemb_prefix_tokens == 0:
+  if ("cls" in params and posemb is not None and
+      source.posemb_prefix_tokens == 0):
     # big_vision adds no position embedding to the class token: zero is the
     # same model in the released layout.
     zeros = np.zeros_like(posemb[:, :1])
@@ -47,7 +49,10 @@ def save_timm(params, path: str) -> list[str]:
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
   left_out = sorted(k for k in params if convert.is_masked_patch_part(k))
-  flat = {k: np.asarray(v, np.float32) for k, v in params.items()
-          if k not in left_out}
+  flat = {
+      k: np.asarray(v, np.float32)
+      for k, v in params.items()
+      if k not in left_out
+  }
   paths.resolve(path).write_bytes(st_numpy.save(convert.to_timm(flat)))
   return left_out

@@ -19,8 +19,7 @@ from scipy import special
 
 
 def gelu_tanh(x):
-  return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) *
-                                  (x + 0.044715 * x**3)))
+  return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def gelu_erf(x):
@@ -29,7 +28,7 @@ def gelu_erf(x):
 
 def layer_norm(x, p, eps=1e-6):
   mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  var = ((x - mean)**2).mean(-1, keepdims=True)
   return (x - mean) / np.sqrt(var + eps) * p["scale"] + p["bias"]
 
 
@@ -44,8 +43,8 @@ def softmax(x):
 
 def attention(x_BxNxD, p):
   """MSA with q/k/v kernels (D, H, K) and the out kernel (H, K, D)."""
-  proj = lambda name: (np.einsum("bnd,dhk->bnhk", x_BxNxD, p[name]["kernel"])
-                       + p[name]["bias"])
+  proj = lambda name: (np.einsum("bnd,dhk->bnhk", x_BxNxD, p[name]["kernel"]) +
+                       p[name]["bias"])
   q, k, v = proj("query"), proj("key"), proj("value")
   weights = softmax(np.einsum("bmhk,bnhk->bhmn", q, k) / np.sqrt(q.shape[-1]))
   y = np.einsum("bhmn,bnhk->bmhk", weights, v)
@@ -53,11 +52,12 @@ def attention(x_BxNxD, p):
 
 
 def patchify(images_BxHxWxC, patch):
-  """(B, H, W, C) -> (B, N, P*P*C), patches row-major, pixels (row, col, chan)."""
+  """(B, H, W, C) -> (B, N, P*P*C): patches row-major, pixels (row, col,
+  channel)."""
   b, h, w, c = images_BxHxWxC.shape
   x = images_BxHxWxC.reshape(b, h // patch, patch, w // patch, patch, c)
-  return x.transpose(0, 1, 3, 2, 4, 5).reshape(
-      b, (h // patch) * (w // patch), patch * patch * c)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(b, (h // patch) * (w // patch),
+                                               patch * patch * c)
 
 
 # ------------------------------------------------------------ hybrid stem --
@@ -78,8 +78,8 @@ def conv(x_BxHxWxI, kernel_KxKxIxO, stride):
   """Cross-correlation with 'SAME' padding, by summing over kernel taps."""
   kh, kw, _, out_channels = kernel_KxKxIxO.shape
   b, h, w, _ = x_BxHxWxI.shape
-  (top, bottom), (left, right) = (_same_pads(h, kh, stride),
-                                  _same_pads(w, kw, stride))
+  (top, bottom), (left, right) = (_same_pads(h, kh,
+                                             stride), _same_pads(w, kw, stride))
   x = np.pad(x_BxHxWxI, ((0, 0), (top, bottom), (left, right), (0, 0)))
   out_h, out_w = -(-h // stride), -(-w // stride)
   y = np.zeros((b, out_h, out_w, out_channels))
@@ -94,7 +94,7 @@ def group_norm(x_BxHxWxC, p, groups=32, eps=1e-6):
   b, h, w, c = x_BxHxWxC.shape
   g = x_BxHxWxC.reshape(b, h, w, groups, c // groups)
   mean = g.mean(axis=(1, 2, 4), keepdims=True)
-  var = ((g - mean) ** 2).mean(axis=(1, 2, 4), keepdims=True)
+  var = ((g - mean)**2).mean(axis=(1, 2, 4), keepdims=True)
   g = (g - mean) / np.sqrt(var + eps)
   return g.reshape(b, h, w, c) * p["scale"] + p["bias"]
 
@@ -105,13 +105,16 @@ def max_pool_3x3_s2(x_BxHxWxC):
   x = np.pad(x_BxHxWxC, ((0, 0), (top, bottom), (left, right), (0, 0)),
              constant_values=-np.inf)
   out_h, out_w = -(-h // 2), -(-w // 2)
-  return np.max([x[:, i:i + 2 * out_h:2, j:j + 2 * out_w:2]
-                 for i in range(3) for j in range(3)], axis=0)
+  return np.max([
+      x[:, i:i + 2 * out_h:2, j:j + 2 * out_w:2]
+      for i in range(3)
+      for j in range(3)
+  ], axis=0)
 
 
 def residual_unit(x, p, stride, standardize_fn):
-  std_conv = lambda name, inp, s=1: conv(inp, standardize_fn(
-      p[name]["kernel"]), s)
+  std_conv = lambda name, inp, s=1: conv(inp, standardize_fn(p[name]["kernel"]),
+                                         s)
   relu = lambda v: np.maximum(v, 0)
   residual = x
   if "conv_proj" in p:
@@ -197,8 +200,8 @@ def trained_like_params(shapes, seed: int = 0, conv_std=(0.01, 0.05)):
     if name == "kernel" and len(shape) == 4 and path[0] != "embedding":
       return rng.uniform(*conv_std) * rng.normal(size=shape)
     if name == "kernel":  # q/k/v kernels are (D, H, K): D inputs.
-      fan_in = (shape[0] if path[-2] in ("query", "key", "value")
-                else int(np.prod(shape[:-1])))
+      fan_in = (shape[0] if path[-2] in ("query", "key",
+                                         "value") else int(np.prod(shape[:-1])))
       return rng.normal(size=shape) / np.sqrt(fan_in)
     return 0.3 * rng.normal(size=shape)
 

@@ -29,9 +29,10 @@ class GcsServer:
 
   def create_bucket(self, name: str):
     request = urllib.request.Request(
-        f"{self.url}/storage/v1/b?project=test", method="POST",
-        data=json.dumps({"name": name}).encode(),
-        headers={"Content-Type": "application/json"})
+        f"{self.url}/storage/v1/b?project=test", method="POST", data=json.dumps(
+            {
+                "name": name
+            }).encode(), headers={"Content-Type": "application/json"})
     urllib.request.urlopen(request).read()
 
   def list(self, bucket: str, prefix: str = "") -> list[str]:

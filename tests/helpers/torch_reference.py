@@ -86,16 +86,21 @@ def timm_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32, classes=10):
   return randomize(model)
 
 
-def timm_hybrid_vit(stages=(1, 1), width=16, heads=2, mlp=32, size=32,
-                    classes=5):
+def timm_hybrid_vit(
+    stages=(1, 1), width=16, heads=2, mlp=32, size=32, classes=5):
   """The paper's hybrid in timm: a ResNetV2 stem (64 wide), patch size 1."""
   import torch  # pylint: disable=g-import-not-at-top
   import_timm()
   from timm.models import vision_transformer_hybrid as hybrid  # pylint: disable=g-import-not-at-top
   model = hybrid._create_vision_transformer_hybrid(  # pylint: disable=protected-access
-      "vit_jax_test_hybrid", backbone=hybrid._resnetv2(stages),  # pylint: disable=protected-access
-      img_size=size, embed_dim=width, depth=1, num_heads=heads,
-      mlp_ratio=mlp / width, num_classes=classes)
+      "vit_jax_test_hybrid",
+      backbone=hybrid._resnetv2(stages),  # pylint: disable=protected-access
+      img_size=size,
+      embed_dim=width,
+      depth=1,
+      num_heads=heads,
+      mlp_ratio=mlp / width,
+      num_classes=classes)
   model = randomize(model, seed=2)
   with torch.no_grad():
     for name, p in model.named_parameters():
@@ -110,7 +115,8 @@ def timm_hybrid_vit(stages=(1, 1), width=16, heads=2, mlp=32, size=32,
 
 def hugging_face_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32,
                      classes=10):
-  from transformers import ViTConfig, ViTForImageClassification  # pylint: disable=g-import-not-at-top
+  from transformers import ViTConfig  # pylint: disable=g-import-not-at-top
+  from transformers import ViTForImageClassification  # pylint: disable=g-import-not-at-top
   config = ViTConfig(hidden_size=width, num_hidden_layers=depth,
                      num_attention_heads=heads, intermediate_size=mlp,
                      image_size=size, patch_size=patch, num_labels=classes)
@@ -119,7 +125,8 @@ def hugging_face_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32,
 
 def torch_logits(model, images_BxHxWxC: np.ndarray) -> np.ndarray:
   import torch  # pylint: disable=g-import-not-at-top
-  x = torch.from_numpy(np.ascontiguousarray(images_BxHxWxC.transpose(0, 3, 1, 2)))
+  x = torch.from_numpy(
+      np.ascontiguousarray(images_BxHxWxC.transpose(0, 3, 1, 2)))
   with torch.no_grad():
     out = model(x) if not hasattr(model, "vit") else model(pixel_values=x)
   return (out.logits if hasattr(out, "logits") else out).numpy()

@@ -21,9 +21,11 @@ from tensorflow_datasets.testing import mocking
 def write_metadata(data_dir: str, name: str, sizes: dict[str, int]):
   """dataset_info.json of the TFDS builder `name` with these split sizes."""
   builder = tfds.builder(name, data_dir=data_dir)
-  builder.info.set_splits(tfds.core.SplitDict([
-      tfds.core.SplitInfo(name=k, shard_lengths=[v], num_bytes=0)
-      for k, v in sizes.items()]))
+  builder.info.set_splits(
+      tfds.core.SplitDict([
+          tfds.core.SplitInfo(name=k, shard_lengths=[v], num_bytes=0)
+          for k, v in sizes.items()
+      ]))
   os.makedirs(builder.data_dir, exist_ok=True)
   builder.info.write_to_directory(builder.data_dir)
 
@@ -44,11 +46,15 @@ def _valid_boxes(feature, value):
 
 def random_examples(count: int):
   """make_examples for `mock_tfds`: `count` random examples of any builder."""
+
   def make(builder, split):
     del split
     features = builder.info.features
-    return [_valid_boxes(features, e) for e in mocking.RandomFakeGenerator(
-        features, count, constant_dynamic_shape=True)]
+    return [
+        _valid_boxes(features, e) for e in mocking.RandomFakeGenerator(
+            features, count, constant_dynamic_shape=True)
+    ]
+
   return make
 
 
@@ -66,8 +72,8 @@ def _scalars(encoded):
 def _dataset(features, examples, decoders) -> tf.data.Dataset:
   """`examples` (feature dicts) as a builder's `_as_dataset` yields them."""
   specs = features.get_serialized_info()
-  signature = tf.nest.map_structure(
-      lambda s: tf.TensorSpec(s.shape, s.dtype), specs)
+  signature = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype),
+                                    specs)
   examples = list(examples)
   ds = tf.data.Dataset.from_generator(
       lambda: (_scalars(features.encode_example(e)) for e in examples),
@@ -79,6 +85,7 @@ def _dataset(features, examples, decoders) -> tf.data.Dataset:
 def mock_tfds(data_dir: str, make_examples):
   """TFDS reads the metadata in `data_dir` and, for every split of every
   builder, the examples of `make_examples(builder, split)`."""
+
   def as_dataset(builder, split, decoders=None, **kwargs):
     del kwargs
     return _dataset(builder.info.features, make_examples(builder, split),

@@ -1,11 +1,12 @@
 """Max |logit difference| of full-size models against independent code.
 
-    .venv/bin/python -m tests.parity_report [--size=224] [--batch=2]
+    .venv/bin/python -m tests.helpers.parity_report [--size=224] [--batch=2]
 
 ViT-B/16 and R50+ViT-B/16 with random weights at trained scales (dense
 kernels std 1/sqrt(fan-in), stem conv kernels std 0.01-0.05), fp32:
 
-  ours (tanh GELU)  vs the float64 numpy reference (tests/numpy_reference.py)
+  ours (tanh GELU)  vs the float64 numpy reference
+                    (tests/helpers/numpy_reference.py)
   ours (erf GELU)   vs timm and Hugging Face, their weights loaded here
   ours (tanh GELU)  vs timm, to show what the GELU form alone changes
 
@@ -22,9 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests.helpers import numpy_reference
+from tests.helpers import torch_reference
+from vit_jax import models
+from vit_jax import weights
 from vit_jax.config import defaults
-from tests import numpy_reference, torch_reference
-from vit_jax import models, weights
 
 
 def build(variant: str, gelu_approximate: bool, num_classes: int = 1000):
@@ -35,8 +38,8 @@ def build(variant: str, gelu_approximate: bool, num_classes: int = 1000):
 
 
 def ours(model, params, images):
-  return np.asarray(jax.jit(lambda p, x: model.apply({"params": p}, x)[0])(
-      params, images))
+  return np.asarray(
+      jax.jit(lambda p, x: model.apply({"params": p}, x)[0])(params, images))
 
 
 def trained_like_torch(module, seed: int = 0):
@@ -65,10 +68,10 @@ def against_torch(torch_model, variant, images, size, gelu_approximate):
     torch_reference.save_state_dict(torch_model, path)
     model = build(variant, gelu_approximate)
     grid = (size // models.get_variant(variant).stride,) * 2
-    target = jax.eval_shape(lambda: model.init(
-        jax.random.key(0), jnp.zeros((1, size, size, 3)))["params"])
-    loaded, report = weights.load(path, target, num_prefix_tokens=1,
-                                  grid=grid, gelu_approximate=gelu_approximate)
+    target = jax.eval_shape(lambda: model.init(jax.random.key(
+        0), jnp.zeros((1, size, size, 3)))["params"])
+    loaded, report = weights.load(path, target, num_prefix_tokens=1, grid=grid,
+                                  gelu_approximate=gelu_approximate)
     assert report.ok and not report.reinitialised, report.table()
     import flax  # pylint: disable=g-import-not-at-top
     params = flax.traverse_util.unflatten_dict(loaded, sep="/")
@@ -87,8 +90,7 @@ def main():
   rows = []
   for variant in ("ViT-B/16", "R50+ViT-B/16"):
     model = build(variant, True)
-    shapes = jax.eval_shape(model.init, jax.random.key(0),
-                            images[:1])["params"]
+    shapes = jax.eval_shape(model.init, jax.random.key(0), images[:1])["params"]
     params = numpy_reference.trained_like_params(shapes)
     want, _ = numpy_reference.vit(params, images,
                                   models.get_variant(variant).patch_size)
@@ -98,15 +100,16 @@ def main():
   timm = torch_reference.import_timm()
   for variant, name in (("ViT-B/16", "vit_base_patch16_224"),
                         ("R50+ViT-B/16", "vit_base_r50_s16_224")):
-    reference = trained_like_torch(timm.create_model(name, pretrained=False,
-                                                     num_classes=1000))
+    reference = trained_like_torch(
+        timm.create_model(name, pretrained=False, num_classes=1000))
     rows.append((variant, f"timm {name} (erf GELU)",
                  against_torch(reference, variant, images, size, False), None))
     rows.append((variant, "timm, but our model with tanh GELU",
                  against_torch(reference, variant, images, size, True), None))
-  from transformers import ViTConfig, ViTForImageClassification  # pylint: disable=g-import-not-at-top
-  hf = trained_like_torch(ViTForImageClassification(
-      ViTConfig(image_size=size, num_labels=1000)))
+  from transformers import ViTConfig  # pylint: disable=g-import-not-at-top
+  from transformers import ViTForImageClassification  # pylint: disable=g-import-not-at-top
+  hf = trained_like_torch(
+      ViTForImageClassification(ViTConfig(image_size=size, num_labels=1000)))
   rows.append(("ViT-B/16", "Hugging Face ViTForImageClassification (erf)",
                against_torch(hf, "ViT-B/16", images, size, False), None))
   print(f"{'model':<14} {'against':<46} {'max |dlogit|':>12}")

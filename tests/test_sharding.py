@@ -1,0 +1,194 @@
+"""vit_jax/sharding.py: the mesh, batch shares, the rules that place each
+parameter, the train state's shardings, and the FSDP gather (8 fake CPU
+devices; see tests/test_steps.py for whole sharded steps against one
+device)."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax.training import optim
+from vit_jax.training import steps
+
+
+def _rules(params, fsdp_min_size=0):
+  return ml_collections.ConfigDict(
+      dict(
+          params=params, fsdp_min_size=fsdp_min_size,
+          logical_axis_rules=(("batch", "data"), ("heads", "model"),
+                              ("mlp", "model"))))
+
+
+def _abstract(tree):
+  return jax.tree.map(lambda shape: jax.ShapeDtypeStruct(shape, np.float32),
+                      tree, is_leaf=lambda x: isinstance(x, tuple))
+
+
+BLOCK = {
+    "MultiHeadDotProductAttention_1": {
+        "query": {
+            "kernel": (64, 4, 16)
+        },
+        "out": {
+            "kernel": (4, 16, 64)
+        }
+    },
+    "MlpBlock_3": {
+        "Dense_0": {
+            "kernel": (64, 256),
+            "bias": (256,)
+        }
+    },
+    "LayerNorm_0": {
+        "scale": (64,)
+    }
+}
+
+
+def test_mesh_sizes_fill_the_devices():
+  assert dict(sharding.make_mesh().shape) == {"data": 8, "model": 1}
+  assert dict(sharding.make_mesh(data=2, model=-1).shape) == {
+      "data": 2,
+      "model": 4
+  }
+
+
+def test_mesh_must_fit_the_devices():
+  with pytest.raises(ValueError, match="does not fit 8 devices"):
+    sharding.make_mesh(data=-1, model=3)
+
+
+def test_mesh_from_config_must_fit_the_devices(digits_config):
+  digits_config.mesh.model = 3
+  with pytest.raises(ValueError, match="config.mesh"):
+    sharding.mesh_from_config(digits_config)
+
+
+@pytest.mark.parametrize("batch, accumulation, processes, message", [
+    (12, 1, 1, "not divisible by the 8 data shards of the mesh; use a "
+     "multiple of 8"),
+    (16, 4, 1, "accum_steps=4 micro-batches over 8 data shards; use a "
+     "multiple of 32"),
+    (24, 1, 16, "not divisible by the 16 processes"),
+])
+def test_a_batch_that_does_not_split_says_the_multiple_to_use(
+    batch, accumulation, processes, message):
+  with pytest.raises(ValueError, match=message):
+    sharding.local_batch_size(batch, sharding.make_mesh(),
+                              accumulation=accumulation,
+                              process_count=processes)
+
+
+def test_each_process_reads_its_share_of_the_batch():
+  mesh = sharding.make_mesh()
+  assert sharding.local_batch_size(64, mesh, process_count=4) == 16
+  assert sharding.local_batch_size(64, mesh, accumulation=2) == 64
+
+
+def test_fsdp_splits_the_largest_divisible_dimension_of_large_parameters():
+  specs = sharding.param_partition_specs(
+      _abstract(BLOCK), sharding.make_mesh(),
+      _rules(((".*", "fsdp"),), fsdp_min_size=200))
+  attention = specs["MultiHeadDotProductAttention_1"]
+  assert attention["query"]["kernel"] == P("data", None, None)  # 64 > 16 > 4
+  assert attention["out"]["kernel"] == P(None, None, "data")
+  assert specs["MlpBlock_3"]["Dense_0"]["kernel"] == P(None, "data")
+  assert specs["MlpBlock_3"]["Dense_0"]["bias"] == P("data")  # 256 >= 200.
+  assert specs["LayerNorm_0"]["scale"] == P(None)  # 64 < fsdp_min_size.
+
+
+def test_tensor_parallelism_splits_heads_and_mlp_units_by_logical_axes():
+  specs = sharding.param_partition_specs(_abstract(BLOCK),
+                                         sharding.make_mesh(data=2, model=4),
+                                         _rules(((".*", "fsdp+tp"),)))
+  attention = specs["MultiHeadDotProductAttention_1"]
+  assert attention["query"]["kernel"] == P("data", "model", None)
+  assert attention["out"]["kernel"] == P("model", None, "data")
+  assert specs["MlpBlock_3"]["Dense_0"]["kernel"] == P("data", "model")
+  assert specs["LayerNorm_0"]["scale"] == P("data")  # No logical axes.
+
+
+def test_fsdp_never_splits_the_scanned_layer_axis(digits_config):
+  """A scan slices the leading layer axis of its parameters, so FSDP picks
+  another dimension, or none, even where the layer count would divide."""
+  abstract = {
+      "Transformer": {
+          "encoderblock": {
+              "MlpBlock_3": {
+                  "Dense_0": {
+                      "bias": jax.ShapeDtypeStruct((8, 64), np.float32)
+                  },
+                  "Dense_1": {
+                      "bias": jax.ShapeDtypeStruct((8, 3), np.float32)
+                  }
+              }
+          }
+      }
+  }
+  config = digits_config.sharding
+  config.fsdp_min_size = 0
+  specs = {}
+  for strategy, model_axis in (("fsdp", 1), ("fsdp+tp", 4)):
+    config.params = ((".*", strategy),)
+    mlp = sharding.param_partition_specs(
+        abstract, sharding.make_mesh(8 // model_axis, model_axis), config)
+    mlp = mlp["Transformer"]["encoderblock"]["MlpBlock_3"]
+    specs[strategy] = (mlp["Dense_0"]["bias"], mlp["Dense_1"]["bias"])
+  assert specs["fsdp"] == (P(None, "data"), P(None, None))
+  assert specs["fsdp+tp"] == (P(None, "model"), P(None, None))
+
+
+@pytest.mark.parametrize("rules, mesh_shape, message", [
+    (((".*/kernel", "fsdp"),), (8, 1), "matches no rule.*catch-all"),
+    ((("head/.*", "fsdp"), ("heads/.*", "tp"), (".*", "replicate")),
+     (8, 1), r"rules \[\('heads/\.\*', 'tp'\)\] match no parameter"),
+    (((".*", "zero3"),), (8, 1), "strategy one of replicate, fsdp"),
+    (((".*", "tp"),), (2, 4), "does not divide 2"),
+])
+def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
+                                                       mesh_shape, message):
+  digits_config.sharding.params = rules
+  model = models.build_model(digits_config.model, 10)
+  tx, _ = optim.make_optimizer(digits_config, 10)
+  with pytest.raises(ValueError, match=message):
+    steps.create_train_state(model, tx, 16, 0, sharding.make_mesh(*mesh_shape),
+                             digits_config.sharding)
+
+
+def test_optimizer_state_and_ema_follow_their_parameter(digits_config):
+  digits_config.sharding.params = ((".*", "fsdp"),)
+  digits_config.sharding.fsdp_min_size = 0
+  model = models.build_model(digits_config.model, 10)
+  tx, _ = optim.make_optimizer(digits_config, 10)
+  _, shardings = steps.abstract_train_state(model, tx, 16, sharding.make_mesh(),
+                                            digits_config.sharding, ema=True)
+  flat = lambda tree: jax.tree.leaves(jax.tree.map(lambda s: s.spec, tree))
+  params = flat(shardings.params)
+  assert any("data" in spec for spec in params)
+  assert flat(shardings.ema_params) == params
+  moments = [s for s in jax.tree.leaves(shardings.opt_state) if s.spec != P()]
+  assert [s.spec for s in moments] == params * 2  # Adam's mu and nu.
+  assert shardings.step.spec == P()
+
+
+def test_the_fsdp_gather_is_exact_and_returns_the_gradient_to_its_shard():
+  mesh = sharding.make_mesh()
+  shard = NamedSharding(mesh, P("data", None))
+  p = jax.device_put(jnp.arange(32.0).reshape(8, 4), shard)
+
+  def loss(p):
+    full = sharding.gather_over_data(p, shard)
+    return jnp.sum(full**2), full
+
+  (value, full), grad = jax.jit(jax.value_and_grad(loss, has_aux=True))(p)
+  np.testing.assert_array_equal(full, np.arange(32.0).reshape(8, 4))
+  assert full.sharding.is_fully_replicated
+  np.testing.assert_allclose(value, np.sum(np.arange(32.0)**2))
+  np.testing.assert_array_equal(grad, 2 * np.arange(32.0).reshape(8, 4))
+  assert grad.sharding.is_equivalent_to(shard, grad.ndim)
