@@ -32,7 +32,7 @@ setuptools.setup(
         "tqdm>=4.60",  # Progress bars of long non-training work.
     ],
     # One command with subcommands (vit_jax/cli.py: COMMANDS); each is also
-    # `python -m vit_jax.NAME`.
+    # `python -m vit_jax NAME`.
     entry_points={"console_scripts": ["vit-jax = vit_jax.cli:dispatch"]},
     extras_require={
         # torch, timm and transformers only create reference models in

@@ -31,7 +31,7 @@ TIMM_NAMES = {
 _TIMM_STEP = r"""
 import json, statistics, sys, time
 sys.path.insert(0, sys.argv[5])
-from tests import torch_reference  # timm without the broken torchvision.
+from tests.helpers import torch_reference  # timm, without torchvision.
 timm = torch_reference.import_timm()
 import torch
 name, (batch, size, steps) = sys.argv[1], map(int, sys.argv[2:5])

@@ -22,17 +22,19 @@ import statistics
 import subprocess
 import sys
 
-import numpy as np
 from matplotlib import cbook
+import numpy as np
 from PIL import Image
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = ("--config.pp_crop_on_decode=False --config.pp_crop_antialias=True "
        "--config.pp_uint8=False")
 VARIANTS = [
-    f"old={OLD}", "crop on decode=--config.pp_crop_antialias=True "
-    "--config.pp_uint8=False", "+ uint8=--config.pp_crop_antialias=True",
-    "new (defaults)="
+    f"old={OLD}",
+    ("crop on decode=--config.pp_crop_antialias=True "
+     "--config.pp_uint8=False"),
+    "+ uint8=--config.pp_crop_antialias=True",
+    "new (defaults)=",
 ]
 
 

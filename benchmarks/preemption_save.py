@@ -19,9 +19,9 @@ import json
 import shutil
 import time
 
-import jax
 from absl import app
 from absl import flags
+import jax
 from ml_collections import config_flags
 
 from vit_jax import paths

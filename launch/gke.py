@@ -44,31 +44,16 @@ import sys
 
 import yaml
 
-# GKE's node label value for each TPU generation, its node pools' machine
-# types by chips per host, and the number of dimensions of its topologies.
-# A slice whose chip count is one of those machines' is one host of that
-# machine; larger slices take hosts of 4 chips.
+# For each TPU generation: GKE's node label value, the prefix of its node
+# pools' machine types, the chips per host those machines come with, and the
+# number of dimensions of its topologies. A slice of one of those chip
+# counts is one host; larger slices take hosts of 4 chips.
 TPUS = {
-    "v4": ("tpu-v4-podslice", {
-        4: "ct4p-hightpu-4t"
-    }, 3),
-    "v5e": ("tpu-v5-lite-podslice", {
-        1: "ct5lp-hightpu-1t",
-        4: "ct5lp-hightpu-4t",
-        8: "ct5lp-hightpu-8t"
-    }, 2),
-    "v5p": ("tpu-v5p-slice", {
-        4: "ct5p-hightpu-4t"
-    }, 3),
-    "v6e": ("tpu-v6e-slice", {
-        1: "ct6e-standard-1t",
-        4: "ct6e-standard-4t",
-        8: "ct6e-standard-8t"
-    }, 2),
-    "tpu7x": ("tpu7x", {
-        1: "tpu7x-standard-1t",
-        4: "tpu7x-standard-4t"
-    }, 3),
+    "v4": ("tpu-v4-podslice", "ct4p-hightpu-", (4,), 3),
+    "v5e": ("tpu-v5-lite-podslice", "ct5lp-hightpu-", (1, 4, 8), 2),
+    "v5p": ("tpu-v5p-slice", "ct5p-hightpu-", (4,), 3),
+    "v6e": ("tpu-v6e-slice", "ct6e-standard-", (1, 4, 8), 2),
+    "tpu7x": ("tpu7x", "tpu7x-standard-", (1, 4), 3),
 }
 # Machine types of GKE node pools with 8 GPUs of a type, for the header's
 # node-pool command.
@@ -108,28 +93,28 @@ def tpu_hosts(spec: str) -> Hosts:
   if generation not in TPUS:
     raise ValueError(f"--tpu={spec!r}: the generation must be one of "
                      f"{', '.join(TPUS)}, as in v5e:4x4 or v5p:2x4x4")
-  accelerator, machines, dims = TPUS[generation]
+  accelerator, machine_prefix, one_host, dims = TPUS[generation]
   sizes = topology.split("x")
   if len(sizes) != dims or not all(s.isdigit() and int(s) > 0 for s in sizes):
     raise ValueError(f"--tpu={spec!r}: a {generation} topology has {dims} "
                      f"sizes, e.g. {generation}:{'x'.join(['2'] * dims)}")
   chips = math.prod(int(s) for s in sizes)
-  per_host = chips if chips in machines else 4
+  per_host = chips if chips in one_host else 4
   if chips % per_host:
     raise ValueError(f"--tpu={spec!r}: {chips} chips are neither one "
-                     f"{generation} host ({', '.join(map(str, machines))} "
+                     f"{generation} host ({', '.join(map(str, one_host))} "
                      "chips) nor hosts of 4")
-  hosts = chips // per_host
+  hosts, machine = chips // per_host, f"{machine_prefix}{per_host}t"
   return Hosts(
       {
           "cloud.google.com/gke-tpu-accelerator": accelerator,
           "cloud.google.com/gke-tpu-topology": topology,
           # A 2x4 slice is one host of 8 chips, or two of 4: say which.
-          "node.kubernetes.io/instance-type": machines[per_host]
+          "node.kubernetes.io/instance-type": machine
       },
       {"google.com/tpu": per_host},
       hosts,
-      f"--machine-type={machines[per_host]} --tpu-topology={topology} "
+      f"--machine-type={machine} --tpu-topology={topology} "
       f"--num-nodes={hosts}",
       f"{generation} {topology}: {_count(chips, 'chip')} on "
       f"{_count(hosts, 'host')}")

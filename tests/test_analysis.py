@@ -1,6 +1,6 @@
 """The paper's analyses (vit_jax/analysis/measures.py) on attention and
-embeddings
-with known answers, a hybrid's grid, and the analyze command end to end."""
+embeddings with known answers, a hybrid's grid, and the analyze command end
+to end."""
 
 import itertools
 import json
@@ -208,7 +208,7 @@ def test_analyze_writes_the_figures_and_numbers(trained_digits, tmp_path):
   for name in ("embedding_filters.png", "position_embedding_similarity.png",
                "mean_attention_distance.png", "attention_rollout.png"):
     assert (out / name).read_bytes().startswith(b"\x89PNG"), name
-  numbers = json.loads((out / "measures.json").read_text())
+  numbers = json.loads((out / "analysis.json").read_text())
   assert numbers["num_images"] == 40 and numbers["grid"] == [4, 4]
   distance = np.array(numbers["mean_attention_distance"])
   assert distance.shape == (4, 4)  # digits: 4 layers of 4 heads.

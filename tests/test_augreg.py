@@ -3,11 +3,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
-import tensorflow as tf
 from PIL import Image
 from PIL import ImageEnhance
 from PIL import ImageOps
+import pytest
+import tensorflow as tf
 
 from configs import pretrain
 from tests.test_models import images

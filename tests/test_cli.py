@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-import pytest
 from absl import app
+import pytest
 
 from vit_jax import cli
 from vit_jax.errors import UserError

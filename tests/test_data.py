@@ -7,10 +7,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from PIL import Image
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from PIL import Image
 
 from vit_jax import sharding
 from vit_jax.data import input_pipeline

@@ -6,8 +6,8 @@ import os
 
 import jax
 import numpy as np
-import pytest
 from PIL import Image
+import pytest
 
 from configs import fewshot as fewshot_configs
 from vit_jax import models

@@ -1,8 +1,9 @@
 """Two processes on localhost (JAX's CPU collectives) train as one.
 
-The README's multi-host command runs twice, with 4 fake CPU devices per
-process; the checkpoint they write together equals one process training on
-8 devices with the same global batches (process 0's share, then process 1's).
+The multi-host command of docs/scaling.md runs twice, with 4 fake CPU
+devices per process; the checkpoint they write together equals one process
+training on 8 devices with the same global batches (process 0's share, then
+process 1's).
 """
 
 import os
@@ -17,8 +18,8 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import pytest
 from PIL import Image
+import pytest
 
 from vit_jax import models
 from vit_jax import sharding
@@ -47,7 +48,7 @@ def _free_port() -> int:
 
 def _launch_two_processes(workdir, data_dir, overrides=None,
                           sigterm_process_1_at=None, flags=()):
-  """Runs the README's multi-host command twice (with `flags` added);
+  """Runs the multi-host command (docs/scaling.md) twice (with `flags` added);
   optionally sends SIGTERM to process 1 alone once process 0 logs
   `sigterm_process_1_at`. Returns ([return codes], [(stdout, stderr)])."""
   port = _free_port()

@@ -14,8 +14,8 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import pytest
 from PIL import Image
+import pytest
 
 from tests.helpers import gcs_server
 from vit_jax import paths

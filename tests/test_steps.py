@@ -6,9 +6,9 @@ import sys
 
 import flax
 import jax
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
 
 from vit_jax import models
 from vit_jax import sharding

@@ -42,10 +42,10 @@ def _detail_requested() -> bool:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL",
                       "0" if _detail_requested() else "2")
 
-import jax  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
+import jax  # noqa: E402
 
 from vit_jax import paths  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402

@@ -21,9 +21,9 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 import ml_collections
 import optax
-from jax.sharding import Mesh
 
 from vit_jax import console
 from vit_jax import models

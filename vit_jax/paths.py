@@ -80,9 +80,10 @@ def list_dir(path) -> tuple[list[str], list[str]]:
   else:
     import fsspec  # pylint: disable=g-import-not-at-top
     fs, inner = fsspec.core.url_to_fs(path)
-    entries = [(e["name"].rstrip("/").rsplit("/",
-                                             1)[-1], e["type"] == "directory")
-               for e in fs.ls(inner, detail=True)]
+    name = lambda e: e["name"].rstrip("/").rsplit("/", 1)[-1]
+    entries = [
+        (name(e), e["type"] == "directory") for e in fs.ls(inner, detail=True)
+    ]
   return ([n for n, is_dir in entries if is_dir], [
       n for n, is_dir in entries if not is_dir
   ])

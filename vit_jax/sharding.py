@@ -25,16 +25,16 @@ from typing import Callable
 from typing import Optional
 from typing import Sequence
 
+from absl import logging
 import flax
 import flax.linen as nn
 import jax
-import ml_collections
-import numpy as np
-from absl import logging
 from jax.sharding import AxisType
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import ml_collections
+import numpy as np
 
 from vit_jax.errors import UserError
 from vit_jax.models import partitioning

@@ -1,4 +1,5 @@
-r"""The analyze command: the paper's figures of what a ViT learnt.
+r"""The analyze command: the paper's figures of what a ViT learnt
+(`vit_jax/analysis/`).
 
     vit-jax analyze --checkpoint=workdirs/demo/pretrain
     vit-jax analyze --checkpoint=ViT-B_16.npz --images=photos/ --out=fig/
@@ -31,9 +32,9 @@ from vit_jax import cli  # First: the commands' preamble.
 
 cli.import_tensorflow_quietly()
 
-import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+import numpy as np  # noqa: E402
 
 from vit_jax import console  # noqa: E402
 from vit_jax import inference  # noqa: E402
@@ -61,7 +62,7 @@ flags.DEFINE_integer(
     "batch_size", 8, "Images per batch (over all devices); "
     "the attention of every layer is kept, so memory grows "
     "with batch x layers x heads x tokens^2.")
-flags.DEFINE_string("out", None, "Folder for the figures and measures.json.")
+flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
            "mean_attention_distance.png", "attention_rollout.png")
@@ -171,7 +172,7 @@ def main(argv):
   shown = result["attention_rollout"]
   figures.attention_rollout([(s.image, s.rollout_map) for s in shown],
                             [names(s.index) for s in shown], where(FIGURES[3]))
-  paths.resolve(where("measures.json")).write_text(
+  paths.resolve(where("analysis.json")).write_text(
       json.dumps(to_json(result, images, names), indent=1))
 
   console.say(
@@ -180,7 +181,7 @@ def main(argv):
   for layer, (low, mean, high) in enumerate(
       measures.summary_by_layer(result["mean_attention_distance"]), 1):
     console.say("  layer %2d  %6.2f / %6.2f / %6.2f", layer, low, mean, high)
-  console.say("Wrote %s and measures.json to %s.", ", ".join(FIGURES), out)
+  console.say("Wrote %s and analysis.json to %s.", ", ".join(FIGURES), out)
   for path, why in failed:
     console.say("Skipped %s: %s", path, why)
   return 1 if failed else 0

@@ -1,4 +1,5 @@
-"""Writes a model's weights for other code bases, from any readable file.
+"""The export command: a model's weights for other code bases, from any
+readable file (`vit_jax/weights/writers.py`).
 
     vit-jax export --checkpoint=workdirs/demo/pretrain \
         --format=npz --out=/tmp/digits.npz

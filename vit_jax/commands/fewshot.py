@@ -14,8 +14,8 @@ from vit_jax import cli  # First: the commands' preamble.
 
 cli.import_tensorflow_quietly()
 
-import jax  # noqa: E402
 from absl import flags  # noqa: E402
+import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax.fewshot import sweep  # noqa: E402

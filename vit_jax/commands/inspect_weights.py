@@ -1,4 +1,5 @@
-"""Prints a weights file's parameters, and how they fit a config's model.
+"""The inspect command: a weights file's parameters, and how they fit a
+config's model (`vit_jax/weights/describe.py`).
 
     vit-jax inspect /tmp/digits.npz
     vit-jax inspect /tmp/digits.npz --config=configs/finetune.py:digits
@@ -17,10 +18,10 @@ from vit_jax import cli  # First: the commands' preamble.
 
 # isort: split
 
-import numpy as np
 from absl import app
 from absl import flags
 from ml_collections import config_flags
+import numpy as np
 
 from vit_jax.weights import describe
 from vit_jax.weights import released

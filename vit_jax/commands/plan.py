@@ -4,8 +4,7 @@ r"""The plan command: memory, fit and time of a config on a target, no devices.
         --config.batch_size=256 --topology=v5e:4x4 --out=plan.json
 
 (or `python -m vit_jax plan ...`). See `vit_jax/performance/planning.py` for
-what is
-compiled and how the report is made.
+what is compiled and how the report is made.
 """
 
 import json
@@ -16,8 +15,8 @@ from vit_jax import cli  # First: the commands' preamble.
 
 cli.import_tensorflow_quietly()  # The config checks read dataset metadata.
 
-import jax  # noqa: E402
 from absl import flags  # noqa: E402
+import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax import paths  # noqa: E402

@@ -1,4 +1,5 @@
-r"""The predict command: the top classes of image files, by any checkpoint.
+r"""The predict command: the top classes of image files, by any checkpoint
+(`vit_jax/inference.py`).
 
     vit-jax predict --checkpoint=workdirs/demo/finetune docs/digits \
         --top_k=3 --out=preds.csv

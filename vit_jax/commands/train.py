@@ -1,4 +1,5 @@
-r"""The train command: flags -> config -> `trainer.train_and_evaluate`.
+r"""The train command: flags -> config -> `trainer.train_and_evaluate`
+(`vit_jax/training/trainer.py`).
 
     vit-jax train --config=configs/digits.py --workdir=workdirs/digits \
         --config.total_steps=500
@@ -16,9 +17,9 @@ from vit_jax import cli  # First: the commands' preamble.
 
 cli.import_tensorflow_quietly()
 
-import jax  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax.training import trainer  # noqa: E402

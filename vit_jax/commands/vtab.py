@@ -1,4 +1,5 @@
-r"""The vtab command: fine-tune one checkpoint on the VTAB-1k tasks.
+r"""The vtab command: fine-tune one checkpoint on the VTAB-1k tasks
+(`vit_jax/vtab/runner.py`).
 
     vit-jax vtab --config=configs/vtab.py --checkpoint=PATH \
         --workdir=workdirs/vtab [--tasks=dtd,clevr_count]
@@ -18,9 +19,9 @@ from vit_jax import cli  # First: the commands' preamble.
 
 cli.import_tensorflow_quietly()
 
-import jax  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
+import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from vit_jax import console  # noqa: E402

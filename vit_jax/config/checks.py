@@ -4,9 +4,9 @@ Each check raises a `UserError` that names the field, its value and what
 to use instead, so a bad override costs seconds, not a compiled run.
 """
 
-import ml_collections
 from absl import logging
 from jax.sharding import Mesh
+import ml_collections
 
 from vit_jax import models
 from vit_jax import sharding
@@ -34,11 +34,15 @@ _FRACTIONS = (
     "b2",
     "momentum",  # [0, 1)
     "model.drop_path_rate")
-_CHOICES = (("optimizer", optim.OPTIMIZERS), ("decay_type", optim.DECAY_TYPES),
-            ("loss", steps.LOSSES), ("mu_dtype", optim.MOMENTUM_DTYPES),
-            ("init.posemb_resize", posemb.METHODS),
-            ("objective", steps.OBJECTIVES), ("masked_patch.target",
-                                              masked_patch.TARGETS))
+_CHOICES = (
+    ("optimizer", optim.OPTIMIZERS),
+    ("decay_type", optim.DECAY_TYPES),
+    ("loss", steps.LOSSES),
+    ("mu_dtype", optim.MOMENTUM_DTYPES),
+    ("init.posemb_resize", posemb.METHODS),
+    ("objective", steps.OBJECTIVES),
+    ("masked_patch.target", masked_patch.TARGETS),
+)
 
 
 def _get(config, dotted: str):
@@ -63,8 +67,8 @@ def check_numbers(config: ml_collections.ConfigDict):
   if not 0.0 <= config.mixup.p <= 1.0:
     raise UserError(f"config.mixup.p={config.mixup.p} is a probability: "
                     "use a value in [0, 1].")
-  for field, steps_field in (("num_epochs", "total_steps"), ("warmup_epochs",
-                                                             "warmup_steps")):
+  pairs = (("num_epochs", "total_steps"), ("warmup_epochs", "warmup_steps"))
+  for field, steps_field in pairs:
     value = config[field]
     if value is not None and (value < 0 or
                               (field == "num_epochs" and value == 0)):

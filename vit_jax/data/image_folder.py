@@ -23,9 +23,9 @@ import json
 import random
 
 import jax
+from jax.experimental import multihost_utils
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from jax.experimental import multihost_utils
 
 from vit_jax import console
 from vit_jax import paths

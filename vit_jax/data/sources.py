@@ -8,15 +8,15 @@ trainer needs (classes, split sizes). `config.dataset` picks the source: a
 TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
 (see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
-`vtab_tasks.py`). In a multi-process run only process 0 prepares a TFDS
+`vit_jax/vtab/tasks.py`). In a multi-process run only process 0 prepares a TFDS
 dataset; the others wait for it.
 """
 
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from jax.experimental import multihost_utils
 
 from vit_jax import console
 from vit_jax import paths

@@ -13,8 +13,8 @@ from typing import Iterable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh
+import numpy as np
 
 from vit_jax import sharding
 from vit_jax.data import input_pipeline

@@ -13,9 +13,9 @@ from typing import Iterable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh
 
 from vit_jax import models
 from vit_jax import sharding

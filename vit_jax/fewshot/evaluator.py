@@ -9,8 +9,8 @@ the sweep command runs it on checkpoints.
 
 import re
 
-import ml_collections
 from absl import logging
+import ml_collections
 
 from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError

@@ -8,9 +8,9 @@ padding removed, in a fixed order.
 import re
 from typing import Iterable
 
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 
 from vit_jax import console
 from vit_jax import sharding

@@ -44,8 +44,8 @@ _REFIT_CHUNK = 8  # Leave-one-out refits computed at a time.
 
 def check_config(fewshot) -> None:
   """Config-time checks of `config.fewshot` (before any feature is computed)."""
-  for field, allowed in (("l2_selection", L2_SELECTIONS), ("on_too_few",
-                                                           ON_TOO_FEW)):
+  choices = (("l2_selection", L2_SELECTIONS), ("on_too_few", ON_TOO_FEW))
+  for field, allowed in choices:
     if fewshot[field] not in allowed:
       raise UserError(f"config.fewshot.{field}={fewshot[field]!r} is not one "
                       f"of {', '.join(allowed)}.")

@@ -1,6 +1,6 @@
 r"""Few-shot sweep: checkpoints x datasets x shots, as a table, JSON and CSV.
 
-    python -m vit_jax.fewshot --config=configs/fewshot.py:digits \
+    vit-jax fewshot --config=configs/fewshot.py:digits \
         --checkpoints=workdirs/demo/pretrain,/tmp/digits16.npz \
         --datasets=digits --workdir=workdirs/fewshot
 
@@ -17,9 +17,9 @@ import csv
 import io
 import json
 
+from absl import logging
 import ml_collections
 import optax
-from absl import logging
 
 from vit_jax import models
 from vit_jax import paths

@@ -18,8 +18,8 @@ def forward_macs(model, image_size: int) -> int:
   """Multiply-adds of one image's forward pass: its matmuls and convolutions."""
   params = models.param_shapes(model, image_size)
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
-  closed = jax.make_jaxpr(lambda p, x: model.apply({"params": p}, x)[0])(params,
-                                                                         images)
+  forward = lambda p, x: model.apply({"params": p}, x)[0]
+  closed = jax.make_jaxpr(forward)(params, images)
   return _count_macs(closed.jaxpr)
 
 

@@ -19,11 +19,11 @@ import os
 import re
 from typing import Optional
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
 
 from vit_jax import sharding
 from vit_jax.config import checks
@@ -199,8 +199,8 @@ def preflight(train_step, state, batch) -> dict[str, int]:
         f"{gib(memory['temp_bytes'])}) but a device has {gib(limit)}. Lower "
         "config.batch_size or raise config.accum_steps, set "
         "config.model.remat='full', or shard the parameters "
-        "(config.sharding.params=(('.*', 'fsdp'),)); `python -m "
-        "vit-jax plan` tries a setting without devices.")
+        "(config.sharding.params=(('.*', 'fsdp'),)); `vit-jax plan` tries "
+        "a setting without devices.")
   return memory
 
 

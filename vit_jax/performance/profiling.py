@@ -8,9 +8,9 @@ fusions, collectives, copies). Needs no TensorFlow and no TensorBoard.
 """
 
 import collections
+from pathlib import Path
 import re
 import tempfile
-from pathlib import Path
 
 import jax
 

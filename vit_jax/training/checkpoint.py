@@ -11,11 +11,11 @@ another. The workdir may be local or on object storage (`vit_jax.paths`).
 
 import signal
 
+from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
 import orbax.checkpoint as ocp
-from absl import logging
-from jax.experimental import multihost_utils
 
 from vit_jax import console
 from vit_jax import paths

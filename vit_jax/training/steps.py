@@ -10,12 +10,12 @@ from typing import Callable
 import flax
 import jax
 import jax.numpy as jnp
-import ml_collections
-import numpy as np
-import optax
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import ml_collections
+import numpy as np
+import optax
 
 from vit_jax import models
 from vit_jax import sharding

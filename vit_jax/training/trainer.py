@@ -11,14 +11,14 @@ import json
 import math
 import time
 
-import jax
-import jax.numpy as jnp
-import ml_collections
-import numpy as np
 from absl import logging
 from clu import metric_writers
 from clu import periodic_actions
+import jax
 from jax.experimental import multihost_utils
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
 
 from vit_jax import console
 from vit_jax import evaluators

@@ -23,8 +23,8 @@ import json
 import struct
 import zipfile
 
-import numpy as np
 from etils import epath
+import numpy as np
 
 from vit_jax import paths
 from vit_jax.errors import UserError

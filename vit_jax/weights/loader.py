@@ -26,11 +26,11 @@ import re
 from typing import Optional
 from typing import Sequence
 
+from absl import logging
 import flax
 import jax
 import ml_collections
 import numpy as np
-from absl import logging
 
 from vit_jax import console
 from vit_jax import paths
@@ -85,16 +85,19 @@ class Report:
     ]
     if self.gelu:
       rows.append(f"  GELU: {self.gelu}")
-    sections = (("resized", [f"{n}: {o} -> {t}" for n, o, t in self.resized
-                            ]), ("re-initialised", [
-                                f"{n} ({why})" for n, why in self.reinitialised
-                            ]), ("dropped from the file", [
-                                f"{n} ({why})" for n, why in self.dropped
-                            ]), ("MISSING from the file", self.missing),
-                ("UNEXPECTED in the file",
-                 self.unexpected), ("SHAPE MISMATCH (file vs config)", [
-                     f"{n}: {f} vs {t}" for n, f, t in self.mismatched
-                 ]), ("warnings", self.warnings))
+    resized = [f"{n}: {o} -> {t}" for n, o, t in self.resized]
+    reinitialised = [f"{n} ({why})" for n, why in self.reinitialised]
+    dropped = [f"{n} ({why})" for n, why in self.dropped]
+    mismatched = [f"{n}: {f} vs {t}" for n, f, t in self.mismatched]
+    sections = (
+        ("resized", resized),
+        ("re-initialised", reinitialised),
+        ("dropped from the file", dropped),
+        ("MISSING from the file", self.missing),
+        ("UNEXPECTED in the file", self.unexpected),
+        ("SHAPE MISMATCH (file vs config)", mismatched),
+        ("warnings", self.warnings),
+    )
     for title, items in sections:
       if items:
         rows.append(f"  {title} ({len(items)}):")
