@@ -156,12 +156,15 @@ def test_loss_ignores_uncorrupted_patches(target):
                              loss(predictions, images), rtol=1e-6)
 
 
-def test_model_has_the_mask_token_and_patch_head_only_when_asked():
+def test_the_mask_token_and_patch_head_are_composed_around_the_vit():
+  """The ViT has neither; `MaskedPatchViT` adds both beside the ViT's own
+  parameters (the names of the checkpoints written before it existed)."""
   images = jnp.zeros((2, 16, 16, 3))
   plain = VisionTransformer(num_classes=None, **TINY)
-  model = VisionTransformer(num_classes=None, masked_patch_outputs=512, **TINY)
+  model = mp.MaskedPatchViT(plain, 512)
   params = model.init(jax.random.key(0), images)["params"]
-  assert "mask_token" not in plain.init(jax.random.key(0), images)["params"]
+  plain_params = plain.init(jax.random.key(0), images)["params"]
+  assert set(params) == set(plain_params) | {"mask_token", "masked_patch_head"}
   assert params["mask_token"].shape == (1, 1, 16)
   assert params["masked_patch_head"]["Dense_1"]["kernel"].shape == (16, 512)
   # Nothing corrupted equals no corruption; predictions per patch (not for
@@ -179,9 +182,10 @@ def test_model_has_the_mask_token_and_patch_head_only_when_asked():
   # Every patch is the [mask] token: the images no longer matter.
   _, other = model.apply({"params": params}, -images, corruption=everything)
   np.testing.assert_allclose(masked["encoded"], other["encoded"], atol=1e-6)
-  with pytest.raises(ValueError, match="masked_patch_outputs"):
-    plain.apply(plain.init(jax.random.key(0), images), images,
-                corruption=nothing)
+  # Without a corruption the ViT inside computes what the ViT alone does.
+  vit_params = {k: v for k, v in params.items() if k in plain_params}
+  _, alone = plain.apply({"params": vit_params}, images)
+  np.testing.assert_array_equal(out["encoded"], alone["encoded"])
 
 
 def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):

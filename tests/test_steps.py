@@ -162,3 +162,11 @@ def test_core_modules_import_no_tensorflow():
   done = subprocess.run([sys.executable, "-c", code], cwd=repo,
                         capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_step_knows_no_parameter_names_of_the_model():
+  """The FSDP per-block gather asks the model's layout for its repeated
+  blocks (`models/layout.py`), so the train step names none itself."""
+  with open(steps.__file__) as f:
+    source = f.read()
+  assert "Transformer" not in source and "encoderblock" not in source

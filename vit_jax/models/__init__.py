@@ -2,11 +2,13 @@
 
 from typing import Optional
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.errors import UserError
+from vit_jax.models import masked_patch
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import Variant
 from vit_jax.models.variants import get_variant
@@ -35,14 +37,15 @@ def check_model_config(model_config: ml_collections.ConfigDict):
                       f"one of {', '.join(allowed)}.")
 
 
-def build_model(
-    model_config: ml_collections.ConfigDict, num_classes: Optional[int],
-    masked_patch_outputs: Optional[int] = None) -> VisionTransformer:
-  """`num_classes` None: no classification head. `masked_patch_outputs`:
-  the [mask] token and per-patch head of masked patch prediction."""
+def build_model(model_config: ml_collections.ConfigDict,
+                num_classes: Optional[int],
+                masked_patch_outputs: Optional[int] = None) -> nn.Module:
+  """The config's ViT. `num_classes` None: no classification head.
+  `masked_patch_outputs`: composed with masked patch prediction's [mask]
+  token and per-patch head of that width (`masked_patch.MaskedPatchViT`)."""
   check_model_config(model_config)
   variant: Variant = get_variant(model_config.variant)
-  return VisionTransformer(
+  vit = VisionTransformer(
       num_classes=num_classes,
       hidden_size=variant.hidden_size,
       mlp_dim=variant.mlp_dim,
@@ -63,10 +66,25 @@ def build_model(
       # it from a checkpoint's origin before the model is built).
       gelu_approximate=(True if model_config.gelu_approximate is None else
                         model_config.gelu_approximate),
-      masked_patch_outputs=masked_patch_outputs,
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
   )
+  if masked_patch_outputs is None:
+    return vit
+  return masked_patch.MaskedPatchViT(vit, masked_patch_outputs)
+
+
+def vit_of(model: nn.Module) -> VisionTransformer:
+  """The ViT itself, where `build_model` composed parts around it."""
+  return model.vit if isinstance(model, masked_patch.MaskedPatchViT) else model
+
+
+def with_block_gather(model: nn.Module, gather) -> nn.Module:
+  """The model whose encoder blocks gather their parameters with `gather`
+  (FSDP; see `vit.Encoder`)."""
+  if isinstance(model, masked_patch.MaskedPatchViT):
+    return model.clone(vit=model.vit.clone(gather_block=gather))
+  return model.clone(gather_block=gather)
 
 
 def init_on_zeros(model, rng, image_size: int):

@@ -16,13 +16,24 @@ import numpy as np
 
 from vit_jax.errors import UserError
 
+ENCODER = "Transformer"  # Where the repeated blocks live.
 _BLOCK = re.compile(r"^encoderblock_(\d+)$")
 _LOOPED_NAME = re.compile(r"^Transformer/encoderblock_(\d+)/(.*)$")
 _SCANNED_PREFIX = "Transformer/encoderblock/"
 
 
 def is_scanned(params) -> bool:
-  return "encoderblock" in params.get("Transformer", {})
+  return "encoderblock" in params.get(ENCODER, {})
+
+
+def encoder_blocks(params) -> list[str]:
+  """Names of the repeated blocks under `params[ENCODER]`: the one scanned
+  block (its leaves carry the layer axis), or each layer's, in order."""
+  encoder = params.get(ENCODER, {})
+  if is_scanned(params):
+    return ["encoderblock"]
+  return sorted((k for k in encoder if _BLOCK.match(k)),
+                key=lambda k: int(_BLOCK.match(k).group(1)))
 
 
 def num_scanned_layers(params) -> int:

@@ -9,9 +9,9 @@ Parameter names follow the released checkpoints (`embedding`, `cls`,
 `Transformer/posembed_input/pos_embedding`, `Transformer/encoderblock_{i}/...`,
 `Transformer/encoder_norm`, `pre_logits`, `head`), so released `.npz` files map
 1:1. With `scan_layers` the blocks live in one `Transformer/encoderblock` whose
-parameters carry a leading layer axis (see `layout.py` for conversion).
-Masked patch prediction (self-supervision, `masked_patch.py`) adds a
-`mask_token` and a per-patch `masked_patch_head`, which nothing else reads.
+parameters carry a leading layer axis (see `layout.py` for conversion). The
+model holds nothing only training uses: masked patch prediction composes its
+[mask] token and head around it (`masked_patch.MaskedPatchViT`).
 
 Precision: `dtype` is the compute dtype of every matmul/conv, `param_dtype` the
 storage dtype; softmax, LayerNorm statistics and the logits are fp32.
@@ -29,8 +29,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.errors import UserError
-from vit_jax.models import masked_patch
 from vit_jax.models import partitioning as lx
 from vit_jax.models import resnet
 from vit_jax.models.variants import ResNetSpec
@@ -124,9 +122,9 @@ class MultiHeadDotProductAttention(nn.Module):
   def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool,
                need_weights: bool = False):
     width = kv_BxNxD.shape[-1]
-    if width % self.num_heads:
-      raise UserError(f"hidden_size {width} is not divisible by num_heads "
-                      f"{self.num_heads}.")
+    if width % self.num_heads:  # The variant table never has this.
+      raise ValueError(f"hidden_size {width} is not divisible by num_heads "
+                       f"{self.num_heads}.")
     head_dim = width // self.num_heads
     proj = lambda name: nn.DenseGeneral(
         (self.num_heads, head_dim), dtype=self.dtype, param_dtype=self.
@@ -315,31 +313,6 @@ class MAPHead(nn.Module):
     return x_Bx1xD[:, 0], weights_BxHx1xN
 
 
-class MaskedPatchHead(nn.Module):
-  """Masked patch prediction's outputs per token (fp32), with BERT's
-  masked-LM head: Dense -> GELU -> LayerNorm -> Dense. The transform keeps
-  the encoder's last layer from specialising to the targets (digits, 2,500
-  steps, 10-shot linear accuracy of the class token: 57% and 58% at lr 1e-3
-  and 3e-3 with it; 44%, 59% and 50% at lr 1e-3, 3e-3 and 5e-3 without)."""
-  outputs: int
-  gelu_approximate: bool = True
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x_BxNxD):
-    dense = lambda features, name, **kw: nn.Dense(
-        features, dtype=self.dtype, param_dtype=self.param_dtype, name=name, **
-        kw)
-    h_BxNxD = nn.gelu(
-        dense(x_BxNxD.shape[-1], "Dense_0")(x_BxNxD),
-        approximate=self.gelu_approximate)
-    h_BxNxD = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
-                           name="LayerNorm_0")(h_BxNxD)
-    return dense(self.outputs, "Dense_1",
-                 kernel_init=nn.initializers.zeros)(h_BxNxD).astype(jnp.float32)
-
-
 class VisionTransformer(nn.Module):
   """ViT or hybrid; `__call__` returns (logits, dict of named intermediates)."""
   num_classes: Optional[int]  # None: no head, logits are the pre-logits.
@@ -361,18 +334,16 @@ class VisionTransformer(nn.Module):
   gelu_approximate: bool = True  # tanh (released weights); False: erf.
   attention: str = "auto"  # See MultiHeadDotProductAttention; one of ATTENTION.
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
-  # Masked patch prediction (self-supervision, see masked_patch.py): the
-  # width of the per-patch prediction head; None: no [mask] token, no head.
-  masked_patch_outputs: Optional[int] = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,
                return_intermediates: bool = False,
-               corruption: Optional[masked_patch.Corruption] = None):
-    """`corruption` (masked patch prediction) corrupts the patch embeddings;
-    `out["patch_predictions"]` then holds the head's outputs per patch."""
+               patch_embeddings_fn: Optional[Callable] = None):
+    """`patch_embeddings_fn(x_BxNxD) -> x_BxNxD`, if given, changes the
+    patch embeddings before the class token and the position embeddings
+    join them (masked patch prediction corrupts them there)."""
     out = {}
     x = images_BxHxWxC.astype(self.dtype)
     if self.resnet is not None:
@@ -386,13 +357,8 @@ class VisionTransformer(nn.Module):
     batch, grid_h, grid_w, width = x.shape
     x_BxNxD = jnp.reshape(x, (batch, grid_h * grid_w, width))
     out["grid"] = (grid_h, grid_w)
-    if self.masked_patch_outputs is not None:
-      mask_token = self.param("mask_token", nn.initializers.normal(0.02),
-                              (1, 1, width), self.param_dtype)
-      if corruption is not None:
-        x_BxNxD = masked_patch.corrupt(x_BxNxD, mask_token[0, 0], corruption)
-    elif corruption is not None:
-      raise ValueError("corruption needs a model with masked_patch_outputs.")
+    if patch_embeddings_fn is not None:
+      x_BxNxD = patch_embeddings_fn(x_BxNxD)
 
     if self.classifier == "token":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, width),
@@ -411,11 +377,9 @@ class VisionTransformer(nn.Module):
         param_dtype=self.param_dtype, name="Transformer")(x_BxNxD, not train,
                                                           return_intermediates)
     out["encoded"] = encoded
-    if self.masked_patch_outputs is not None:
-      patches_BxNxD = encoded[:, 1:] if self.classifier == "token" else encoded
-      out["patch_predictions"] = MaskedPatchHead(
-          self.masked_patch_outputs, self.gelu_approximate, dtype=self.dtype,
-          param_dtype=self.param_dtype, name="masked_patch_head")(patches_BxNxD)
+    # The patches' output tokens (without the class token).
+    out["patch_tokens"] = (encoded[:, 1:]
+                           if self.classifier == "token" else encoded)
     if captured is not None:
       out["blocks"] = captured["block"]  # L x B x N x D
       out["attention_weights"] = captured["attention"]  # L x B x H x N x N
@@ -430,9 +394,8 @@ class VisionTransformer(nn.Module):
           param_dtype=self.param_dtype, name="MAPHead_0")(encoded)
       if return_intermediates:
         out["map_attention"] = probe_attention  # B x H x 1 x N
-    else:
-      raise UserError(f"Unknown classifier {self.classifier!r}; use one of "
-                      f"{CLASSIFIERS}.")
+    else:  # models.check_model_config refuses others before this runs.
+      raise ValueError(f"Unknown classifier {self.classifier!r}.")
     out["head_input"] = x_BxD
 
     if self.representation_size is not None:
@@ -452,9 +415,9 @@ class VisionTransformer(nn.Module):
 
 
 def _check_divisible(size_hw, patch_size: int, hybrid: bool):
+  """The config checks (and `inference.config_for`) refuse an image size
+  that is not a multiple of the patch stride before the model runs."""
   if size_hw[0] % patch_size or size_hw[1] % patch_size:
     where = "stem feature map" if hybrid else "image"
-    raise UserError(
-        f"The {where} size {tuple(size_hw)} is not divisible by the patch size "
-        f"{patch_size}; choose an image size that is a multiple of "
-        f"{patch_size}{' times the stem stride' if hybrid else ''}.")
+    raise ValueError(f"The {where} size {tuple(size_hw)} is not divisible by "
+                     f"the patch size {patch_size}.")

@@ -306,27 +306,30 @@ def _gather_in_blocks(model, params_sharding):
   the backward pass gathers them again rather than keeping them all; the
   loss gathers the rest. Returns the model and the shardings left to gather
   in the loss (all of them when the blocks are not sharded alike)."""
-  encoder = params_sharding.get("Transformer", {})
-  if layout.is_scanned(params_sharding):
-    names = ["encoderblock"]  # Its layer axis is never split (sharding).
-    per_block = jax.tree.map(lambda s: NamedSharding(s.mesh, P(*s.spec[1:])),
-                             encoder["encoderblock"])
-  else:
-    names = [k for k in encoder if k.startswith("encoderblock_")]
-    if not names or any(encoder[k] != encoder[names[0]] for k in names):
-      return model, params_sharding
-    per_block = encoder[names[0]]
+  names = layout.encoder_blocks(params_sharding)
+  encoder = params_sharding.get(layout.ENCODER, {})
+  if not names or any(encoder[k] != encoder[names[0]] for k in names):
+    return model, params_sharding
+  per_block = encoder[names[0]]
+  if layout.is_scanned(params_sharding):  # Without the layer axis (never
+    per_block = jax.tree.map(  # split), as each step of the scan sees it.
+        lambda s: NamedSharding(s.mesh, P(*s.spec[1:])), per_block)
   if all(sharding.without_data(s) == s for s in jax.tree.leaves(per_block)):
     return model, params_sharding  # Nothing split over `data`.
-  cast = model.dtype if model.dtype != model.param_dtype else None
+  vit = models.vit_of(model)
+  cast = vit.dtype if vit.dtype != vit.param_dtype else None
   gather = lambda v: {
       "params": sharding.gather_over_data(v["params"], per_block, cast)
   }
-  model = model.clone(gather_block=gather)
   blocks_done = {
       k: jax.tree.map(sharding.without_data, encoder[k]) for k in names
   }
-  return model, {**params_sharding, "Transformer": {**encoder, **blocks_done}}
+  return models.with_block_gather(model, gather), {
+      **params_sharding, layout.ENCODER: {
+          **encoder,
+          **blocks_done
+      }
+  }
 
 
 def jit_train_step(train_step, state_sharding, mesh: Mesh,
