@@ -277,7 +277,7 @@ def test_randaug_in_a_pipeline_before_value_range():
                          ["randaug(2.5,10)", "randaug(2,40)", "randaug(-1,10)"])
 def test_bad_randaug_arguments_are_refused(spec):
   with pytest.raises(UserError, match="randaug"):
-    preprocess.parse(spec)
+    preprocess.parse(spec, 32)
 
 
 def test_misplaced_regularisers_are_refused(digits_config):
@@ -311,7 +311,7 @@ def test_misplaced_regularisers_are_refused(digits_config):
 @pytest.mark.parametrize("data,bias", [("i1k", -6.9), ("i21k", -10.0)])
 def test_augreg_presets(setting, magnitude, alpha, data, bias):
   config = pretrain.get_config(f"augreg_{data},aug={setting}")
-  ops = [name for name, _ in preprocess.parse(config.pp_train)]
+  ops = [op.name for op in preprocess.parse(config.pp_train, 224)]
   if magnitude is None:
     assert "randaug" not in ops
   else:

@@ -152,7 +152,7 @@ def test_uint8_hand_over_rounds_what_value_range_would_map():
   image = tf.constant(
       np.random.RandomState(0).randint(0, 255, (40, 60, 3)).astype(np.uint8))
   spec = "inception_crop|flip_lr|value_range"
-  as_bytes = preprocess.make_image_fn(spec, 24, uint8=True)
+  as_bytes = preprocess.make_image_fn(spec, 24, device_ops=("value_range",))
   as_floats = preprocess.make_image_fn(spec, 24)
   for s in range(10):
     seed = tf.constant([s, 0], tf.int64)
@@ -161,11 +161,11 @@ def test_uint8_hand_over_rounds_what_value_range_would_map():
     mapped = np.asarray(steps.images_in_value_range(jnp.asarray(out)))
     np.testing.assert_allclose(  # To float rounding (XLA vs TensorFlow).
         mapped,
-        preprocess.value_range(out, None, None).numpy(), rtol=0, atol=2e-7)
+        preprocess.value_range()(out, None).numpy(), rtol=0, atol=2e-7)
     np.testing.assert_allclose(mapped, as_floats(image, seed), rtol=0,
                                atol=0.5 / 127.5 + 1e-6)
   # Only a pipeline ending in value_range hands bytes over.
-  assert preprocess.make_image_fn("resize", 8, uint8=True)(
+  assert preprocess.make_image_fn("resize", 8, device_ops=("value_range",))(
       image, seed).dtype == tf.float32
 
 
@@ -193,7 +193,7 @@ def test_crop_antialias_only_changes_shrinking_crops():
 @pytest.mark.parametrize("spec", ["nope", "resize|blur", "inception_crop(x)"])
 def test_unknown_op_is_a_clear_error(spec):
   with pytest.raises(ValueError, match="op"):
-    preprocess.parse(spec)
+    preprocess.parse(spec, 16)
 
 
 def test_unknown_dataset_and_split(digits_config):

@@ -48,6 +48,7 @@ from absl import logging  # noqa: E402
 import jax  # noqa: E402
 
 from vit_jax import paths  # noqa: E402
+from vit_jax.config import imports  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 
 # Subcommand -> (module in vit_jax/commands, what it does). `vit-jax NAME`
@@ -232,6 +233,8 @@ def run(main):
     if FLAGS.offline:
       os.environ["VIT_JAX_OFFLINE"] = "1"  # See vit_jax/weights/cache.py.
     try:
+      if "config" in FLAGS and FLAGS.config is not None:
+        imports.load(FLAGS.config)  # Before the command reads the config.
       result = main(argv)
     except USER_ERRORS as e:
       if _verbose():

@@ -31,6 +31,7 @@ from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
+from vit_jax.config import imports
 from vit_jax.errors import UserError
 from vit_jax.training import steps
 from vit_jax.weights import architecture
@@ -110,6 +111,7 @@ def config_for(
       config.pp_eval = "resize|value_range"
       if arch.num_classes == IMAGENET21K_CLASSES:  # Trained with sigmoids.
         config.loss = "sigmoid_xent"
+  imports.load(config)  # What a recorded config's own modules register.
   config.init.checkpoint = checkpoint
   config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
   if image_size:

@@ -10,6 +10,7 @@ import ml_collections
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax.config import imports
 from vit_jax.data import input_pipeline
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
@@ -82,11 +83,18 @@ def check_numbers(config: ml_collections.ConfigDict):
         "only evaluate those weights.")
 
 
+def _op_names(config: ml_collections.ConfigDict, spec: str) -> list[str]:
+  """The op names of a pipeline, parsed (so checked) as the input will be."""
+  ops = preprocess.parse(spec, config.image_size, config.pp_crop_antialias)
+  return [op.name for op in ops]
+
+
 def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   """Every user mistake we can see before compiling, with its fix."""
+  imports.load(config)  # What they register is checked below.
   check_numbers(config)
   models.check_model_config(config.model)
-  train_ops = [name for name, _ in preprocess.parse(config.pp_train)]
+  train_ops = _op_names(config, config.pp_train)
   if ("randaug" in train_ops and "value_range" in train_ops and
       train_ops.index("randaug") > train_ops.index("value_range")):
     raise UserError(f"config.pp_train={config.pp_train!r} applies randaug "
@@ -94,7 +102,7 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
                     "pixels: put it before value_range.")
   for field in ("pp_eval", "fewshot.pp_eval"):
     spec = _get(config, field)
-    if spec and "randaug" in [n for n, _ in preprocess.parse(spec)]:
+    if spec and "randaug" in _op_names(config, spec):
       raise UserError(f"config.{field}={spec!r} augments evaluation images "
                       "at random; randaug belongs in config.pp_train.")
   if config.mixup.alpha > 0 and config.objective != "supervised":
@@ -166,7 +174,7 @@ def check_masked_patch(config: ml_collections.ConfigDict, stride: int):
         "patch prediction needs at least two (a patch is replaced by "
         "another).")
   for field in ("pp_train", "pp_eval"):
-    if preprocess.parse(config[field])[-1:] != [("value_range", ())]:
+    if _op_names(config, config[field])[-1:] != ["value_range"]:
       raise UserError(
           f"config.{field}={config[field]!r} must end with value_range: the "
           "colour targets of config.objective=masked_patch are read from "

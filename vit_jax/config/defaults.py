@@ -46,6 +46,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   del arg
   config = ml_collections.ConfigDict()
   config.seed = 0  # Seeds parameter init, dropout and the data order.
+  # Modules of the user's that register preprocessing ops or evaluator types
+  # (vit_jax/config/imports.py): module names, or paths of .py files.
+  config.imports = ()  # See above.
 
   # Data.
   # A TFDS name ('digits' is built in, no download) or 'folder:/path/to/root'

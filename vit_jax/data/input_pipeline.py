@@ -66,7 +66,8 @@ def _example_fn(config, pp_spec: str, source, base_seed, labels: bool,
   pipeline's last op (value_range) is left to the train step."""
   image_fn = preprocess.make_image_fn(
       pp_spec, config.image_size, crop_on_decode=config.pp_crop_on_decode,
-      crop_antialias=config.pp_crop_antialias, uint8=uint8)
+      crop_antialias=config.pp_crop_antialias,
+      device_ops=steps.DEVICE_OPS if uint8 else ())
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "

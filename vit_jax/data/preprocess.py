@@ -1,65 +1,114 @@
-"""Image preprocessing ops, chosen by name in the config.
+"""Image preprocessing: ops registered by name, chosen in the config.
 
 A pipeline is a string of ops joined by `|`, e.g. the paper's training recipe
 `"inception_crop|flip_lr|value_range"` and its evaluation recipe
-`"resize_small|central_crop|value_range"`. An op may take numeric arguments:
-`inception_crop(0.35)` crops at least 35% of the area, `randaug(2,15)` is
-RandAugment with 2 operations at magnitude 15 (`randaug.py`). Every op maps
-`(image uint8/float HxWxC, seed, size, *args) -> image`; random ops are
-stateless and take a per-example seed, so the pipeline is deterministic.
-Grayscale images always become 3-channel; the output is float32 (uint8
-where the train step applies the last op, see `make_image_fn`).
+`"resize_small|central_crop|value_range"`. An op may take arguments, Python
+literals: `inception_crop(0.35)` crops at least 35% of the area,
+`randaug(2,15)` is RandAugment with 2 operations at magnitude 15.
 
-Sources hand over images still encoded (`Encoded`). Where a pipeline starts
-with `inception_crop` and the file is a JPEG, only the sampled window is
-decoded (`tf.image.decode_and_crop_jpeg`, as Inception-style pipelines do):
+An op is a factory registered with `@register("name")`. `parse` calls it
+with the pipeline's arguments and, by keyword, with what it asks for of the
+pipeline's context (`size`: the output resolution; `antialias`:
+config.pp_crop_antialias), when the string is parsed: a wrong argument is an
+error naming the op before anything compiles. It returns `fn(image, seed)
+-> image`, or an `Op` that also says how to start from an image still
+encoded (`from_encoded`: inception_crop decodes only its window of a JPEG,
 exactly the pixels of decoding the whole image and cropping it, for a
-fraction of the work (`crop_on_decode=False` decodes the whole image first).
+fraction of the work). Random ops are stateless and take a per-example,
+per-op seed, so the pipeline is deterministic. Grayscale images become
+3-channel; the output is float32, or uint8 where the train step applies the
+last op (see `make_image_fn`). A module of the user's registers more ops the
+same way (config.imports loads it).
 """
 
 import ast
 import dataclasses
+import inspect
 import re
+from typing import Any
 from typing import Callable
+from typing import Optional
 
 import tensorflow as tf
 
 from vit_jax.data import randaug as randaug_lib
 from vit_jax.errors import UserError
 
-Op = Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor]
+ImageFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]  # (image, seed) -> image
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+  """One op of a parsed pipeline."""
+  fn: ImageFn
+  # (Encoded, seed) -> image: the op applied to an image not yet decoded.
+  from_encoded: Optional[Callable[[Any, tf.Tensor], tf.Tensor]] = None
+  name: str = ""  # Set by `parse`.
+  args: tuple = ()  # The pipeline's arguments, as written.
+
+
+_REGISTRY: dict[str, Callable[..., Any]] = {}
+# What a factory may ask for by keyword, besides the pipeline's arguments.
+CONTEXT = ("size", "antialias")
+
+
+def register(name: str):
+  """Registers the decorated factory as the op `name`."""
+
+  def add(factory):
+    if name in _REGISTRY and _REGISTRY[name] is not factory:
+      raise ValueError(f"The preprocessing op {name!r} is registered twice.")
+    _REGISTRY[name] = factory
+    return factory
+
+  return add
+
+
+def known_ops() -> list[str]:
+  return sorted(_REGISTRY)
+
 
 # Resize the shorter side to size/0.875 before a central crop (224 -> 256).
 _CROP_FRACTION = 0.875
 
 
-def resize(image, seed, size, to=None):
+@register("resize")
+def resize(to=None, *, size):
   """Plain resize to size x size, or to x to (`resize(256)` before a
   central crop, as big_vision's few-shot evaluation); upsamples small
   images such as digits."""
-  del seed
   to = size if to is None else int(to)
-  return tf.image.resize(tf.cast(image, tf.float32), (to, to),
-                         method="bilinear", antialias=True)
+  return lambda image, seed: tf.image.resize(tf.cast(image, tf.float32), (
+      to, to), method="bilinear", antialias=True)
 
 
-def resize_small(image, seed, size):
+@register("resize_small")
+def resize_small(*, size):
   """Resizes the shorter side to size / 0.875, keeping the aspect ratio."""
-  del seed
-  target = tf.cast(tf.math.round(size / _CROP_FRACTION), tf.float32)
-  height, width = tf.unstack(tf.cast(tf.shape(image)[:2], tf.float32))
-  scale = target / tf.minimum(height, width)
-  new_hw = tf.cast(tf.math.round(tf.stack([height, width]) * scale), tf.int32)
-  return tf.image.resize(tf.cast(image, tf.float32), new_hw, method="bilinear",
-                         antialias=True)
+
+  def fn(image, seed):
+    del seed
+    target = tf.cast(tf.math.round(size / _CROP_FRACTION), tf.float32)
+    height, width = tf.unstack(tf.cast(tf.shape(image)[:2], tf.float32))
+    scale = target / tf.minimum(height, width)
+    new_hw = tf.cast(tf.math.round(tf.stack([height, width]) * scale), tf.int32)
+    return tf.image.resize(tf.cast(image, tf.float32), new_hw,
+                           method="bilinear", antialias=True)
+
+  return fn
 
 
-def central_crop(image, seed, size):
+@register("central_crop")
+def central_crop(*, size):
   """Crops the central size x size window (image must be at least that big)."""
-  del seed
-  height, width = tf.shape(image)[0], tf.shape(image)[1]
-  top, left = (height - size) // 2, (width - size) // 2
-  return image[top:top + size, left:left + size]
+
+  def fn(image, seed):
+    del seed
+    height, width = tf.shape(image)[0], tf.shape(image)[1]
+    top, left = (height - size) // 2, (width - size) // 2
+    return image[top:top + size, left:left + size]
+
+  return fn
 
 
 def inception_box(shape, seed, min_area=0.05):
@@ -71,11 +120,23 @@ def inception_box(shape, seed, min_area=0.05):
   return begin, crop_size
 
 
-def inception_crop(image, seed, size, min_area=0.05, antialias=False):
+@register("inception_crop")
+def inception_crop(min_area=0.05, *, size, antialias=False):
   """Inception-style random crop (see `inception_box`), resized to size
-  (bilinear; `antialias` also low-pass filters a crop that shrinks)."""
-  begin, crop_size = inception_box(tf.shape(image), seed, min_area)
-  return _resize_square(tf.slice(image, begin, crop_size), size, antialias)
+  (bilinear; `antialias` also low-pass filters a crop that shrinks). From
+  an encoded JPEG it decodes only the crop (`decode_inception_window`)."""
+  if not 0 < min_area <= 1:
+    raise ValueError(f"its minimum area {min_area} is not in (0, 1].")
+
+  def crop(image, seed):
+    begin, crop_size = inception_box(tf.shape(image), seed, min_area)
+    return _resize_square(tf.slice(image, begin, crop_size), size, antialias)
+
+  def from_encoded(encoded, seed):
+    window = decode_inception_window(encoded, seed, min_area)
+    return _resize_square(window, size, antialias)
+
+  return Op(crop, from_encoded)
 
 
 def _resize_square(image, size, antialias=True):
@@ -83,60 +144,56 @@ def _resize_square(image, size, antialias=True):
                          method="bilinear", antialias=antialias)
 
 
-def flip_lr(image, seed, size):
-  del size
-  return tf.image.stateless_random_flip_left_right(image, seed=seed)
+@register("flip_lr")
+def flip_lr():
+  return lambda image, seed: tf.image.stateless_random_flip_left_right(
+      image, seed=seed)
 
 
-def randaug(image, seed, size, num_ops=2, magnitude=10):
+@register("randaug")
+def randaug(num_ops=2, magnitude=10):
   """RandAugment: `num_ops` random operations at `magnitude` (AugReg's
   scale, e.g. randaug(2,15)); see `randaug.py`. Input and output in
   [0, 255], so it goes before value_range."""
-  del size
-  return randaug_lib.randaug(image, seed, num_ops, magnitude)
+  randaug_lib.check_arguments(num_ops, magnitude)
+  return lambda image, seed: randaug_lib.randaug(image, seed, num_ops, magnitude
+                                                )
 
 
-def value_range(image, seed, size):
+@register("value_range")
+def value_range():
   """Maps [0, 255] to [-1, 1]."""
-  del seed, size
-  return tf.cast(image, tf.float32) / 127.5 - 1.0
+  return lambda image, seed: tf.cast(image, tf.float32) / 127.5 - 1.0
 
-
-OPS: dict[str, Op] = {
-    "resize": resize,
-    "resize_small": resize_small,
-    "central_crop": central_crop,
-    "inception_crop": inception_crop,
-    "flip_lr": flip_lr,
-    "randaug": randaug,
-    "value_range": value_range,
-}
 
 _OP_PATTERN = re.compile(r"^(\w+)(?:\((.*)\))?$")
 
 
-def parse(spec: str) -> list[tuple[str, tuple[float, ...]]]:
-  """Splits and validates a pipeline string into (op name, args) pairs."""
+def parse(spec: str, size: int, antialias: bool = False) -> list[Op]:
+  """The ops of a pipeline string, each made by its factory with the
+  string's arguments and the context (see the module doc)."""
+  context = {"size": size, "antialias": antialias}
   ops = []
   for part in (p.strip() for p in spec.split("|") if p.strip()):
     match = _OP_PATTERN.match(part)
-    if not match or match.group(1) not in OPS:
+    if not match or match.group(1) not in _REGISTRY:
       raise UserError(f"Unknown preprocessing op {part!r} in {spec!r}. "
-                      f"Known ops: {', '.join(OPS)}.")
+                      f"Known ops: {', '.join(known_ops())}.")
+    name, factory = match.group(1), _REGISTRY[match.group(1)]
     try:
       args = ast.literal_eval(f"({match.group(2)},)") if match.group(2) else ()
-      if not all(isinstance(a, (int, float)) for a in args):
-        raise ValueError
     except (ValueError, SyntaxError) as e:
-      raise UserError(f"Op {part!r} in {spec!r} takes numbers as arguments, "
-                      "e.g. inception_crop(0.35).") from e
-    if match.group(1) == "randaug":
-      try:
-        randaug_lib.check_arguments(*args)
-      except (ValueError, TypeError) as e:
-        raise UserError(f"Op {part!r} in {spec!r}: {e} Use e.g. "
-                        "randaug(2,15).") from e
-    ops.append((match.group(1), tuple(args)))
+      raise UserError(f"Op {part!r} in {spec!r}: its arguments are not "
+                      "Python literals, e.g. inception_crop(0.35).") from e
+    wanted = inspect.signature(factory).parameters
+    kwargs = {k: v for k, v in context.items() if k in wanted}
+    try:
+      inspect.signature(factory).bind(*args, **kwargs)
+      made = factory(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+      raise UserError(f"Op {part!r} in {spec!r}: {e}") from e
+    op = made if isinstance(made, Op) else Op(made)
+    ops.append(dataclasses.replace(op, name=name, args=tuple(args)))
   return ops
 
 
@@ -181,33 +238,29 @@ def decode_inception_window(encoded: Encoded, seed, min_area=0.05):
 
 def make_image_fn(
     spec: str, size: int, *, crop_on_decode: bool = True,
-    crop_antialias: bool = False,
-    uint8: bool = False) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    crop_antialias: bool = False, device_ops: tuple[str, ...] = ()) -> ImageFn:
   """Returns `fn(image, seed) -> float32 size x size x 3` for a pipeline;
   `image` is a decoded uint8 tensor or `Encoded` (see the module doc).
-  `crop_antialias` is inception_crop's; with `uint8` a pipeline ending in
-  value_range stops before it and returns the image rounded to uint8."""
-  ops = parse(spec)
-  uint8 = uint8 and bool(ops) and ops[-1][0] == "value_range"
+  `crop_antialias` is the context's `antialias`. A last op named in
+  `device_ops`, which the train step applies on the device, is left out
+  and the image handed over rounded to uint8 (a quarter of the bytes)."""
+  ops = parse(spec, size, crop_antialias)
+  uint8 = bool(ops) and ops[-1].name in device_ops
   if uint8:
     ops = ops[:-1]
   # A distinct stateless seed per op keeps random ops independent.
   op_seed = lambda seed, i: tf.random.experimental.stateless_fold_in(seed, i)
-  apply = lambda name, image, seed, args: (
-      inception_crop(image, seed, size, *args, antialias=crop_antialias)
-      if name == "inception_crop" else OPS[name](image, seed, size, *args))
 
   def fn(image, seed):
     first = 0
     if isinstance(image, Encoded):
-      if crop_on_decode and ops and ops[0][0] == "inception_crop":
-        window = decode_inception_window(image, op_seed(seed, 0), *ops[0][1])
-        image, first = _resize_square(window, size, crop_antialias), 1
+      if crop_on_decode and ops and ops[0].from_encoded is not None:
+        image, first = ops[0].from_encoded(image, op_seed(seed, 0)), 1
       else:
         image = image.decode(image.data)
     image = _rgb(image)
-    for i, (name, args) in enumerate(ops[first:], first):
-      image = apply(name, image, op_seed(seed, i), args)
+    for i, op in enumerate(ops[first:], first):
+      image = op.fn(image, op_seed(seed, i))
     if uint8:  # Resized values are within [0, 255]; round to the nearest.
       image = tf.cast(tf.round(tf.cast(image, tf.float32)), tf.uint8)
     return tf.ensure_shape(tf.cast(image, tf.uint8 if uint8 else tf.float32),

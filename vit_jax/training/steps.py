@@ -198,12 +198,17 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
   return state, state_sharding
 
 
+# Preprocessing ops the train step applies itself (`images_in_value_range`),
+# so the host may stop before them and hand uint8 images over.
+DEVICE_OPS = ("value_range",)
+
+
 def hands_over_uint8(config: ml_collections.ConfigDict) -> bool:
   """Whether training batches carry uint8 images: with `config.pp_uint8`,
   a `pp_train` that ends in value_range leaves that op to the train step
   (a quarter of the bytes through the host and onto the device)."""
   return (config.pp_uint8 and
-          config.pp_train.rsplit("|", 1)[-1].strip() == "value_range")
+          config.pp_train.rsplit("|", 1)[-1].strip() in DEVICE_OPS)
 
 
 def images_in_value_range(images: jax.Array) -> jax.Array:
