@@ -56,7 +56,7 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check $(STYLED)
 
 format: $(TEST_STAMP)
-	$(VENV)/bin/ruff check --fix $(STYLED)
+	$(VENV)/bin/ruff check --fix --exit-zero --quiet $(STYLED)
 	$(VENV)/bin/yapf --in-place --recursive --parallel $(STYLED)
 
 clean:

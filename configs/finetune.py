@@ -13,7 +13,8 @@ pre-logits layer), 384 px (higher than pre-training), bf16 compute. Presets
   imagenet2012               20k steps, lr 0.03 (manual download); also
                              evaluates ImageNet ReaL (`real/accuracy`, from
                              the same manual download) and ImageNet-v2
-                             (`v2/accuracy`)
+                             (`v2/accuracy`): two classification entries of
+                             config.evals, `real` and `v2`
   oxford_iiit_pet            500 steps, lr 0.003
   oxford_flowers102          500 steps, lr 0.003
   folder                     500 steps; `--config.dataset=folder:/PATH`
@@ -71,7 +72,13 @@ def get_config(arg=None):
   config.checkpoint_every_steps = 500
   config.update(PRESETS[args.first])
   if args.first == "imagenet2012":  # Same classes: score its head on both.
-    config.real.enabled = config.v2.enabled = True
+    config.evals.real = defaults.eval_entry(  # Metrics real/*.
+        "classification", skip_unlabelled=True, average_label_sets=True,
+        data=dict(dataset="imagenet2012_real", split="validation",
+                  label_key="real_label", cache=False))
+    config.evals.v2 = defaults.eval_entry(  # Metrics v2/*.
+        "classification", data=dict(dataset="imagenet_v2", split="test",
+                                    cache=False))
   if args.first == "digits":
     config.model.variant = "digits" if args.variant == "ViT-B/16" else (
         args.variant)
@@ -79,5 +86,7 @@ def get_config(arg=None):
     config.eval_every_steps = 100
   if args.runlocal:
     defaults.runlocal(config, image_size=32)
-    config.real.enabled = config.v2.enabled = False  # Digits: 10 classes.
+    for name in ("real", "v2"):  # Digits has 10 classes, not ImageNet's.
+      if name in config.evals:
+        del config.evals[name]
   return config.lock()

@@ -170,7 +170,8 @@ def get_config(arg=None):
     if config.model.representation_size is not None:
       config.model.representation_size = 16
     if args.fewshot:
-      config.fewshot.datasets, config.fewshot.pp_eval = ("digits",), None
+      config.evals.fewshot.datasets, config.evals.fewshot.data.pp = ((
+          "digits",), None)
+      config.evals.fewshot.every_steps = 5
       config.fewshot.shots, config.fewshot.seeds = (1, 2), 1
-      config.fewshot.every_steps = 5
   return config.lock()

@@ -18,6 +18,7 @@ from vit_jax.config import checks
 from vit_jax.data import input_pipeline
 from vit_jax.data import preprocess
 from vit_jax.data import randaug
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.training import mixup
 from vit_jax.training import steps
@@ -334,6 +335,7 @@ def test_augreg_preset_trains_locally(tfds_data_dir, tmp_path):
   assert np.isfinite(result["train/loss"])
   assert 0.0 <= result["test/accuracy"] <= 1.0
   batch = next(
-      input_pipeline.make_train_iterator(config,
-                                         input_pipeline.make_source(config)))
+      input_pipeline.make_train_iterator(
+          specs.training(config),
+          input_pipeline.make_source(specs.training(config))))
   assert batch["image"].dtype == np.uint8  # randaug stays on the host.

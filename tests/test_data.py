@@ -15,6 +15,7 @@ import tensorflow_datasets as tfds
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import preprocess
+from vit_jax.data import specs
 from vit_jax.evaluators import classification
 from vit_jax.training import steps
 
@@ -135,11 +136,12 @@ def test_image_folder_batches_equal_with_and_without_crop_on_decode(
   digits_config.dataset = f"folder:{tmp_path}"
   digits_config.update(batch_size=8, pp_train="inception_crop|flip_lr|"
                        "value_range", cache=False)
-  source = input_pipeline.make_source(digits_config)
+  source = input_pipeline.make_source(specs.training(digits_config))
   batches = []
   for crop_on_decode in (True, False):
     digits_config.pp_crop_on_decode = crop_on_decode
-    it = input_pipeline.make_train_iterator(digits_config, source)
+    it = input_pipeline.make_train_iterator(specs.training(digits_config),
+                                            source)
     batches.append([next(it) for _ in range(3)])
   for new, old in zip(*batches):
     np.testing.assert_array_equal(new["image"], old["image"])
@@ -199,17 +201,18 @@ def test_unknown_op_is_a_clear_error(spec):
 def test_unknown_dataset_and_split(digits_config):
   digits_config.dataset = "no_such_dataset"
   with pytest.raises(ValueError, match="Unknown dataset 'no_such_dataset'"):
-    input_pipeline.make_source(digits_config)
+    input_pipeline.make_source(specs.training(digits_config))
   digits_config.dataset = "digits"
   digits_config.eval_split = "validation"
-  source = input_pipeline.make_source(digits_config)
+  source = input_pipeline.make_source(specs.training(digits_config))
   with pytest.raises(ValueError, match="no split 'validation'"):
-    input_pipeline.get_info(digits_config, source)
+    input_pipeline.num_eval_batches(specs.evaluation(digits_config), source)
 
 
 def test_train_batches_have_the_configured_shape(digits_config):
-  source = input_pipeline.make_source(digits_config)
-  batch = next(input_pipeline.make_train_iterator(digits_config, source))
+  source = input_pipeline.make_source(specs.training(digits_config))
+  batch = next(
+      input_pipeline.make_train_iterator(specs.training(digits_config), source))
   size = digits_config.image_size
   assert batch["image"].shape == (digits_config.batch_size, size, size, 3)
   assert batch["labels"].shape == (digits_config.batch_size, 10)
@@ -230,10 +233,10 @@ class _ConstantClassifier(nn.Module):
 
 def test_evaluation_counts_every_example_once(digits_config):
   digits_config.eval_batch_size = 64  # 360 = 5 * 64 + 40: the last is padded.
-  source = input_pipeline.make_source(digits_config)
-  assert input_pipeline.get_info(digits_config, source).num_eval_examples == 360
+  source = input_pipeline.make_source(specs.training(digits_config))
+  assert source.num_examples(digits_config.eval_split) == 360
   batches = list(
-      input_pipeline.make_eval_dataset(digits_config,
+      input_pipeline.make_eval_dataset(specs.evaluation(digits_config),
                                        source).as_numpy_iterator())
   assert len(batches) == 6
   assert all(b["image"].shape[0] == 64 for b in batches)

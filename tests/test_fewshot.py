@@ -176,8 +176,8 @@ def test_sharded_extraction_equals_single_device(tfds_data_dir):
     import optax
     state, shardings = steps.create_train_state(model, optax.identity(), 16, 0,
                                                 mesh)
-    evaluator = fewshot_evaluator.FewShotEvaluator(model, config, mesh,
-                                                   shardings.params)
+    evaluator = fewshot_evaluator.from_protocol(model, config, mesh,
+                                                shardings.params)
     out.append(evaluator.dataset_features(state.params, "digits"))
   assert out[0][0].shape == (1437, 16) and out[0][2].shape == (360, 16)
   for a, b in zip(out[0][:4], out[1][:4]):
@@ -190,15 +190,14 @@ def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
   for field, value in (("on_too_few", "drop"), ("l2_selection", "cv")):
     bad = _config(tfds_data_dir, **{field: value})
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
-      fewshot_evaluator.FewShotEvaluator(model, bad, sharding.make_mesh(), None)
+      fewshot_evaluator.from_protocol(model, bad, sharding.make_mesh(), None)
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
       checks.check_config(bad, sharding.make_mesh())
   with pytest.raises(ValueError, match="available: pre_logits.*block_1"):
     features.check_layer("block_7", 2)
   config.fewshot.datasets = ()
   with pytest.raises(ValueError, match="config.fewshot.datasets is empty"):
-    fewshot_evaluator.FewShotEvaluator(model, config, sharding.make_mesh(),
-                                       None)
+    fewshot_evaluator.from_protocol(model, config, sharding.make_mesh(), None)
 
 
 def _image_folder(root):
@@ -260,9 +259,12 @@ def test_checkpoint_of_another_model_is_refused(tfds_data_dir, tmp_path):
 
 
 def test_periodic_fewshot_during_training(digits_config, tmp_path):
+  """The default config's `fewshot` entry runs once it names datasets (what
+  --config.evals.fewshot.datasets does), with config.fewshot's protocol."""
   digits_config.total_steps = 6
-  digits_config.fewshot.update(
-      dict(datasets=("digits",), shots=(1, 2), seeds=1, every_steps=3))
+  digits_config.fewshot.update(dict(shots=(1, 2), seeds=1))
+  digits_config.evals.fewshot.datasets = ("digits",)
+  digits_config.evals.fewshot.every_steps = 3
   result = trainer.train_and_evaluate(digits_config, str(tmp_path))
   assert {
       "fewshot/digits/1shot", "fewshot/digits/2shot", "fewshot/digits/full"
@@ -278,14 +280,14 @@ def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
   mesh = sharding.make_mesh(devices=jax.devices()[:1])
   state, shardings = steps.create_train_state(model, optax.identity(), 16, 0,
                                               mesh)
-  evaluator = fewshot_evaluator.FewShotEvaluator(model, config, mesh,
-                                                 shardings.params)
+  evaluator = fewshot_evaluator.from_protocol(model, config, mesh,
+                                              shardings.params)
   train_x, _, test_x, _, classes = evaluator.dataset_features(
       state.params, "digits")
   assert train_x.shape == (300, 16) and test_x.shape == (100, 16)
   assert classes == 10
   # The crop of a 20-px resize is not the plain 16-px resize.
-  plain = fewshot_evaluator.FewShotEvaluator(
+  plain = fewshot_evaluator.from_protocol(
       model,
       _config(tfds_data_dir,
               datasets=(("digits", "train[:300]", "test[:100]"),)), mesh,
@@ -294,9 +296,14 @@ def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
       plain.dataset_features(state.params, "digits")[0], train_x, atol=1e-4)
 
 
+def _splits(fewshot):
+  return fewshot_evaluator.dataset_splits(fewshot.datasets, fewshot.train_split,
+                                          fewshot.eval_split, "datasets")
+
+
 def test_the_standard_bundle_is_big_visions():
   config = fewshot_configs.get_config("standard")
-  splits = fewshot_evaluator.dataset_splits(config.fewshot)
+  splits = _splits(config.fewshot)
   assert [key for key, *_ in splits] == [
       "caltech101", "cars196", "cifar100", "dtd", "oxford_iiit_pet",
       "uc_merced", "imagenet2012"
@@ -308,15 +315,14 @@ def test_the_standard_bundle_is_big_visions():
   assert config.fewshot.shots == (1, 5, 10, 25)
   assert config.fewshot.l2_reg == 2.0**10 and config.fewshot.seeds == 3
   without = fewshot_configs.get_config("standard,imagenet=0")
-  assert "imagenet2012" not in [
-      k for k, *_ in fewshot_evaluator.dataset_splits(without.fewshot)
-  ]
+  assert "imagenet2012" not in [k for k, *_ in _splits(without.fewshot)]
   from configs import pretrain  # pylint: disable=g-import-not-at-top
   periodic = pretrain.get_config("augreg_i1k,fewshot=standard")
-  assert periodic.fewshot.datasets == config.fewshot.datasets
-  assert periodic.fewshot.every_steps == 10_000
+  assert periodic.evals.fewshot.datasets == config.fewshot.datasets
+  assert periodic.evals.fewshot.data.pp == config.fewshot.pp_eval
+  assert periodic.evals.fewshot.every_steps == 10_000
   checks.check_config(periodic, sharding.make_mesh())
   for bad in (("digits", "train"), 3):
     config.fewshot.datasets = (bad,)
     with pytest.raises(ValueError, match="neither a dataset name"):
-      fewshot_evaluator.dataset_splits(config.fewshot)
+      _splits(config.fewshot)

@@ -98,3 +98,27 @@ def test_a_users_own_config_file_and_python_m(installed, tfds_data_dir,
   assert done.returncode == 0, done.stderr[-3000:]
   assert "Step 2/2: loss" in done.stderr
   assert (tmp_path / "run" / "checkpoints" / "2").is_dir()
+
+
+def test_a_users_op_evaluator_variant_and_dataset_from_outside(
+    installed, tfds_data_dir, tmp_path):
+  """tests/fixtures/user_project, copied outside the repository: its config
+  names its own module in config.imports, which registers a preprocessing
+  op, an evaluator type and a model variant; the config adds an entry of
+  that type and one more evaluation dataset. The installed package runs
+  them all, without a change to it."""
+  bin_dir, elsewhere = installed
+  project = shutil.copytree(
+      os.path.join(REPO, "tests", "fixtures", "user_project"),
+      tmp_path / "project")
+  done = _run([
+      str(bin_dir / "vit-jax"), "train", f"--config={project / 'my_config.py'}",
+      f"--workdir={tmp_path / 'run'}", f"--config.data_dir={tfds_data_dir}"
+  ], elsewhere)
+  assert done.returncode == 0, done.stderr[-3000:]
+  metrics = dict(item.split("=") for item in done.stdout.split())
+  assert float(metrics["stats/images"]) == 200.0  # 100 images, scale 2.
+  assert "stats/head_bias_mean" in metrics
+  assert float(metrics["holdout/num_examples"]) == 144  # 10% of 1,437.
+  assert "test/accuracy" in metrics
+  assert "Step 2: stats 200 images" in done.stderr

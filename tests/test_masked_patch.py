@@ -12,6 +12,7 @@ from vit_jax import weights
 from vit_jax.config import checks
 from vit_jax.config import defaults
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch as mp
 from vit_jax.models.vit import VisionTransformer
@@ -193,8 +194,9 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
   over 8 devices changes nothing."""
   config = selfsup_config
   config.optimizer, config.lr, config.warmup_steps = "sgd", 0.1, 0
-  source = input_pipeline.make_source(config)
-  batches = input_pipeline.make_train_iterator(config, source, labels=False)
+  source = input_pipeline.make_source(specs.training(config))
+  batches = input_pipeline.make_train_iterator(specs.training(config), source,
+                                               labels=False)
   batches = [next(batches) for _ in range(2)]
   model = steps.model_for_config(config, None)
   tx, schedule = optim.make_optimizer(config, config.total_steps)

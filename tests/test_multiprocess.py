@@ -24,6 +24,7 @@ import pytest
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.training import optim
 from vit_jax.training import steps
 
@@ -97,11 +98,11 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
 def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
   """8 devices, one process, global batches = concat of the two shares:
   the state after `num_steps` (and, `also_before_last`, one step before)."""
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   shares = [
-      input_pipeline.make_train_dataset(config, source, process_index=i,
-                                        process_count=2).as_numpy_iterator()
-      for i in range(2)
+      input_pipeline.make_train_dataset(
+          specs.training(config), source, process_index=i,
+          process_count=2).as_numpy_iterator() for i in range(2)
   ]
   mesh = sharding.mesh_from_config(config)
   model = models.build_model(config.model, source.num_classes)

@@ -20,6 +20,7 @@ import pytest
 from tests.helpers import gcs_server
 from vit_jax import paths
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.fewshot import sweep
 from vit_jax.weights import formats
 
@@ -129,12 +130,12 @@ def test_image_folder_in_a_bucket_reads_like_a_local_one(
     config.dataset = f"folder:{root}"
     config.pp_eval = "resize|value_range"
     config.eval_batch_size = 8
-    source = input_pipeline.make_source(config)
+    source = input_pipeline.make_source(specs.training(config))
     assert source.class_names == ["cat", "dog"]
     assert source.num_examples("train") == 8
     batches.append(
         next(
-            input_pipeline.make_eval_dataset(config,
+            input_pipeline.make_eval_dataset(specs.evaluation(config),
                                              source).as_numpy_iterator()))
   np.testing.assert_array_equal(batches[0]["image"], batches[1]["image"])
   np.testing.assert_array_equal(batches[0]["labels"], batches[1]["labels"])

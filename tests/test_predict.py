@@ -21,6 +21,7 @@ from vit_jax.config import defaults
 from vit_jax.data import image_files
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
 from vit_jax.training import steps
@@ -63,7 +64,8 @@ def test_predictions_on_image_files_agree_with_the_evaluator(
 
   # The training loop's evaluator on the TFDS split, with the same weights.
   batches = lambda: input_pipeline.make_eval_dataset(
-      loaded.config, sources.make_source(loaded.config)).as_numpy_iterator()
+      specs.evaluation(loaded.config),
+      sources.make_source(specs.training(loaded.config))).as_numpy_iterator()
   evaluator = classification.ClassificationEvaluator(
       loaded.model, batches, loaded.mesh, steps.LOSSES["softmax_xent"],
       loaded.params_sharding)

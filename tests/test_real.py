@@ -1,5 +1,6 @@
 """ImageNet ReaL and ImageNet-v2 evaluation of an ImageNet model: the ReaL
-accuracy rule, and both evaluators on mocked TFDS data."""
+accuracy rule, and both as classification entries of config.evals (as
+configs/finetune.py:imagenet2012 declares them) on mocked TFDS data."""
 
 import types
 
@@ -19,7 +20,6 @@ from vit_jax.config import defaults
 from vit_jax.data import sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
-from vit_jax.evaluators import imagenet_variants
 from vit_jax.training import steps
 
 # ReaL label sets of the fake validation images; one has none.
@@ -67,10 +67,12 @@ def test_real_and_v2_use_imagenets_class_order(tmp_path):
 
 def test_the_imagenet_preset_evaluates_real_and_v2():
   config = finetune.get_config("imagenet2012")
-  assert config.real.enabled and config.v2.enabled
+  assert config.evals.real.type == config.evals.v2.type == "classification"
+  assert config.evals.real.data.label_key == "real_label"
+  assert config.evals.real.skip_unlabelled
   local = finetune.get_config("imagenet2012,runlocal")  # Digits: 10 classes.
-  assert not local.real.enabled and not local.v2.enabled
-  assert not finetune.get_config("cifar10").real.enabled
+  assert "real" not in local.evals and "v2" not in local.evals
+  assert "real" not in finetune.get_config("cifar10").evals
 
 
 def _image(i):
@@ -101,7 +103,8 @@ def imagenet_model(tmp_path):
   defaults.runlocal(config)
   config.data_dir = str(tmp_path)
   config.eval_batch_size = 8
-  config.real.enabled = config.v2.enabled = True
+  imagenet = finetune.get_config("imagenet2012").evals
+  config.evals = {"real": imagenet.real, "v2": imagenet.v2}
   tfds_fakes.write_metadata(config.data_dir, "imagenet2012_real",
                             {"validation": len(REAL_SETS)})
   tfds_fakes.write_metadata(config.data_dir, "imagenet_v2",
@@ -121,12 +124,10 @@ def imagenet_model(tmp_path):
 def test_real_and_v2_evaluators(imagenet_model):
   config, model, mesh, params_sharding, params = imagenet_model
   imagenet = types.SimpleNamespace(num_classes=1000)  # The training data.
-  made = {
-      name: evaluators.EVALUATORS[name](config, model, mesh, params_sharding,
-                                        imagenet) for name in ("real", "v2")
-  }
-  assert {every for every, _ in made.values()} == {config.eval_every_steps}
-  made = {name: evaluator for name, (_, evaluator) in made.items()}
+  made = evaluators.from_config(config, model, mesh, params_sharding, imagenet)
+  assert {every for _, every, _ in made} == {config.eval_every_steps}
+  made = {name: evaluator for name, _, evaluator in made}
+  assert set(made) == {"real", "v2"}
 
   real = made["real"].run(params)
   labelled = [s for s in REAL_SETS if s]
@@ -155,20 +156,21 @@ def test_real_softmax_loss_is_against_the_uniform_label_distribution():
   labels = jnp.array([[1, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]], jnp.float32)
   log_p = np.asarray(logits[0] - jax.nn.logsumexp(logits[0]))
   np.testing.assert_allclose(
-      imagenet_variants.real_loss("softmax_xent")(logits, labels),
+      classification.eval_loss("softmax_xent", True)(logits, labels),
       [-(log_p[0] + log_p[2]) / 2, -log_p[3], 0.0], rtol=1e-6)
   # Sigmoids: one yes/no question per class, so the set is the target.
   np.testing.assert_allclose(
-      imagenet_variants.real_loss("sigmoid_xent")(logits, labels),
+      classification.eval_loss("sigmoid_xent", True)(logits, labels),
       steps.sigmoid_xent(logits, labels))
 
 
-def test_real_needs_an_imagenet_model(imagenet_model):
+def test_real_needs_a_head_of_imagenets_classes(imagenet_model):
   config, model, mesh, params_sharding, _ = imagenet_model
   digits = types.SimpleNamespace(num_classes=10)
-  with pytest.raises(UserError, match="ImageNet's 1000 classes"):
-    imagenet_variants.real_from_config(config, model, mesh, params_sharding,
-                                       digits)
-  config.real.enabled = False  # Off: not made at all.
-  assert imagenet_variants.real_from_config(config, model, mesh,
-                                            params_sharding, digits) is None
+  with pytest.raises(
+      UserError, match="imagenet2012_real, which has 1000 "
+      "classes, but the model's head has 10"):
+    evaluators.from_config(config, model, mesh, params_sharding, digits)
+  config.objective = "masked_patch"  # No head: classification does not run.
+  assert evaluators.from_config(config, model, mesh, params_sharding,
+                                digits) == []

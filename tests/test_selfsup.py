@@ -11,11 +11,12 @@ from configs import fewshot as fewshot_configs
 from configs import finetune
 from configs import selfsup
 from tests.test_masked_patch import MASKED_PARTS
+from vit_jax import evaluators
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.data import input_pipeline
-from vit_jax.evaluators import patch_prediction as masked_patch_evaluator
+from vit_jax.data import specs
 from vit_jax.fewshot import sweep
 from vit_jax.training import steps
 from vit_jax.training import trainer
@@ -61,8 +62,10 @@ def test_training_lowers_the_loss_and_evaluation_repeats(
   state, shardings = steps.create_train_state(model, optax.identity(), 16, 1,
                                               mesh)
   params = weights.init_params(config, workdir, state.params, shardings.params)
-  _, evaluator = masked_patch_evaluator.from_config(
-      config, model, mesh, shardings.params, input_pipeline.make_source(config))
+  [(name, _, evaluator)] = evaluators.from_config(
+      config, model, mesh, shardings.params,
+      input_pipeline.make_source(specs.training(config)))
+  assert name == "masked_patch"  # The only entry for this objective.
   again = evaluator.run(params)
   for key in ("loss", "accuracy", "num_patches"):
     assert again[key] == pytest.approx(result[f"masked_patch/{key}"], rel=1e-6)

@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from tests.helpers import tfds_fakes
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 
 CLASSES = ("bird", "cat", "dog")
@@ -48,18 +49,20 @@ def _folder_config(digits_config, root):
 
 def test_image_folder_trains_and_evaluates(digits_config, image_folder):
   config = _folder_config(digits_config, image_folder)
-  source = input_pipeline.make_source(config)
-  info = input_pipeline.get_info(config, source)
+  source = input_pipeline.make_source(specs.training(config))
+  info = input_pipeline.get_info(specs.training(config), source)
   assert (info.num_classes, info.num_train_examples,
-          info.num_eval_examples) == (3, 12, 9)
+          source.num_examples(config.eval_split)) == (3, 12, 9)
 
-  batch = next(input_pipeline.make_train_iterator(config, source))
+  batch = next(
+      input_pipeline.make_train_iterator(specs.training(config), source))
   assert batch["image"].shape == (4, 24, 24, 3)
   assert batch["image"].dtype == np.uint8  # value_range is the step's.
   assert batch["image"].min() == 0 and batch["image"].max() == 255
 
   batches = list(
-      input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
+      input_pipeline.make_eval_dataset(specs.evaluation(config),
+                                       source).as_numpy_iterator())
   assert len(batches) == 3  # 9 examples in batches of 4: the last is padded.
   labels = np.concatenate([b["labels"][b["mask"] > 0] for b in batches])
   np.testing.assert_array_equal(labels.sum(0), [3, 3, 3])
@@ -67,7 +70,7 @@ def test_image_folder_trains_and_evaluates(digits_config, image_folder):
 
 def test_image_folder_split_slices(digits_config, image_folder):
   config = _folder_config(digits_config, image_folder)
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   assert source.num_examples("train[:50%]") == 6
   assert source.num_examples("train[2:]") == 10
   with pytest.raises(ValueError, match="no split 'validation'"):
@@ -87,27 +90,30 @@ def test_malformed_image_folders(tmp_path, digits_config, problem, message):
     os.makedirs(root / "train" / "cat")
   digits_config.dataset = f"folder:{root}"
   with pytest.raises(ValueError, match=message):
-    input_pipeline.make_source(digits_config)
+    input_pipeline.make_source(specs.training(digits_config))
 
 
 def test_corrupt_image_fails_naming_its_path(digits_config, image_folder):
   bad = image_folder / "test" / "dog" / "broken.jpg"
   bad.write_bytes(b"this is not a jpeg")
   config = _folder_config(digits_config, image_folder)
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   with pytest.raises(tf.errors.InvalidArgumentError, match="broken.jpg"):
-    list(input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
+    list(
+        input_pipeline.make_eval_dataset(specs.evaluation(config),
+                                         source).as_numpy_iterator())
 
 
 def _fingerprints(config, source, process_index, process_count, train=False):
   """Hashes of the (preprocessed) real examples one process sees."""
   if train:
     config.batch_size = 2
-    ds = input_pipeline.make_train_dataset(config, source, process_index,
-                                           process_count).unbatch()
+    ds = input_pipeline.make_train_dataset(
+        specs.training(config), source, process_index, process_count).unbatch()
     ds = ds.take(source.num_examples(config.train_split) // process_count)
   else:
-    ds = input_pipeline.make_eval_dataset(config, source, process_index,
+    ds = input_pipeline.make_eval_dataset(specs.evaluation(config), source,
+                                          process_index,
                                           process_count).unbatch()
   return [
       hashlib.md5(ex["image"].tobytes()).hexdigest()
@@ -122,7 +128,7 @@ def test_two_processes_split_the_data_exactly(digits_config, image_folder,
   config = (_folder_config(digits_config, image_folder)
             if dataset == "folder" else digits_config)
   config.pp_eval = "resize|value_range"
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   whole = _fingerprints(config, source, 0, 1)
   shares = [_fingerprints(config, source, i, 2) for i in range(2)]
   assert sorted(shares[0] + shares[1]) == sorted(whole)
@@ -134,7 +140,7 @@ def test_train_shares_are_disjoint(digits_config, image_folder):
   config = _folder_config(digits_config, image_folder)
   config.pp_train = "resize|value_range"
   config.shuffle_buffer = 1
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   shares = [
       set(_fingerprints(config, source, i, 2, train=True)) for i in range(2)
   ]
@@ -157,14 +163,16 @@ def test_tfds_datasets_with_mock_data(digits_config, tmp_path, name, eval_split,
   digits_config.batch_size = digits_config.eval_batch_size = 4
   with tfds.testing.mock_data(num_examples=10, data_dir=str(tmp_path),
                               policy=tfds.testing.MockPolicy.USE_FILES):
-    source = input_pipeline.make_source(digits_config)
-    info = input_pipeline.get_info(digits_config, source)
+    source = input_pipeline.make_source(specs.training(digits_config))
+    info = input_pipeline.get_info(specs.training(digits_config), source)
     assert info.num_classes == num_classes
-    batch = next(input_pipeline.make_train_iterator(digits_config, source))
+    batch = next(
+        input_pipeline.make_train_iterator(specs.training(digits_config),
+                                           source))
     assert batch["image"].shape == (4, 32, 32, 3)
     assert batch["labels"].shape == (4, num_classes)
     batches = list(
-        input_pipeline.make_eval_dataset(digits_config,
+        input_pipeline.make_eval_dataset(specs.evaluation(digits_config),
                                          source).as_numpy_iterator())
     assert sum(b["mask"].sum() for b in batches) == 10
 
@@ -173,16 +181,18 @@ def test_manual_download_missing_is_explained(digits_config, tmp_path):
   digits_config.dataset = "imagenet2012"
   digits_config.data_dir = str(tmp_path)
   with pytest.raises(ValueError, match="needs a manual download"):
-    input_pipeline.make_source(digits_config)
+    input_pipeline.make_source(specs.training(digits_config))
 
 
 def test_label_out_of_range_is_an_error(digits_config, image_folder):
   config = _folder_config(digits_config, image_folder)
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   source.num_classes = 2  # The folder has 3 classes: label 2 is now invalid.
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="Label out of range"):
-    list(input_pipeline.make_eval_dataset(config, source).as_numpy_iterator())
+    list(
+        input_pipeline.make_eval_dataset(specs.evaluation(config),
+                                         source).as_numpy_iterator())
 
 
 def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
@@ -200,9 +210,10 @@ def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
 
 def test_train_batches_depend_only_on_the_seed(digits_config):
   digits_config.pp_train = "inception_crop|value_range"
-  source = input_pipeline.make_source(digits_config)
-  first = lambda: next(input_pipeline.make_train_iterator(
-      digits_config, source))["image"]
+  source = input_pipeline.make_source(specs.training(digits_config))
+  first = lambda: next(
+      input_pipeline.make_train_iterator(specs.training(digits_config), source)
+  )["image"]
   a, b = first(), first()
   digits_config.seed += 1
   c = first()
@@ -238,10 +249,10 @@ def test_multi_label_datasets_give_multi_hot_labels(digits_config, tmp_path):
   digits_config.data_dir = str(tmp_path)
   digits_config.pp_eval = "resize|value_range"
   digits_config.eval_batch_size = 8
-  source = input_pipeline.make_source(digits_config)
+  source = input_pipeline.make_source(specs.training(digits_config))
   assert source.multi_label and source.num_classes == 4
   batch = next(
-      input_pipeline.make_eval_dataset(digits_config,
+      input_pipeline.make_eval_dataset(specs.evaluation(digits_config),
                                        source).as_numpy_iterator())
   real = batch["mask"] > 0
   by_image = {
@@ -262,8 +273,9 @@ def test_softmax_loss_on_multi_hot_labels_warns(digits_config, tmp_path,
   from vit_jax.config import checks
   digits_config.dataset = "multi_label_toy"
   digits_config.data_dir = str(tmp_path)
-  info = input_pipeline.get_info(digits_config,
-                                 input_pipeline.make_source(digits_config))
+  info = input_pipeline.get_info(
+      specs.training(digits_config),
+      input_pipeline.make_source(specs.training(digits_config)))
   checks.warn_if_loss_mismatches_labels(digits_config, info)
   assert "config.loss=sigmoid_xent" in caplog.text
   caplog.clear()
@@ -278,21 +290,23 @@ def test_folder_listing_is_kept_in_the_index_dir(digits_config, image_folder,
   now (images added since would change which images each step sees)."""
   config = _folder_config(digits_config, image_folder)
   index_dir = tmp_path_factory.mktemp("workdir")
-  first = input_pipeline.make_source(config, index_dir=str(index_dir))
+  first = input_pipeline.make_source(specs.training(config),
+                                     index_dir=str(index_dir))
   assert len(list(index_dir.glob("folder_index_*.json.gz"))) == 1
   _write_image(str(image_folder / "train" / "dog" / "new.png"), 20, 20, 3, 9)
-  again = input_pipeline.make_source(config, index_dir=str(index_dir))
-  fresh = input_pipeline.make_source(config)
+  again = input_pipeline.make_source(specs.training(config),
+                                     index_dir=str(index_dir))
+  fresh = input_pipeline.make_source(specs.training(config))
   assert again.num_examples("train") == first.num_examples("train") == 12
   assert fresh.num_examples("train") == 13
   assert again._files == first._files  # pylint: disable=protected-access
 
 
 def test_self_supervised_batches_carry_no_labels(selfsup_config):
-  source = input_pipeline.make_source(selfsup_config)
+  source = input_pipeline.make_source(specs.training(selfsup_config))
   batch = next(
       input_pipeline.make_train_iterator(
-          selfsup_config, source,
+          specs.training(selfsup_config), source,
           labels=input_pipeline.reads_labels(selfsup_config)))
   assert set(batch) == {"image", "mask"}
 
@@ -318,8 +332,9 @@ def test_unlabelled_image_folder_trains_self_supervised(selfsup_config,
   config.dataset = _unlabelled_folder(tmp_path / "images")
   config.batch_size = config.eval_batch_size = 8
   config.total_steps = 3
-  source = input_pipeline.make_source(config)
-  assert input_pipeline.get_info(config, source).num_classes == 0
+  source = input_pipeline.make_source(specs.training(config))
+  assert input_pipeline.get_info(specs.training(config),
+                                 source).num_classes == 0
   result = trainer.train_and_evaluate(config, str(tmp_path / "wd"))
   assert result["masked_patch/num_examples"] == 5
   config.objective = "supervised"
@@ -338,7 +353,7 @@ def test_folder_that_mixes_labelled_and_unlabelled_images_is_refused(
       _png(tmp_path / folder / image)
     digits_config.dataset = f"folder:{tmp_path / folder}"
     with pytest.raises(UserError, match=message):
-      input_pipeline.make_source(digits_config)
+      input_pipeline.make_source(specs.training(digits_config))
 
 
 class UnlabelledToy(tfds.core.GeneratorBasedBuilder):
@@ -364,12 +379,15 @@ def test_unlabelled_tfds_dataset(selfsup_config, tmp_path):
   config = selfsup_config
   config.dataset, config.data_dir = "unlabelled_toy", str(tmp_path)
   config.batch_size = 8
-  source = input_pipeline.make_source(config)
+  source = input_pipeline.make_source(specs.training(config))
   assert source.num_classes == 0
-  batch = next(input_pipeline.make_train_iterator(config, source, labels=False))
+  batch = next(
+      input_pipeline.make_train_iterator(specs.training(config), source,
+                                         labels=False))
   assert batch["image"].shape == (8, 16, 16, 3) and "labels" not in batch
   with pytest.raises(UserError, match="unlabelled_toy has no labels"):
-    input_pipeline.make_train_iterator(config, source, labels=True)
+    input_pipeline.make_train_iterator(specs.training(config), source,
+                                       labels=True)
 
 
 @pytest.mark.parametrize("cache", [True, False])
@@ -380,8 +398,9 @@ def test_evaluation_reads_a_cached_split_once(digits_config, image_folder,
   reads the files again."""
   config = _folder_config(digits_config, image_folder)
   config.cache = cache
-  batches = input_pipeline.make_eval_batches(config,
-                                             input_pipeline.make_source(config))
+  batches = input_pipeline.make_eval_batches(
+      specs.evaluation(config),
+      input_pipeline.make_source(specs.training(config)))
   first = [b["image"] for b in batches()]
   for path in (image_folder / "test").rglob("*.*"):
     path.unlink()

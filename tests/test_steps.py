@@ -13,6 +13,7 @@ import pytest
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.training import optim
 from vit_jax.training import steps
 
@@ -28,8 +29,9 @@ def setup(digits_config):
   digits_config.model.dropout_rate = 0.0
   digits_config.optimizer = "sgd"
   digits_config.lr = 0.1
-  source = input_pipeline.make_source(digits_config)
-  batches = input_pipeline.make_train_iterator(digits_config, source)
+  source = input_pipeline.make_source(specs.training(digits_config))
+  batches = input_pipeline.make_train_iterator(specs.training(digits_config),
+                                               source)
   batches = [next(batches) for _ in range(3)]
   model = models.build_model(digits_config.model, source.num_classes)
   tx, schedule = optim.make_optimizer(digits_config, 3)

@@ -12,6 +12,7 @@ from configs import vtab as vtab_config
 from tests.helpers import tfds_fakes
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.vtab import runner
 from vit_jax.vtab import tasks as vtab_tasks
@@ -110,9 +111,9 @@ def test_every_task_reads_its_splits_and_labels(name, fake_vtab_dir):
   config = _vtab_config(name, fake_vtab_dir)
   task = vtab_tasks.TASKS[name]
   with tfds_fakes.mock_tfds(fake_vtab_dir, tfds_fakes.random_examples(16)):
-    source = input_pipeline.make_source(config)
+    source = input_pipeline.make_source(specs.training(config))
     assert isinstance(source, sources.VtabSource)
-    info = input_pipeline.get_info(config, source)
+    info = input_pipeline.get_info(specs.training(config), source)
     assert (info.num_classes, info.num_train_examples) == (task.num_classes,
                                                            1_000)
     assert [source.num_examples(s) for s in ("train800", "val200")] == [
@@ -120,7 +121,8 @@ def test_every_task_reads_its_splits_and_labels(name, fake_vtab_dir):
     ]
     batches = list(
         input_pipeline.make_eval_dataset(
-            config, source).as_numpy_iterator())  # Checks each label's range.
+            specs.evaluation(config),
+            source).as_numpy_iterator())  # Checks each label's range.
   real = np.concatenate([b["mask"] for b in batches]) > 0
   labels = np.concatenate([b["labels"] for b in batches])[real]
   assert real.sum() == 16 and np.all(labels.sum(-1) == 1)
@@ -170,9 +172,9 @@ def test_other_split_names_and_tasks_are_refused(fake_vtab_dir):
   config = _vtab_config("dtd", fake_vtab_dir)
   config.train_split = "train[:90%]"
   with tfds_fakes.mock_tfds(fake_vtab_dir, tfds_fakes.random_examples(4)):
-    source = input_pipeline.make_source(config)
+    source = input_pipeline.make_source(specs.training(config))
     with pytest.raises(UserError, match="train800val200 and evaluate on test"):
-      input_pipeline.get_info(config, source)
+      input_pipeline.get_info(specs.training(config), source)
   with pytest.raises(UserError, match="Unknown VTAB task 'mnist'"):
     vtab_config.get_config("mnist")
   with pytest.raises(UserError, match="split=train is not one of test, val"):
@@ -309,3 +311,30 @@ def test_an_unfinished_task_resumes_only_with_its_settings(
   config.batch_size = 8  # As recorded: resumed.
   assert runner.run_tasks(config, str(tmp_path), ["dtd"]) == {}
   assert len(calls) == 1
+
+
+def test_a_task_finished_by_an_earlier_version_is_reused(tmp_path, monkeypatch):
+  """Its settings lack the fields added since (they count as their default)
+  and hold fields removed since (not compared)."""
+  monkeypatch.setattr(runner.trainer, "train_and_evaluate", _no_training)
+  config = _vtab_config("cifar100", "/unused", ",split=val")
+  recorded = runner.settings(runner.task_config(config, "dtd"))
+  old = {
+      k: v
+      for k, v in recorded.items()
+      if not k.startswith(("evals.", "imports"))
+  }
+  old.update({"real.enabled": False, "v2.enabled": False})
+  assert len(old) < len(recorded)
+  (tmp_path / "dtd").mkdir()
+  (tmp_path / "dtd" / "result.json").write_text(
+      json.dumps({
+          "settings": old,
+          "metrics": {
+              "test/accuracy": 0.5
+          }
+      }))
+  assert runner.run_tasks(config, str(tmp_path), ["dtd"]) == {"dtd": 0.5}
+  config.evals.test.data.split = "test[:10]"  # Not the default: compared.
+  with pytest.raises(UserError, match="evals.test.data.split null -> "):
+    runner.run_tasks(config, str(tmp_path), ["dtd"])

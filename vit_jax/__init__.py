@@ -6,15 +6,15 @@ The package, one line per folder (docs/layout.md has every module):
                         errors, paths (local and gs://), sharding (mesh and
                         rules), inference (a checkpoint ready to apply)
   vit_jax/commands/     one module per `vit-jax NAME`: flags and main only
-  vit_jax/config/       defaults (every field, once) and checks (mistakes
-                        caught before compiling)
+  vit_jax/config/       defaults (every field, once), checks (mistakes
+                        caught before compiling), imports (a user's modules)
   vit_jax/models/       ViT, the hybrid stem, variants, layouts, logical axes
-  vit_jax/data/         TFDS and image-folder sources, preprocessing ops,
-                        the tf.data pipeline
+  vit_jax/data/         data specs, TFDS and image-folder sources,
+                        registered preprocessing ops, the tf.data pipeline
   vit_jax/training/     the loop (trainer), the jitted step, optimizer, mixup,
                         checkpoints
-  vit_jax/evaluators/   what training evaluates: classification, ReaL/v2,
-                        masked patch prediction
+  vit_jax/evaluators/   config.evals' entries and their registered types:
+                        classification, masked patch prediction
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/weights/      every weights format: read, convert, resize, load,
                         write

@@ -150,6 +150,7 @@ def class_names(loaded: Loaded, labels_file: Optional[str] = None):
   training dataset's, else ImageNet-1k's for a 1000-class head, else the
   indices. Returns (names, where they came from)."""
   from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import specs  # pylint: disable=g-import-not-at-top
   require_head(loaded)
   count = loaded.num_classes
   if labels_file:
@@ -164,7 +165,8 @@ def class_names(loaded: Loaded, labels_file: Optional[str] = None):
     return names, labels_file
   if loaded.trained_here:
     workdir = loader.training_workdir(loaded.checkpoint)
-    names = sources.label_names(loaded.config, index_dir=workdir)
+    names = sources.label_names(specs.training(loaded.config),
+                                index_dir=workdir)
     if (names and len(names) == count and
         not all(_WORDNET_ID.fullmatch(n) for n in names)):
       return names, f"the training dataset ({loaded.config.dataset})"

@@ -44,6 +44,7 @@ from vit_jax.analysis import measures  # noqa: E402
 from vit_jax.data import image_files  # noqa: E402
 from vit_jax.data import input_pipeline  # noqa: E402
 from vit_jax.data import sources  # noqa: E402
+from vit_jax.data import specs  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
 from vit_jax.weights import loader  # noqa: E402
 
@@ -75,18 +76,17 @@ def _eval_split_batches(loaded, batch_size: int):
     raise UserError(
         f"{loaded.checkpoint} is not a training workdir, so there is no "
         "dataset to take images from: give --images=FILES_OR_FOLDERS.")
-  config = loaded.config.copy_and_resolve_references()
-  config.eval_batch_size = batch_size
+  data = specs.evaluation(loaded.config, {"batch_size": batch_size})
   source = sources.make_source(
-      config, index_dir=loader.training_workdir(loaded.checkpoint))
+      data, index_dir=loader.training_workdir(loaded.checkpoint))
 
   def batches():
     dataset = input_pipeline.make_eval_dataset(  # One process reads it all.
-        config, source, process_index=0, process_count=1, labels=False)
+        data, source, process_index=0, process_count=1, labels=False)
     for number, batch in enumerate(dataset.as_numpy_iterator()):
       yield dict(batch, index=number * batch_size + np.arange(batch_size))
 
-  split = f"{config.dataset}:{config.eval_split}"
+  split = f"{data.dataset}:{data.split}"
   return batches(), split, lambda i: f"{split} #{i}"
 
 

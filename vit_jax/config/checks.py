@@ -8,6 +8,7 @@ from absl import logging
 from jax.sharding import Mesh
 import ml_collections
 
+from vit_jax import evaluators
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.config import imports
@@ -27,7 +28,7 @@ _POSITIVE = ("batch_size", "eval_batch_size", "image_size", "lr",
              "shuffle_buffer", "accum_steps")
 _NON_NEGATIVE = ("total_steps", "warmup_steps", "eval_every_steps",
                  "keep_checkpoint_every_steps", "profile_steps", "weight_decay",
-                 "grad_clip_norm", "fewshot.every_steps", "mixup.alpha")
+                 "grad_clip_norm", "mixup.alpha")
 _FRACTIONS = (
     "label_smoothing",
     "ema_decay",
@@ -100,8 +101,11 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
     raise UserError(f"config.pp_train={config.pp_train!r} applies randaug "
                     "after value_range; RandAugment works on [0, 255] "
                     "pixels: put it before value_range.")
-  for field in ("pp_eval", "fewshot.pp_eval"):
-    spec = _get(config, field)
+  evaluated = [("pp_eval", config.pp_eval),
+               ("fewshot.pp_eval", config.fewshot.pp_eval)]
+  evaluated += [(f"evals.{name}.data.pp", entry.data.pp)
+                for name, entry in config.evals.items()]
+  for field, spec in evaluated:
     if spec and "randaug" in _op_names(config, spec):
       raise UserError(f"config.{field}={spec!r} augments evaluation images "
                       "at random; randaug belongs in config.pp_train.")
@@ -122,7 +126,10 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   if config.objective == "masked_patch":
     check_masked_patch(config, stride)
   fewshot_solver.check_config(config.fewshot)
-  fewshot_evaluator.dataset_splits(config.fewshot)
+  fewshot_evaluator.dataset_splits(
+      config.fewshot.datasets, config.fewshot.train_split,
+      config.fewshot.eval_split, "config.fewshot.datasets")
+  evaluators.check(config)
   sharding.check_strategy_rules(config.sharding.params)
   sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
                             accumulation=config.accum_steps, log=True)

@@ -158,10 +158,22 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # None: $VIT_JAX_CACHE_DIR, else ~/.cache/vit_jax.
   config.init.cache_dir = config_dict.placeholder(str)  # See above.
 
-  # Few-shot linear evaluation (vit_jax/fewshot/evaluator.py).
+  # Evaluators: config.evals.NAME = eval_entry(TYPE, ...) (below; the types
+  # in vit_jax/evaluators/), any number; each runs where its type applies to
+  # config.objective, and logs its metrics as NAME/metric.
+  config.evals = ml_collections.ConfigDict()  # See above.
+  config.evals.test = eval_entry("classification")  # Supervised: the head.
+  config.evals.masked_patch = eval_entry("masked_patch")  # Self-supervised.
+  # config.fewshot's protocol on datasets (names or (name, train split, eval
+  # split) triples); none: off.
+  config.evals.fewshot = eval_entry("fewshot", datasets=())  # See above.
+
+  # Few-shot linear evaluation's protocol (vit_jax/fewshot/evaluator.py),
+  # for `vit-jax fewshot` and the fewshot evaluators.
   config.fewshot = ml_collections.ConfigDict()  # See above.
-  # Each a TFDS name, folder:/path or digits, or a (name, train split, eval
-  # split) triple; `vit_jax/fewshot/bundles.py` has big_vision's standard set.
+  # What `vit-jax fewshot` sweeps: each a TFDS name, folder:/path or digits,
+  # or a (name, train split, eval split) triple (fewshot/bundles.py has
+  # big_vision's standard set).
   config.fewshot.datasets = ()  # See above.
   config.fewshot.train_split = "train"  # Where the k shots per class come from.
   config.fewshot.eval_split = "test"  # Where accuracy is measured.
@@ -178,27 +190,45 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.fewshot.layer = "pre_logits"  # Representation (fewshot/features.py).
   config.fewshot.on_too_few = "fail"  # A class with < k examples: fail | skip.
   config.fewshot.float64 = False  # Solve in float64 on the host (else fp32).
-  config.fewshot.every_steps = 0  # During training, every N steps; 0: never.
-
-  # Extra evaluators (vit_jax/evaluators/): see their modules.
-  # ImageNet ReaL and ImageNet-v2 accuracy of an ImageNet model's head, run
-  # like `test` (vit_jax/evaluators/imagenet_variants.py).
-  config.real = ml_collections.ConfigDict()  # ReaL labels (Beyer et al. 2020).
-  config.real.enabled = False  # Metrics real/*: imagenet2012_real.
-  config.real.split = "validation"  # Its split (ImageNet's validation images).
-  config.v2 = ml_collections.ConfigDict()  # ImageNet-v2 (Recht et al. 2019).
-  config.v2.enabled = False  # Metrics v2/*: config.v2.dataset.
-  config.v2.dataset = "imagenet_v2"  # TFDS name; default matched-frequency.
-  config.v2.split = "test"  # Its one split (10,000 images).
 
   # Loop.
   config.log_every_steps = 50  # Training metrics to the writers.
-  config.eval_every_steps = 1000  # Test accuracy during training; 0: end only.
+  config.eval_every_steps = 1000  # Evaluators' default interval; 0: end only.
   config.checkpoint_every_steps = 1000  # Async Orbax save; also at the end.
   config.keep_checkpoints = 3  # Most recent checkpoints kept.
   config.keep_checkpoint_every_steps = 0  # Also keep every N-th step; 0: none.
   config.profile_steps = 0  # Profiler trace of this many steps after step 10.
   return config
+
+
+def data_fields(**values) -> ml_collections.ConfigDict:
+  """An evaluator's data (vit_jax/data/specs.py): what it reads instead of
+  the config's evaluation data; a field left None keeps the config's."""
+  data = ml_collections.ConfigDict()
+  data.dataset = config_dict.placeholder(str)  # None: config.dataset.
+  data.split = config_dict.placeholder(str)  # None: config.eval_split.
+  data.pp = config_dict.placeholder(str)  # None: config.pp_eval.
+  data.batch_size = config_dict.placeholder(int)  # None: eval_batch_size.
+  data.cache = config_dict.placeholder(bool)  # None: config.cache.
+  data.data_dir = config_dict.placeholder(str)  # None: config.data_dir.
+  data.manual_dir = config_dict.placeholder(str)  # None: config.manual_dir.
+  data.label_key = config_dict.placeholder(str)  # TFDS label feature.
+  data.update(values)
+  return data
+
+
+def eval_entry(type_name: str, every_steps=None, data=None,
+               **fields) -> ml_collections.ConfigDict:
+  """An entry of config.evals: an evaluator of a registered type, its
+  interval, its data (`data_fields`) and the type's own fields (those it
+  declares when registered; the others take its defaults)."""
+  entry = ml_collections.ConfigDict()
+  entry.type = type_name  # A type of vit_jax/evaluators/ (or config.imports).
+  # None: every config.eval_every_steps steps; 0: at the end only.
+  entry.every_steps = ml_collections.FieldReference(every_steps, int)
+  entry.data = data_fields(**(data or {}))  # What it reads.
+  entry.update(fields)  # The type's own fields.
+  return entry
 
 
 def paper_transfer(config: ml_collections.ConfigDict, variant: str, init=None):

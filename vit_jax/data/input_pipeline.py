@@ -1,14 +1,15 @@
 """tf.data input: per-process splits, preprocessing, batching, exact evaluation.
 
-Each process reads a disjoint 1/N of every split and yields numpy batches of
-its share of the global batch: `{"image": f32[b,H,W,3], "labels": f32[b,K],
-"mask": f32[b]}` (no "labels" where they are not read: self-supervised
-training, unlabelled data). Training images are uint8 where the train step
-finishes the pipeline (`steps.hands_over_uint8`). `mask` is 1 for real
-examples and 0 for the padding that fills the last evaluation batches, so
-every example is counted exactly once with the same number of batches on
-every process (no recompilation).
-TensorFlow runs on the host CPU only.
+Every function takes a data spec (`specs.DataSpec`: dataset, split,
+preprocessing, batch). Each process reads a disjoint 1/N of every split and
+yields numpy batches of its share of the global batch: `{"image":
+f32[b,H,W,3], "labels": f32[b,K], "mask": f32[b]}` (no "labels" where they
+are not read: self-supervised training, unlabelled data). Training images
+are uint8 where the train step finishes the pipeline
+(`steps.hands_over_uint8`). `mask` is 1 for real examples and 0 for the
+padding that fills the last evaluation batches, so every example is counted
+exactly once with the same number of batches on every process (no
+recompilation). TensorFlow runs on the host CPU only.
 """
 
 import collections
@@ -25,6 +26,7 @@ import tensorflow as tf
 from vit_jax import sharding
 from vit_jax.data import preprocess
 from vit_jax.data import sources
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.training import steps
 
@@ -37,7 +39,6 @@ class DatasetInfo:
   """What the trainer needs to know about a dataset, read from its metadata."""
   num_classes: int  # 0: unlabelled.
   num_train_examples: int
-  num_eval_examples: int
   multi_label: bool = False
 
 
@@ -47,11 +48,11 @@ def hide_accelerators_from_tf():
   tf.config.set_visible_devices([], "TPU")
 
 
-def get_info(config: ml_collections.ConfigDict, source) -> DatasetInfo:
-  return DatasetInfo(
-      num_classes=source.num_classes, num_train_examples=source.num_examples(
-          config.train_split), num_eval_examples=source.num_examples(
-              config.eval_split), multi_label=source.multi_label)
+def get_info(spec: specs.DataSpec, source) -> DatasetInfo:
+  """The metadata of the training data `spec`."""
+  return DatasetInfo(num_classes=source.num_classes,
+                     num_train_examples=source.num_examples(
+                         spec.split), multi_label=source.multi_label)
 
 
 def reads_labels(config: ml_collections.ConfigDict) -> bool:
@@ -59,15 +60,14 @@ def reads_labels(config: ml_collections.ConfigDict) -> bool:
   return config.objective == "supervised"
 
 
-def _example_fn(config, pp_spec: str, source, base_seed, labels: bool,
-                uint8: bool = False):
+def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   """Preprocesses one example; a label outside [0, K) fails loudly. Without
-  `labels` the example's label (if any) is not read; with `uint8` the
-  pipeline's last op (value_range) is left to the train step."""
+  `labels` the example's label (if any) is not read; with `spec.uint8` the
+  pipeline's last op is left to the train step (`steps.DEVICE_OPS`)."""
   image_fn = preprocess.make_image_fn(
-      pp_spec, config.image_size, crop_on_decode=config.pp_crop_on_decode,
-      crop_antialias=config.pp_crop_antialias,
-      device_ops=steps.DEVICE_OPS if uint8 else ())
+      spec.pp, spec.image_size, crop_on_decode=spec.crop_on_decode,
+      crop_antialias=spec.crop_antialias,
+      device_ops=steps.DEVICE_OPS if spec.uint8 else ())
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "
@@ -107,9 +107,8 @@ def _options() -> tf.data.Options:
   return options
 
 
-def make_train_dataset(config: ml_collections.ConfigDict, source,
-                       process_index=None, process_count=None,
-                       start_step: int = 0,
+def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
+                       process_count=None, start_step: int = 0,
                        labels: bool = True) -> tf.data.Dataset:
   """Endless, shuffled, augmented batches of this process's share (with
   `labels`, their one-hot or multi-hot labels).
@@ -122,16 +121,14 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
-  local_batch = sharding.local_batch_size(config.batch_size,
-                                          process_count=count)
-  seed = config.seed + 1000 * index
-  split = source.process_split(config.train_split, index, count,
-                               drop_remainder=True)
+  local_batch = sharding.local_batch_size(spec.batch_size, process_count=count)
+  seed = spec.seed + 1000 * index
+  split = source.process_split(spec.split, index, count, drop_remainder=True)
   records = source.read(split, shuffle_files=False, seed=seed)
-  if config.cache:
+  if spec.cache:
     records = records.cache()
   per_epoch = source.num_examples(split)
-  buffer = min(config.shuffle_buffer, per_epoch)
+  buffer = min(spec.shuffle_buffer, per_epoch)
 
   def epoch(e):
     return records.shuffle(buffer, seed=seed * 1_000_003 + e,
@@ -141,9 +138,8 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   first_epoch, offset = divmod(first_example, per_epoch)
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
-  example_fn = _example_fn(config, config.pp_train, source,
-                           tf.constant([seed, 0], tf.int64), labels,
-                           uint8=steps.hands_over_uint8(config))
+  example_fn = _example_fn(spec, source, tf.constant([seed, 0], tf.int64),
+                           labels)
   ds = ds.enumerate(start=first_example).map(
       lambda i, record: example_fn(i, source.decode(record)),
       num_parallel_calls=tf.data.AUTOTUNE)
@@ -151,27 +147,27 @@ def make_train_dataset(config: ml_collections.ConfigDict, source,
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
-def make_train_iterator(config: ml_collections.ConfigDict, source,
-                        start_step: int = 0,
+def make_train_iterator(spec: specs.DataSpec, source, start_step: int = 0,
                         labels: bool = True) -> Iterator[Batch]:
-  return make_train_dataset(config, source, start_step=start_step,
+  return make_train_dataset(spec, source, start_step=start_step,
                             labels=labels).as_numpy_iterator()
 
 
-def num_eval_batches(config: ml_collections.ConfigDict, source) -> int:
+def num_eval_batches(spec: specs.DataSpec, source) -> int:
   """Batches per process: enough for the largest process share."""
+  source.num_examples(spec.split)  # A split it lacks: a clear error first.
   count = jax.process_count()
   largest = max(
       source.num_examples(
-          source.process_split(config.eval_split, i, count,
-                               drop_remainder=False)) for i in range(count))
+          source.process_split(spec.split, i, count, drop_remainder=False))
+      for i in range(count))
   local_batch = sharding.local_batch_size(
-      config.eval_batch_size, what="eval_batch_size", process_count=count)
+      spec.batch_size, what="eval_batch_size", process_count=count)
   return max(1, math.ceil(largest / local_batch))
 
 
-def make_eval_dataset(config: ml_collections.ConfigDict, source,
-                      process_index=None, process_count=None,
+def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
+                      process_count=None,
                       labels: bool = True) -> tf.data.Dataset:
   """One pass over this process's share, padded to a fixed number of batches
   (with `labels`, as in `make_train_dataset`)."""
@@ -179,32 +175,31 @@ def make_eval_dataset(config: ml_collections.ConfigDict, source,
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   local_batch = sharding.local_batch_size(
-      config.eval_batch_size, what="eval_batch_size", process_count=count)
-  split = source.process_split(config.eval_split, index, count,
-                               drop_remainder=False)
-  ds = source.read(split, shuffle_files=False, seed=config.seed)
-  example_fn = _example_fn(config, config.pp_eval, source,
-                           tf.constant([config.seed, 1], tf.int64), labels)
+      spec.batch_size, what="eval_batch_size", process_count=count)
+  split = source.process_split(spec.split, index, count, drop_remainder=False)
+  ds = source.read(split, shuffle_files=False, seed=spec.seed)
+  example_fn = _example_fn(spec, source, tf.constant([spec.seed, 1], tf.int64),
+                           labels)
   ds = ds.enumerate().map(
       lambda i, record: example_fn(i, source.decode(record)),
       num_parallel_calls=tf.data.AUTOTUNE)
-  if config.cache:
+  if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
       {
           k: tf.zeros(s.shape, s.dtype) for k, s in ds.element_spec.items()
       })
   ds = ds.concatenate(padding.repeat()).batch(local_batch)
-  ds = ds.take(num_eval_batches(config, source))
+  ds = ds.take(num_eval_batches(spec, source))
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
-def make_eval_batches(config: ml_collections.ConfigDict, source,
+def make_eval_batches(spec: specs.DataSpec, source,
                       labels: bool = True) -> Callable[[], Iterator[Batch]]:
   """`batches()`: a fresh pass over the evaluation split at each call, all
-  from one dataset, so with `config.cache` the decoded split is read once
+  from one dataset, so with `spec.cache` the decoded split is read once
   and every later evaluation comes from memory."""
-  dataset = make_eval_dataset(config, source, labels=labels)
+  dataset = make_eval_dataset(spec, source, labels=labels)
   return dataset.as_numpy_iterator
 
 

@@ -4,7 +4,8 @@ Both sources read undecoded records of one process's disjoint share of a
 split (cheap to skip when resuming) and `decode` them into
 `{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}` (no "label"
 for unlabelled data: `num_classes` is then 0), and give the metadata the
-trainer needs (classes, split sizes). `config.dataset` picks the source: a
+trainer needs (classes, split sizes). A data spec's dataset picks the
+source (`vit_jax/data/specs.py`): a
 TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
 (see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
@@ -14,7 +15,6 @@ dataset; the others wait for it.
 
 import jax
 from jax.experimental import multihost_utils
-import ml_collections
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -23,6 +23,7 @@ from vit_jax import paths
 from vit_jax.data import digits  # Registers the built-in `digits` builder.
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.vtab import tasks as vtab_tasks
 
@@ -176,27 +177,30 @@ class VtabSource(TfdsSource):
     return {"image": image, "label": self.task.label(record)}
 
 
-def make_source(config: ml_collections.ConfigDict, index_dir=None):
-  """The config's dataset. `index_dir` (the training workdir) keeps an image
+def make_source(spec: specs.DataSpec, index_dir=None):
+  """The spec's dataset. `index_dir` (the training workdir) keeps an image
   folder's listing, so other processes and resumed runs read it."""
-  if config.dataset.startswith(FOLDER_PREFIX):
-    return image_folder.ImageFolderSource(config.dataset[len(FOLDER_PREFIX):],
+  if spec.dataset.startswith((FOLDER_PREFIX, VTAB_PREFIX)) and spec.label_key:
+    raise UserError(f"data.label_key={spec.label_key!r} names a TFDS "
+                    f"feature; {spec.dataset} has its own labels.")
+  if spec.dataset.startswith(FOLDER_PREFIX):
+    return image_folder.ImageFolderSource(spec.dataset[len(FOLDER_PREFIX):],
                                           index_dir)
-  if config.dataset.startswith(VTAB_PREFIX):
-    return VtabSource(config.dataset[len(VTAB_PREFIX):], config.data_dir,
-                      config.manual_dir)
-  return TfdsSource(config.dataset, config.data_dir, config.manual_dir)
+  if spec.dataset.startswith(VTAB_PREFIX):
+    return VtabSource(spec.dataset[len(VTAB_PREFIX):], spec.data_dir,
+                      spec.manual_dir)
+  return TfdsSource(spec.dataset, spec.data_dir, spec.manual_dir,
+                    label_key=spec.label_key)
 
 
-def label_names(config: ml_collections.ConfigDict, index_dir=None):
-  """The class names of the config's dataset from its metadata alone
+def label_names(spec: specs.DataSpec, index_dir=None):
+  """The class names of the spec's dataset from its metadata alone
   (nothing is downloaded or prepared); None where they cannot be read."""
   try:
-    if config.dataset.startswith(FOLDER_PREFIX):
-      return image_folder.class_names(config.dataset[len(FOLDER_PREFIX):],
+    if spec.dataset.startswith(FOLDER_PREFIX):
+      return image_folder.class_names(spec.dataset[len(FOLDER_PREFIX):],
                                       index_dir) or None
-    features = tfds.builder(config.dataset,
-                            data_dir=config.data_dir).info.features
+    features = tfds.builder(spec.dataset, data_dir=spec.data_dir).info.features
     label = (features["label"]
              if "label" in features else features["labels"].feature)
     return list(label.names)

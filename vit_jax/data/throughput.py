@@ -8,13 +8,15 @@ import time
 
 from vit_jax.data import image_folder
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.errors import UserError
 
 
 def measure(config, num_batches: int) -> dict:
-  source = input_pipeline.make_source(config)
+  data = specs.training(config)
+  source = input_pipeline.make_source(data)
   batches = input_pipeline.make_train_iterator(
-      config, source, labels=input_pipeline.reads_labels(config))
+      data, source, labels=input_pipeline.reads_labels(config))
   for _ in range(2):  # Warm-up: opening files, filling the shuffle buffer.
     next(batches)
   start = time.perf_counter()

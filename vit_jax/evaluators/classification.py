@@ -18,6 +18,8 @@ import numpy as np
 
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.errors import UserError
+from vit_jax.evaluators import registry
 from vit_jax.training import steps
 
 
@@ -86,13 +88,46 @@ class ClassificationEvaluator:
     return line
 
 
-def from_config(config, model, mesh, params_sharding, source):
-  """On for supervised training: every config.eval_every_steps steps (0: at
-  the end only)."""
-  if config.objective != "supervised":
-    return None
+def eval_loss(name: str, average_label_sets: bool):
+  """The config's loss; with `average_label_sets` and softmax_xent, against
+  the uniform distribution over each example's labels (a multi-hot set
+  divided by its size, ReaL's), so it is on the scale of one label's."""
+  loss_fn = steps.LOSSES[name]
+  if not average_label_sets or name != "softmax_xent":
+    return loss_fn
 
-  return config.eval_every_steps, ClassificationEvaluator(
-      model, input_pipeline.make_eval_batches(
-          config, source), mesh, steps.LOSSES[config.loss], params_sharding,
-      config.sharding.logical_axis_rules)
+  def normalised(logits, labels):
+    # An empty set stays all zeros (a loss of 0; see skip_unlabelled).
+    sizes = jnp.maximum(jnp.sum(labels, -1, keepdims=True), 1.0)
+    return loss_fn(logits, labels / sizes)
+
+  return normalised
+
+
+@registry.register(
+    "classification",
+    fields={
+        # Leave out examples without a label (ImageNet ReaL's rule).
+        "skip_unlabelled": False,
+        # With softmax_xent, the loss against each example's labels as a
+        # distribution (ReaL's label sets); else against the multi-hot set.
+        "average_label_sets": False,
+    },
+    applies=lambda config, fields: config.objective == "supervised")
+def make(entry: registry.Entry, context: registry.Context):
+  """Top-1 accuracy and loss of the model's head on the entry's data (a
+  supervised run's head; its classes must be the data's)."""
+  config = context.config
+  source = context.source(entry.data)
+  if source.num_classes != context.train_source.num_classes:
+    raise UserError(
+        f"config.evals.{entry.name} reads {entry.data.dataset}, which has "
+        f"{source.num_classes} classes, but the model's head has "
+        f"{context.train_source.num_classes} (those of {config.dataset}); "
+        "evaluate data with the training data's classes in their order.")
+  return ClassificationEvaluator(
+      context.model, input_pipeline.make_eval_batches(entry.data,
+                                                      source), context.mesh,
+      eval_loss(config.loss, entry.fields["average_label_sets"]),
+      context.params_sharding, config.sharding.logical_axis_rules,
+      skip_unlabelled=entry.fields["skip_unlabelled"])

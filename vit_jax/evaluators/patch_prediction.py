@@ -20,6 +20,7 @@ import numpy as np
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.evaluators import registry
 from vit_jax.training import steps
 
 
@@ -67,14 +68,16 @@ class MaskedPatchEvaluator:
             f"{metrics['num_examples']:.0f} images")
 
 
-def from_config(config, model, mesh, params_sharding, source):
-  """On for config.objective=masked_patch: every config.eval_every_steps
-  steps (0: at the end only)."""
-  if config.objective != "masked_patch":
-    return None
-
-  return config.eval_every_steps, MaskedPatchEvaluator(
-      model, input_pipeline.make_eval_batches(
-          config, source, labels=False), mesh, config.masked_patch,
+@registry.register(
+    "masked_patch",
+    applies=lambda config, fields: config.objective == "masked_patch")
+def make(entry: registry.Entry, context: registry.Context):
+  """Masked patch prediction's loss and per-patch accuracy on the entry's
+  data (labels are not read)."""
+  config = context.config
+  return MaskedPatchEvaluator(
+      context.model,
+      input_pipeline.make_eval_batches(entry.data, context.source(
+          entry.data), labels=False), context.mesh, config.masked_patch,
       models.get_variant(config.model.variant).stride, config.seed,
-      params_sharding, config.sharding.logical_axis_rules)
+      context.params_sharding, config.sharding.logical_axis_rules)

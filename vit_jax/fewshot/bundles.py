@@ -1,4 +1,5 @@
-"""Named sets of few-shot datasets, for `config.fewshot.datasets`.
+"""Named sets of few-shot datasets, for config.fewshot.datasets (what `vit-jax
+fewshot` sweeps) and the `datasets` of a fewshot entry of config.evals.
 
 `STANDARD` is big_vision's standard few-shot set (its
 configs/common_fewshot.py): six TFDS datasets with their own splits, plus
@@ -28,8 +29,9 @@ def standard_pp(image_size: int = 224) -> str:
 
 
 def use_standard(config, imagenet: bool = True, every_steps: int = 0):
-  """Sets `config.fewshot` to the standard set (without ImageNet where
-  `imagenet` is False); `every_steps` > 0 also runs it during training."""
+  """Sets `config.fewshot` to the standard set and its protocol (without
+  ImageNet where `imagenet` is False); `every_steps` > 0 also runs it
+  during training, as config.evals.fewshot."""
   fewshot = config.fewshot
   fewshot.datasets = STANDARD if imagenet else STANDARD[:-1]
   fewshot.train_split, fewshot.eval_split = "train", "test"
@@ -37,4 +39,7 @@ def use_standard(config, imagenet: bool = True, every_steps: int = 0):
   fewshot.shots, fewshot.seeds = SHOTS, 3
   fewshot.l2_selection, fewshot.l2_reg = "fixed", 2.0**10
   fewshot.layer = "pre_logits"
-  fewshot.every_steps = every_steps
+  if every_steps:
+    config.evals.fewshot.datasets = fewshot.datasets
+    config.evals.fewshot.data.pp = fewshot.pp_eval
+    config.evals.fewshot.every_steps = every_steps

@@ -1,91 +1,101 @@
 """Few-shot linear accuracy of frozen representations (the paper's protocol).
 
-For each dataset of `config.fewshot.datasets`, features of its train and
-test splits are extracted once per call of `run`, then every shot count,
-seed and L2 strength reuses them (`vit_jax/fewshot/solver.py`). Training
-runs it as the `fewshot` evaluator (see `vit_jax/evaluators/__init__.py`);
-the sweep command runs it on checkpoints.
+For each dataset, features of its train and test splits are extracted once
+per call of `run`, then every shot count, seed and L2 strength reuses them
+(`vit_jax/fewshot/solver.py`). The protocol (shots, seeds, L2, layer) is
+`config.fewshot`. Training runs it as a `fewshot` entry of config.evals, on
+the entry's `datasets` with its `data`'s preprocessing and batch (see
+`vit_jax/evaluators/registry.py`); the sweep command runs it on
+checkpoints, on config.fewshot.datasets.
 """
 
+import dataclasses
 import re
 
 from absl import logging
-import ml_collections
 
 from vit_jax.data import input_pipeline
+from vit_jax.data import sources
+from vit_jax.data import specs
 from vit_jax.errors import UserError
+from vit_jax.evaluators import registry
 from vit_jax.fewshot import features
 from vit_jax.fewshot import solver
 
 
-def dataset_splits(fewshot) -> list[tuple[str, str, str, str]]:
-  """[(key, dataset, train split, eval split)] of `fewshot.datasets`, whose
-  entries are a name (with `fewshot.train_split` / `eval_split`) or a
-  (name, train split, eval split) triple. The key, which names the metrics,
-  is the name without a TFDS version (`cars196:2.1.0` -> `cars196`)."""
+def dataset_splits(datasets, train_split: str, eval_split: str,
+                   where: str) -> list[tuple[str, str, str, str]]:
+  """[(key, dataset, train split, eval split)] of `datasets`, whose entries
+  are a name (with `train_split` / `eval_split`) or a (name, train split,
+  eval split) triple. The key, which names the metrics, is the name without
+  a TFDS version (`cars196:2.1.0` -> `cars196`)."""
   out = []
-  for entry in fewshot.datasets:
+  for entry in datasets:
     if isinstance(entry, str):
-      name, train, test = entry, fewshot.train_split, fewshot.eval_split
+      name, train, test = entry, train_split, eval_split
     elif (isinstance(entry, (tuple, list)) and len(entry) == 3 and
           all(isinstance(e, str) for e in entry)):
       name, train, test = entry
     else:
       raise UserError(
-          f"config.fewshot.datasets entry {entry!r} is neither a dataset name "
-          "nor a (name, train split, eval split) triple such as "
-          "('uc_merced', 'train[:1000]', 'train[1000:]').")
+          f"{where} entry {entry!r} is neither a dataset name nor a (name, "
+          "train split, eval split) triple such as ('uc_merced', "
+          "'train[:1000]', 'train[1000:]').")
     key = re.sub(r"^(\w+):\d+(\.\d+)*$", r"\1", name)
     out.append((key, name, train, test))
   keys = [key for key, *_ in out]
   if len(set(keys)) != len(keys):
-    raise UserError(f"config.fewshot.datasets names a dataset twice: {keys}.")
+    raise UserError(f"{where} names a dataset twice: {keys}.")
+  return out
+
+
+def dataset_specs(datasets, protocol, base: specs.DataSpec, where: str):
+  """[(key, train spec, test spec)]: `base` (preprocessing, batch, data
+  dirs) with each dataset and its splits, not cached."""
+  if not datasets:
+    raise UserError(f"{where} is empty; name at least one dataset (a TFDS "
+                    "name, folder:/path or digits).")
+  out = []
+  for key, name, train, test in dataset_splits(datasets, protocol.train_split,
+                                               protocol.eval_split, where):
+    one = dataclasses.replace(base, dataset=name, cache=False, label_key=None)
+    out.append((key, dataclasses.replace(
+        one, split=train), dataclasses.replace(one, split=test)))
   return out
 
 
 class FewShotEvaluator:
   """`run(params) -> {'DATASET/Kshot': accuracy, ..., 'DATASET/full': ...}`."""
 
-  def __init__(self, model, config: ml_collections.ConfigDict, mesh,
-               params_sharding):
-    fewshot = config.fewshot
-    if not fewshot.datasets:
-      raise UserError("config.fewshot.datasets is empty; name at least one "
-                      "dataset (a TFDS name, folder:/path or digits).")
-    solver.check_config(fewshot)
-    features.check_layer(fewshot.layer, model.num_layers)
-    self._config = config
+  def __init__(self, model, protocol, datasets, mesh, params_sharding,
+               logical_axis_rules=()):
+    """`protocol`: config.fewshot; `datasets`: `dataset_specs`'s."""
+    solver.check_config(protocol)
+    features.check_layer(protocol.layer, model.num_layers)
+    self._protocol = protocol
     self._mesh = mesh
     self._feature_fn = features.make_feature_fn(
-        model, fewshot.layer, mesh, params_sharding,
-        config.sharding.logical_axis_rules)
-    self._splits = {}
-    for key, name, train_split, eval_split in dataset_splits(fewshot):
-      split_configs = []
-      for split in (train_split, eval_split):
-        split_config = config.copy_and_resolve_references()
-        split_config.dataset, split_config.eval_split = name, split
-        split_config.pp_eval = fewshot.pp_eval or config.pp_eval
-        split_config.cache = False
-        split_configs.append(split_config)
-      source = input_pipeline.make_source(split_configs[0])
-      self._splits[key] = (source, split_configs)
+        model, protocol.layer, mesh, params_sharding, logical_axis_rules)
+    self._splits = {
+        key: (sources.make_source(train), (train, test))
+        for key, train, test in datasets
+    }
 
   def dataset_features(self, params, name: str):
     """(train features, train labels, test features, test labels, classes)."""
-    source, split_configs = self._splits[name]
+    source, split_specs = self._splits[name]
     out = []
-    for split_config in split_configs:
-      batches = input_pipeline.make_eval_dataset(split_config, source)
-      out += features.extract(
-          self._feature_fn, params, batches.as_numpy_iterator(), self._mesh,
-          input_pipeline.num_eval_batches(split_config, source),
-          f"{name} {split_config.eval_split}")
+    for spec in split_specs:
+      batches = input_pipeline.make_eval_dataset(spec, source)
+      out += features.extract(self._feature_fn, params,
+                              batches.as_numpy_iterator(), self._mesh,
+                              input_pipeline.num_eval_batches(spec, source),
+                              f"{name} {spec.split}")
     return (*out, source.num_classes)
 
   def run_with_notes(self, params) -> tuple[dict[str, float], list[str]]:
     """(metrics, notes on the L2 choice, e.g. where loo fell back)."""
-    fewshot = self._config.fewshot
+    fewshot = self._protocol
     metrics, notes = {}, []
     for name in self._splits:
       *arrays, num_classes = self.dataset_features(params, name)
@@ -108,15 +118,39 @@ class FewShotEvaluator:
     """The console line: the largest shot count and the full probe."""
     shown = [
         k for k in metrics
-        if k.endswith((f"/{max(self._config.fewshot.shots)}shot", "/full"))
+        if k.endswith((f"/{max(self._protocol.shots)}shot", "/full"))
     ]
     return ", ".join(f"{k} {100 * metrics[k]:.2f}%" for k in shown)
 
 
-def from_config(config, model, mesh, params_sharding, source):
-  """(every_steps, evaluator) when config.fewshot.every_steps is set."""
-  del source  # Few-shot reads its own datasets.
-  if not config.fewshot.every_steps:
-    return None
-  return config.fewshot.every_steps, FewShotEvaluator(model, config, mesh,
-                                                      params_sharding)
+def from_protocol(model, config, mesh, params_sharding,
+                  datasets=None) -> FewShotEvaluator:
+  """config.fewshot's protocol on `datasets` (default: its own), read as
+  the config's evaluation data with config.fewshot.pp_eval: what `vit-jax
+  fewshot` sweeps."""
+  where = "--datasets" if datasets else "config.fewshot.datasets"
+  base = specs.evaluation(config, {"pp": config.fewshot.pp_eval})
+  return FewShotEvaluator(
+      model, config.fewshot,
+      dataset_specs(tuple(datasets or config.fewshot.datasets), config.fewshot,
+                    base, where), mesh, params_sharding,
+      config.sharding.logical_axis_rules)
+
+
+@registry.register(
+    "fewshot",
+    fields={
+        # Dataset names, or (name, train split, eval split) triples (see
+        # vit_jax/fewshot/bundles.py); none: the entry does not run.
+        "datasets": (),
+    },
+    applies=lambda config, fields: bool(fields["datasets"]))
+def make(entry: registry.Entry, context: registry.Context):
+  """config.fewshot's protocol on the entry's datasets."""
+  config = context.config
+  where = f"config.evals.{entry.name}.datasets"
+  return FewShotEvaluator(
+      context.model, config.fewshot,
+      dataset_specs(entry.fields["datasets"], config.fewshot, entry.data,
+                    where), context.mesh, context.params_sharding,
+      config.sharding.logical_axis_rules)

@@ -43,9 +43,6 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   """
   if not checkpoints:
     raise UserError("No checkpoints to evaluate; pass --checkpoints.")
-  config = config.copy_and_resolve_references()
-  if datasets:
-    config.fewshot.datasets = tuple(datasets)
   mesh = sharding.mesh_from_config(config)
   by_gelu = {}  # GELU form -> (state, its shardings, evaluator).
   table, notes = {}, []
@@ -60,8 +57,9 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
           model, optax.identity(), config.image_size, config.seed, mesh,
           config.sharding)
       by_gelu[gelu] = (state, state_sharding,
-                       fewshot_evaluator.FewShotEvaluator(
-                           model, path_config, mesh, state_sharding.params))
+                       fewshot_evaluator.from_protocol(model, config, mesh,
+                                                       state_sharding.params,
+                                                       datasets))
     state, state_sharding, evaluator = by_gelu[gelu]
     params = state.params if random_init else weights.init_params(
         path_config, path, state.params, state_sharding.params)

@@ -82,6 +82,15 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
+def register(name: str, variant: Variant) -> Variant:
+  """Adds a variant (a module of config.imports may add its own)."""
+  if name in VARIANTS and VARIANTS[name] != variant:
+    raise ValueError(f"The model variant {name!r} is registered twice, as "
+                     f"{VARIANTS[name]} and {variant}.")
+  VARIANTS[name] = variant
+  return variant
+
+
 def get_variant(name: str) -> Variant:
   if name not in VARIANTS:
     raise UserError(

@@ -27,6 +27,7 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import checks
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.errors import NonFiniteLossError
 from vit_jax.performance import planning
 from vit_jax.training import checkpoint
@@ -93,8 +94,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
   outputs = _Outputs(workdir)
 
-  source = input_pipeline.make_source(config, index_dir=workdir)
-  info = input_pipeline.get_info(config, source)
+  data = specs.training(config)
+  source = input_pipeline.make_source(data, index_dir=workdir)
+  info = input_pipeline.get_info(data, source)
   checks.check_labels(config, info)
   checks.warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
@@ -122,8 +124,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   start_step = int(state.step)
   train_iter = input_pipeline.prefetch_to_device(
       input_pipeline.make_train_iterator(
-          config, source, start_step,
-          labels=input_pipeline.reads_labels(config)), mesh)
+          data, source, start_step, labels=input_pipeline.reads_labels(config)),
+      mesh)
   first_batch = next(train_iter)
   planning.preflight(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)

@@ -26,6 +26,7 @@ import ml_collections
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax.config import defaults
 from vit_jax.data import sources
 from vit_jax.errors import UserError
 from vit_jax.training import trainer
@@ -87,11 +88,14 @@ def settings(config: ml_collections.ConfigDict) -> dict:
 
 
 def _differences(wanted: dict, recorded: dict) -> list[str]:
-  """'field recorded -> wanted' for each field that differs."""
+  """'field recorded -> wanted' for each field that differs. A run recorded
+  by an earlier version lacks the fields added since: those count as their
+  default; fields removed since are not compared."""
   show = lambda v: "absent" if v is _ABSENT else json.dumps(v)
+  default = settings(defaults.get_config())
   lines = []
-  for key in sorted(set(wanted) | set(recorded)):
-    now, before = wanted.get(key, _ABSENT), recorded.get(key, _ABSENT)
+  for key in sorted(wanted):
+    now, before = wanted[key], recorded.get(key, default.get(key, _ABSENT))
     if key == _DECIDED_BY_TRAINER and now is None:
       continue
     if now != before:

@@ -1,0 +1,88 @@
+"""What every reader of data takes: one split of one dataset, preprocessed and
+batched, as one value (`DataSpec`).
+
+Training reads `training(config)`: the config's dataset, `train_split`,
+`pp_train` and `batch_size`. An evaluator reads `evaluation(config, data)`:
+the config's evaluation data (`eval_split`, `pp_eval`, `eval_batch_size`),
+with the fields its entry's `data` sets instead (`config.evals.NAME.data`:
+any of DATA_FIELDS; None keeps the config's). Both build the spec in one
+place and check it (the pipeline parses, a batch is positive), so no code
+copies the training config to read another dataset, and nothing forgotten in
+a copy falls back to the training data's settings.
+"""
+
+import dataclasses
+from typing import Optional
+
+import ml_collections
+
+from vit_jax.data import preprocess
+from vit_jax.errors import UserError
+from vit_jax.training import steps
+
+# The fields an evaluator's `data` may set (config/defaults.py declares them).
+DATA_FIELDS = ("dataset", "split", "pp", "batch_size", "cache", "data_dir",
+               "manual_dir", "label_key")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+  """One split of one dataset, preprocessed and batched."""
+  dataset: str  # A TFDS name, folder:/path, vtab:TASK or digits.
+  split: str  # A TFDS split string, e.g. 'train[:98%]'.
+  pp: str  # The preprocessing pipeline (vit_jax/data/preprocess.py).
+  image_size: int  # The pipeline's output resolution.
+  batch_size: int  # Global: split over the processes.
+  cache: bool  # Keep it in host memory after the first pass.
+  data_dir: Optional[str]  # TFDS data_dir; None: TFDS's default.
+  manual_dir: Optional[str]  # TFDS manual downloads.
+  label_key: Optional[str] = None  # The label feature; None: the dataset's.
+  seed: int = 0  # The data order and the augmentation's seeds.
+  shuffle_buffer: int = 0  # Examples in the training shuffle buffer.
+  crop_on_decode: bool = True  # See preprocess (config.pp_crop_on_decode).
+  crop_antialias: bool = False  # config.pp_crop_antialias.
+  uint8: bool = False  # Training hands images over as uint8 (steps).
+
+
+def _checked(spec: DataSpec, where: str) -> DataSpec:
+  if not spec.dataset:
+    raise UserError(f"{where}: no dataset named; give a TFDS name, "
+                    "folder:/path or digits.")
+  if spec.batch_size < 1:
+    raise UserError(f"{where}: batch size {spec.batch_size} must be "
+                    "positive.")
+  preprocess.parse(spec.pp, spec.image_size, spec.crop_antialias)
+  return spec
+
+
+def _common(config: ml_collections.ConfigDict) -> dict:
+  return dict(image_size=config.image_size, cache=config.cache,
+              data_dir=config.data_dir, manual_dir=config.manual_dir,
+              seed=config.seed, crop_on_decode=config.pp_crop_on_decode,
+              crop_antialias=config.pp_crop_antialias)
+
+
+def training(config: ml_collections.ConfigDict) -> DataSpec:
+  """The training data of a config."""
+  return _checked(
+      DataSpec(dataset=config.dataset, split=config.train_split,
+               pp=config.pp_train, batch_size=config.batch_size,
+               shuffle_buffer=config.shuffle_buffer,
+               uint8=steps.hands_over_uint8(config), **_common(config)),
+      "The training data (config.dataset, train_split, pp_train)")
+
+
+def evaluation(config: ml_collections.ConfigDict, data=None,
+               where: str = "config") -> DataSpec:
+  """The config's evaluation data, with the non-None fields of `data` (an
+  evaluator entry's `data`, or a dict of DATA_FIELDS) instead."""
+  fields = dict(dataset=config.dataset, split=config.eval_split,
+                pp=config.pp_eval, batch_size=config.eval_batch_size,
+                **_common(config))
+  data = dict(data or {})
+  unknown = sorted(set(data) - set(DATA_FIELDS))
+  if unknown:
+    raise UserError(f"{where}.data has no field {', '.join(unknown)}; its "
+                    f"fields: {', '.join(DATA_FIELDS)}.")
+  fields.update({k: v for k, v in data.items() if v is not None})
+  return _checked(DataSpec(**fields), f"{where}.data")
