@@ -77,8 +77,8 @@ def get_config(arg=None):
         data=dict(dataset="imagenet2012_real", split="validation",
                   label_key="real_label", cache=False))
     config.evals.v2 = defaults.eval_entry(  # Metrics v2/*.
-        "classification", data=dict(dataset="imagenet_v2", split="test",
-                                    cache=False))
+        "classification", skip_unlabelled=False, average_label_sets=False,
+        data=dict(dataset="imagenet_v2", split="test", cache=False))
   if args.first == "digits":
     config.model.variant = "digits" if args.variant == "ViT-B/16" else (
         args.variant)

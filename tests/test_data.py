@@ -13,11 +13,11 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax import sharding
+from vit_jax.data import handover
 from vit_jax.data import input_pipeline
 from vit_jax.data import preprocess
 from vit_jax.data import specs
 from vit_jax.evaluators import classification
-from vit_jax.training import steps
 
 
 def test_digits_builder_has_fixed_splits(tfds_data_dir):
@@ -160,7 +160,7 @@ def test_uint8_hand_over_rounds_what_value_range_would_map():
     seed = tf.constant([s, 0], tf.int64)
     out = as_bytes(image, seed)
     assert out.dtype == tf.uint8
-    mapped = np.asarray(steps.images_in_value_range(jnp.asarray(out)))
+    mapped = np.asarray(handover.images_in_value_range(jnp.asarray(out)))
     np.testing.assert_allclose(  # To float rounding (XLA vs TensorFlow).
         mapped,
         preprocess.value_range()(out, None).numpy(), rtol=0, atol=2e-7)
@@ -172,11 +172,11 @@ def test_uint8_hand_over_rounds_what_value_range_would_map():
 
 
 def test_which_configs_hand_uint8_over(digits_config):
-  assert steps.hands_over_uint8(digits_config)  # ...|value_range
+  assert handover.hands_over_uint8(digits_config)  # ...|value_range
   digits_config.pp_train = "resize"
-  assert not steps.hands_over_uint8(digits_config)
+  assert not handover.hands_over_uint8(digits_config)
   digits_config.pp_train, digits_config.pp_uint8 = "resize|value_range", False
-  assert not steps.hands_over_uint8(digits_config)
+  assert not handover.hands_over_uint8(digits_config)
 
 
 def test_crop_antialias_only_changes_shrinking_crops():

@@ -20,10 +20,12 @@ import numpy as np
 from configs import digits
 from configs import fewshot as fewshot_configs
 from configs import finetune
+from configs import selfsup
 from vit_jax import inference
 from vit_jax.data import image_files
 from vit_jax.fewshot import sweep
 from vit_jax.training import trainer
+from vit_jax.weights import describe
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "workdirs_v0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,6 +45,30 @@ def test_an_old_run_resumes_where_it_stopped(tmp_path, tfds_data_dir, capsys):
   assert "Resuming at step 4" in capsys.readouterr().err
   assert os.path.isdir(os.path.join(workdir, "checkpoints", "6"))
   assert np.isfinite(result["train/loss"])
+
+
+def test_an_old_selfsup_run_resumes_with_a_fewshot_entry(
+    tmp_path, tfds_data_dir, capsys):
+  """Few-shot evaluation of a masked-patch model (no classification head)
+  while it trains."""
+  workdir = _copy(tmp_path, "selfsup")
+  config = selfsup.get_config("digits,runlocal")
+  config.data_dir = tfds_data_dir
+  config.total_steps = 6
+  config.evals.fewshot.datasets = ("digits",)
+  config.evals.fewshot.every_steps = 0  # At the end.
+  result = trainer.train_and_evaluate(config, workdir)
+  assert "Resuming at step 4" in capsys.readouterr().err
+  assert 0.0 <= result["fewshot/digits/full"] <= 1.0
+  assert 0.0 <= result["masked_patch/accuracy"] <= 1.0
+
+
+def test_an_old_selfsup_checkpoint_is_described():
+  """`vit-jax inspect CHECKPOINT --config=configs/selfsup.py:...`."""
+  checkpoint = os.path.join(FIXTURES, "selfsup", "checkpoints", "4")
+  text = describe.report(checkpoint, selfsup.get_config("digits,runlocal"))
+  assert "Loads into testing at 16 px with config.objective=masked_patch" in (
+      text), text
 
 
 def test_an_old_run_starts_a_fine_tuning(tmp_path, tfds_data_dir):

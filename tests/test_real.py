@@ -171,6 +171,13 @@ def test_real_needs_a_head_of_imagenets_classes(imagenet_model):
       UserError, match="imagenet2012_real, which has 1000 "
       "classes, but the model's head has 10"):
     evaluators.from_config(config, model, mesh, params_sharding, digits)
-  config.objective = "masked_patch"  # No head: classification does not run.
+  config.objective = "masked_patch"  # No head: an enabled entry is refused,
+  with pytest.raises(
+      UserError, match=r"config.evals.real \(classification\) "
+      "cannot run: .*Set config.evals.real.enabled=False"):
+    evaluators.check(config)
+  for name in ("real", "v2"):  # and one switched off does not run.
+    config.evals[name].enabled = False
+  evaluators.check(config)
   assert evaluators.from_config(config, model, mesh, params_sharding,
                                 digits) == []

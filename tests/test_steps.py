@@ -156,9 +156,12 @@ def test_gradient_accumulation_under_fsdp_equals_the_big_batch(setup):
 
 
 def test_core_modules_import_no_tensorflow():
-  """The model, the step and the benchmark run where TensorFlow is absent."""
+  """The model, the step, the benchmark and the default config run where
+  TensorFlow is absent."""
   code = ("import sys; import vit_jax.models, vit_jax.training.steps, "
-          "vit_jax.training.optim, vit_jax.performance.speed; "
+          "vit_jax.training.optim, vit_jax.performance.speed, "
+          "vit_jax.data.handover, vit_jax.config.defaults; "
+          "vit_jax.config.defaults.get_config(); "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   done = subprocess.run([sys.executable, "-c", code], cwd=repo,

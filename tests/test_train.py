@@ -34,7 +34,7 @@ def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("image_size", 18, "not divisible by the patch size 4"),
+        ("image_size", 18, "not a multiple of the 4-pixel patches"),
         ("batch_size", 30, "not divisible by the 8 data shards"),
         ("eval_batch_size", 12, "eval_batch_size=12 is not divisible"),
         ("optimizer", "lamb", "optimizer='lamb' is not one of"),

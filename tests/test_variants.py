@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.models import VisionTransformer
+from vit_jax.models import variants
 
 # 1000 classes, 224x224x3 input, no pre-logits. The released checkpoints'
 # sizes; a new variant must add its own line here.
@@ -159,3 +161,25 @@ def test_token_count_follows_variant_stride_at_224(name, stride):
   assert params["Transformer"]["posembed_input"]["pos_embedding"].shape[1] == (
       num_tokens)
   assert out["encoded"].shape == (1, num_tokens, VARIANTS[name].hidden_size)
+
+
+def test_a_variant_the_attention_cannot_split_is_refused():
+  with pytest.raises(UserError, match="hidden_size 100 is not divisible by "
+                     "num_heads 3"):
+    variants.register("odd", variants.Variant(100, 200, 3, 2, 4))
+  with pytest.raises(UserError, match="every size must be positive"):
+    variants.register("empty", variants.Variant(96, 0, 3, 2, 4))
+  with pytest.raises(UserError, match="'ViT-B/16' is registered twice"):
+    variants.register("ViT-B/16", variants.Variant(96, 192, 3, 2, 16))
+  assert "odd" not in VARIANTS and "empty" not in VARIANTS
+  same = VARIANTS["ViT-B/16"]
+  assert variants.register("ViT-B/16", same) is same  # Imported twice.
+
+
+@pytest.mark.parametrize("size, nearest", [(0, 16), (30, 32), (50, 48)])
+def test_image_sizes_the_patches_do_not_tile_are_refused(size, nearest):
+  with pytest.raises(
+      UserError, match=f"--image_size {size} is not a multiple "
+      f"of the 16-pixel patches of ViT-B/16; use e.g. {nearest}"):
+    variants.check_image_size("ViT-B/16", size, "--image_size")
+  variants.check_image_size("ViT-B/16", 32, "--image_size")

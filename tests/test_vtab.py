@@ -272,9 +272,12 @@ def test_a_finished_task_of_other_settings_is_refused(tmp_path, monkeypatch):
   }
   (tmp_path / "dtd").mkdir()
   (tmp_path / "dtd" / "result.json").write_text(json.dumps(done))
-  # Logging and checkpoint intervals and data locations do not matter.
+  # Logging, checkpoint and evaluation intervals, data locations, evaluation
+  # batches and the mesh do not matter.
   config.log_every_steps, config.checkpoint_every_steps = 7, 3
-  config.data_dir = str(tmp_path)
+  config.evals.test.every_steps, config.evals.test.data.batch_size = 50, 4
+  config.data_dir, config.evals.test.data.data_dir = str(tmp_path), "/x"
+  config.mesh.model = 2
   assert runner.run_tasks(config, str(tmp_path), ["dtd"]) == {"dtd": 0.5}
 
   config.lr, config.init.dont_load = 0.03, ()

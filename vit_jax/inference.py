@@ -116,10 +116,7 @@ def config_for(
   config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
   if image_size:
     config.image_size = image_size
-  stride = models.get_variant(config.model.variant).stride
-  if config.image_size % stride:
-    raise UserError(f"Image size {config.image_size} is not a multiple of "
-                    f"the {stride}-pixel patches of {config.model.variant}.")
+  models.check_image_size(config.model.variant, config.image_size)
   return weights.resolve_gelu(config), recorded is not None, arch
 
 

@@ -117,12 +117,9 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
     if _get(config, field) not in allowed:
       raise UserError(f"config.{field}={_get(config, field)!r} is not one of "
                       f"{', '.join(allowed)}.")
+  models.check_image_size(config.model.variant, config.image_size,
+                          "config.image_size")
   stride = models.get_variant(config.model.variant).stride
-  if config.image_size % stride:
-    raise UserError(
-        f"config.image_size={config.image_size} is not divisible by the patch "
-        f"size {stride} of {config.model.variant}; use a multiple of {stride} "
-        f"(e.g. {max(stride, round(config.image_size / stride) * stride)}).")
   if config.objective == "masked_patch":
     check_masked_patch(config, stride)
   fewshot_solver.check_config(config.fewshot)
@@ -180,10 +177,14 @@ def check_masked_patch(config: ml_collections.ConfigDict, stride: int):
         f"config.image_size={config.image_size} gives one patch; masked "
         "patch prediction needs at least two (a patch is replaced by "
         "another).")
-  for field in ("pp_train", "pp_eval"):
-    if _op_names(config, config[field])[-1:] != ["value_range"]:
+  pipelines = [("pp_train", config.pp_train), ("pp_eval", config.pp_eval)]
+  pipelines += [(f"evals.{name}.data.pp", entry.data.pp)
+                for name, entry in config.evals.items()
+                if entry.type == "masked_patch" and entry.data.pp]
+  for field, spec in pipelines:
+    if _op_names(config, spec)[-1:] != ["value_range"]:
       raise UserError(
-          f"config.{field}={config[field]!r} must end with value_range: the "
+          f"config.{field}={spec!r} must end with value_range: the "
           "colour targets of config.objective=masked_patch are read from "
           "pixels in [-1, 1].")
 

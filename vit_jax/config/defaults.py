@@ -162,11 +162,17 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # in vit_jax/evaluators/), any number; each runs where its type applies to
   # config.objective, and logs its metrics as NAME/metric.
   config.evals = ml_collections.ConfigDict()  # See above.
-  config.evals.test = eval_entry("classification")  # Supervised: the head.
-  config.evals.masked_patch = eval_entry("masked_patch")  # Self-supervised.
+  # These run where they apply (enabled=None), with every field of their
+  # type (vit_jax/evaluators/) so the command line can set each.
+  config.evals.test = eval_entry(  # Supervised runs: the head's accuracy.
+      "classification", enabled=None, skip_unlabelled=False,
+      average_label_sets=False)
+  config.evals.masked_patch = eval_entry(  # Self-supervised runs.
+      "masked_patch", enabled=None)
   # config.fewshot's protocol on datasets (names or (name, train split, eval
   # split) triples); none: off.
-  config.evals.fewshot = eval_entry("fewshot", datasets=())  # See above.
+  config.evals.fewshot = eval_entry(  # See above.
+      "fewshot", enabled=None, datasets=())
 
   # Few-shot linear evaluation's protocol (vit_jax/fewshot/evaluator.py),
   # for `vit-jax fewshot` and the fewshot evaluators.
@@ -217,13 +223,16 @@ def data_fields(**values) -> ml_collections.ConfigDict:
   return data
 
 
-def eval_entry(type_name: str, every_steps=None, data=None,
+def eval_entry(type_name: str, every_steps=None, data=None, enabled=True,
                **fields) -> ml_collections.ConfigDict:
-  """An entry of config.evals: an evaluator of a registered type, its
-  interval, its data (`data_fields`) and the type's own fields (those it
-  declares when registered; the others take its defaults)."""
+  """An entry of config.evals: an evaluator of a registered type, whether
+  it runs, its interval, its data (`data_fields`) and the type's own fields
+  given here (the command line sets those; the others keep the defaults
+  its type registered)."""
   entry = ml_collections.ConfigDict()
   entry.type = type_name  # A type of vit_jax/evaluators/ (or config.imports).
+  # True: it runs; False: off; None: where its type applies to the config.
+  entry.enabled = ml_collections.FieldReference(enabled, bool)
   # None: every config.eval_every_steps steps; 0: at the end only.
   entry.every_steps = ml_collections.FieldReference(every_steps, int)
   entry.data = data_fields(**(data or {}))  # What it reads.

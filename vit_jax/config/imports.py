@@ -3,11 +3,13 @@ config is checked or used: they register preprocessing ops
 (`vit_jax.data.preprocess.register`) and evaluator types
 (`vit_jax.evaluators.register`), so a project is extended without editing
 the package. An entry is a module name importable from `sys.path`, or the
-path of a `.py` file (relative to the working directory; a config file can
-name one beside itself with `os.path.dirname(__file__)`). Each is loaded
-once per process.
+path of a `.py` file (relative to the working directory, made absolute in
+the config so the run's config.json finds it from anywhere; a config file
+can name one beside itself with `os.path.dirname(__file__)`). Each is
+loaded once per process.
 """
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -21,29 +23,49 @@ _LOADED: dict[str, object] = {}
 
 
 def _load_file(path: str):
-  name = "vit_jax_user_" + os.path.splitext(os.path.basename(path))[0]
+  """The module of an absolute path, named after it (two files of the same
+  basename are two modules)."""
+  digest = hashlib.sha256(path.encode()).hexdigest()[:8]
+  base = os.path.splitext(os.path.basename(path))[0]
+  name = f"vit_jax_user_{base}_{digest}"
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   sys.modules[name] = module
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except BaseException:
+    del sys.modules[name]  # A retry loads it afresh.
+    raise
   return module
 
 
+def _import(name: str):
+  try:
+    return importlib.import_module(name)
+  except ModuleNotFoundError as e:
+    if e.name is not None and name != e.name and not name.startswith(e.name +
+                                                                     "."):
+      raise UserError(f"config.imports names the module {name!r}, which "
+                      f"imports {e.name!r}, not installed ({e}); install "
+                      "it.") from e
+    raise UserError(f"config.imports names the module {name!r}, which "
+                    f"cannot be imported ({e}); put it on PYTHONPATH or "
+                    "give the path of its .py file.") from e
+
+
 def load(config: ml_collections.ConfigDict) -> None:
-  """Imports every module of `config.imports` not imported yet."""
+  """Imports every module of `config.imports` not imported yet; makes the
+  paths of .py files absolute in the config."""
+  entries = []
   for entry in config.imports:
-    key = os.path.abspath(entry) if entry.endswith(".py") else entry
-    if key in _LOADED:
-      continue
     if entry.endswith(".py"):
-      if not os.path.isfile(key):
+      entry = os.path.abspath(entry)
+      if not os.path.isfile(entry):
         raise UserError(f"config.imports names {entry!r}, which is not a "
                         "file; give the path of a .py file or a module name.")
-      _LOADED[key] = _load_file(key)
-    else:
-      try:
-        _LOADED[key] = importlib.import_module(entry)
-      except ModuleNotFoundError as e:
-        raise UserError(f"config.imports names the module {entry!r}, which "
-                        f"cannot be imported ({e}); put it on PYTHONPATH or "
-                        "give the path of its .py file.") from e
+    entries.append(entry)
+    if entry not in _LOADED:
+      _LOADED[entry] = (_load_file(entry)
+                        if entry.endswith(".py") else _import(entry))
+  if tuple(entries) != tuple(config.imports):
+    config.imports = tuple(entries)

@@ -6,7 +6,7 @@ yields numpy batches of its share of the global batch: `{"image":
 f32[b,H,W,3], "labels": f32[b,K], "mask": f32[b]}` (no "labels" where they
 are not read: self-supervised training, unlabelled data). Training images
 are uint8 where the train step finishes the pipeline
-(`steps.hands_over_uint8`). `mask` is 1 for real examples and 0 for the
+(`handover.hands_over_uint8`). `mask` is 1 for real examples and 0 for the
 padding that fills the last evaluation batches, so every example is counted
 exactly once with the same number of batches on every process (no
 recompilation). TensorFlow runs on the host CPU only.
@@ -24,11 +24,11 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax import sharding
+from vit_jax.data import handover
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.errors import UserError
-from vit_jax.training import steps
 
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source
@@ -63,11 +63,11 @@ def reads_labels(config: ml_collections.ConfigDict) -> bool:
 def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   """Preprocesses one example; a label outside [0, K) fails loudly. Without
   `labels` the example's label (if any) is not read; with `spec.uint8` the
-  pipeline's last op is left to the train step (`steps.DEVICE_OPS`)."""
+  pipeline's last op is left to the train step (`handover.DEVICE_OPS`)."""
   image_fn = preprocess.make_image_fn(
       spec.pp, spec.image_size, crop_on_decode=spec.crop_on_decode,
       crop_antialias=spec.crop_antialias,
-      device_ops=steps.DEVICE_OPS if spec.uint8 else ())
+      device_ops=handover.DEVICE_OPS if spec.uint8 else ())
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "

@@ -56,8 +56,14 @@ def register(name: str):
   """Registers the decorated factory as the op `name`."""
 
   def add(factory):
-    if name in _REGISTRY and _REGISTRY[name] is not factory:
-      raise ValueError(f"The preprocessing op {name!r} is registered twice.")
+    # Compared by where it is defined: a module loaded again (a reload, or
+    # by path and by name) registers the same op again.
+    origin = lambda f: (f.__code__.co_filename, f.__qualname__)
+    if name in _REGISTRY and origin(_REGISTRY[name]) != origin(factory):
+      raise UserError(
+          f"The preprocessing op {name!r} is registered twice: by "
+          f"{_REGISTRY[name].__module__} and {factory.__module__}; rename "
+          "one.")
     _REGISTRY[name] = factory
     return factory
 

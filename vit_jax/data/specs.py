@@ -16,9 +16,9 @@ from typing import Optional
 
 import ml_collections
 
+from vit_jax.data import handover
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
-from vit_jax.training import steps
 
 # The fields an evaluator's `data` may set (config/defaults.py declares them).
 DATA_FIELDS = ("dataset", "split", "pp", "batch_size", "cache", "data_dir",
@@ -41,7 +41,7 @@ class DataSpec:
   shuffle_buffer: int = 0  # Examples in the training shuffle buffer.
   crop_on_decode: bool = True  # See preprocess (config.pp_crop_on_decode).
   crop_antialias: bool = False  # config.pp_crop_antialias.
-  uint8: bool = False  # Training hands images over as uint8 (steps).
+  uint8: bool = False  # Training hands images over as uint8 (handover).
 
 
 def _checked(spec: DataSpec, where: str) -> DataSpec:
@@ -68,7 +68,7 @@ def training(config: ml_collections.ConfigDict) -> DataSpec:
       DataSpec(dataset=config.dataset, split=config.train_split,
                pp=config.pp_train, batch_size=config.batch_size,
                shuffle_buffer=config.shuffle_buffer,
-               uint8=steps.hands_over_uint8(config), **_common(config)),
+               uint8=handover.hands_over_uint8(config), **_common(config)),
       "The training data (config.dataset, train_split, pp_train)")
 
 

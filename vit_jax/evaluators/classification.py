@@ -113,7 +113,8 @@ def eval_loss(name: str, average_label_sets: bool):
         # distribution (ReaL's label sets); else against the multi-hot set.
         "average_label_sets": False,
     },
-    applies=lambda config, fields: config.objective == "supervised")
+    skip=lambda config, fields: None if config.objective == "supervised" else
+    (f"config.objective={config.objective!r} trains no classification head"))
 def make(entry: registry.Entry, context: registry.Context):
   """Top-1 accuracy and loss of the model's head on the entry's data (a
   supervised run's head; its classes must be the data's)."""

@@ -20,6 +20,7 @@ import numpy as np
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.data import specs
 from vit_jax.evaluators import registry
 from vit_jax.training import steps
 
@@ -69,8 +70,10 @@ class MaskedPatchEvaluator:
 
 
 @registry.register(
-    "masked_patch",
-    applies=lambda config, fields: config.objective == "masked_patch")
+    "masked_patch", skip=lambda config, fields: None
+    if config.objective == "masked_patch" else
+    (f"config.objective={config.objective!r} trains no masked-patch head"),
+    reads=tuple(f for f in specs.DATA_FIELDS if f != "label_key"))
 def make(entry: registry.Entry, context: registry.Context):
   """Masked patch prediction's loss and per-patch accuracy on the entry's
   data (labels are not read)."""

@@ -3,15 +3,18 @@
 An entry `config.evals.NAME` (config/defaults.py: `eval_entry`) holds:
 
   type         a registered type, e.g. classification, fewshot, masked_patch
+  enabled      True: it runs (an error where its type cannot for the config);
+               False: off (not even read); None (the defaults' entries):
+               where its type applies to the config
   every_steps  None: every config.eval_every_steps steps; 0: at the end only
   data         what it reads (vit_jax/data/specs.py: DATA_FIELDS; None keeps
                the config's evaluation data)
   ...          the type's own fields (`register`'s `fields`: their defaults)
 
-Any number of entries, of any type. The loop runs each entry that applies to
-the config's objective every `every_steps` steps and at the last step, and
-writes its metrics as `NAME/metric`. A type is one function registered with
-`@register(NAME, fields=..., applies=...)` in a module of its own (or of the
+Any number of entries, of any type; they run in the order of their names
+(a ConfigDict's keys are sorted) every `every_steps` steps and at the last
+step, and write their metrics as `NAME/metric`. A type is one function
+registered with `@register(NAME, ...)` in a module of its own (or of the
 user's, loaded through config.imports): `make(entry, context) -> evaluator`,
 given the entry resolved (`Entry`: its data spec built, its own fields with
 their defaults), where an evaluator has `run(params) -> {metric: value}` and
@@ -23,6 +26,7 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 
+from absl import logging
 import ml_collections
 
 from vit_jax.data import sources
@@ -30,7 +34,7 @@ from vit_jax.data import specs
 from vit_jax.errors import UserError
 
 # The fields every entry has besides its type's own.
-COMMON_FIELDS = ("type", "every_steps", "data")
+COMMON_FIELDS = ("type", "enabled", "every_steps", "data")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,25 +69,48 @@ class Entry:
 class Type:
   make: Callable[[Entry, Context], Any]
   fields: dict  # The type's own fields and their defaults.
-  # (config, own fields) -> whether the entry runs for this config.
-  applies: Callable[[ml_collections.ConfigDict, dict], bool]
+  # (config, own fields) -> why the entry cannot run for it; None: it runs.
+  skip: Callable[[ml_collections.ConfigDict, dict], Optional[str]]
+  reads: tuple[str, ...]  # The data fields it reads (others are refused).
+  # config -> its data fields' defaults, where not the evaluation data's.
+  data_defaults: Callable[[ml_collections.ConfigDict], dict]
 
 
 TYPES: dict[str, Type] = {}
 
 
+def _origin(function) -> tuple[str, str]:
+  """Where a function is defined: the same after a module is reloaded or
+  imported again under another name."""
+  return (function.__code__.co_filename, function.__qualname__)
+
+
 def register(name: str, fields: Optional[dict] = None,
-             applies: Optional[Callable] = None):
+             skip: Optional[Callable] = None,
+             reads: tuple[str, ...] = specs.DATA_FIELDS,
+             data_defaults: Optional[Callable] = None):
   """Registers the decorated `make(entry, context)` as the type `name`.
-  `fields`: the type's own entry fields and their defaults;
-  `applies(config, fields)` says whether an entry runs for a config (by
-  default it always does)."""
+
+  fields: the type's own entry fields and their defaults.
+  skip: `skip(config, fields)` says why an entry cannot run for a config
+    (e.g. another objective), or None where it runs (the default).
+  reads: the fields of `data` it reads; an entry setting another is refused.
+  data_defaults: `data_defaults(config)`, its data fields' defaults where
+    they are not the config's evaluation data's.
+  """
+  unknown = set(reads) - set(specs.DATA_FIELDS)
+  if unknown:
+    raise ValueError(f"Evaluator type {name!r} reads unknown data fields "
+                     f"{sorted(unknown)}; known: {specs.DATA_FIELDS}.")
 
   def add(make):
-    if name in TYPES and TYPES[name].make is not make:
-      raise ValueError(f"The evaluator type {name!r} is registered twice.")
-    TYPES[name] = Type(make, dict(fields or {}), applies or
-                       (lambda config, fields: True))
+    if name in TYPES and _origin(TYPES[name].make) != _origin(make):
+      raise UserError(
+          f"The evaluator type {name!r} is registered twice: by "
+          f"{TYPES[name].make.__module__} and {make.__module__}; rename one.")
+    TYPES[name] = Type(make, dict(fields or
+                                  {}), skip or (lambda config, fields: None),
+                       tuple(reads), data_defaults or (lambda config: {}))
     return make
 
   return add
@@ -91,43 +118,73 @@ def register(name: str, fields: Optional[dict] = None,
 
 def _resolve(config, name: str) -> tuple[Type, Entry]:
   """The entry's type, and the entry resolved; refuses an unknown type or
-  field, and data that does not build."""
+  field, data fields its type does not read, and data that does not build."""
   entry = config.evals[name]
+  where = f"config.evals.{name}"
   if entry.type not in TYPES:
-    raise UserError(f"config.evals.{name}.type={entry.type!r} is not an "
-                    f"evaluator type; known: {', '.join(sorted(TYPES))} (a "
-                    "module of config.imports may register more).")
+    raise UserError(f"{where}.type={entry.type!r} is not an evaluator type; "
+                    f"known: {', '.join(sorted(TYPES))} (a module of "
+                    "config.imports may register more).")
   kind = TYPES[entry.type]
   unknown = sorted(set(entry) - set(COMMON_FIELDS) - set(kind.fields))
   if unknown:
-    raise UserError(f"config.evals.{name} ({entry.type}) has no field "
+    raise UserError(f"{where} ({entry.type}) has no field "
                     f"{', '.join(unknown)}; its fields: "
                     f"{', '.join(COMMON_FIELDS + tuple(kind.fields))}.")
   if entry.every_steps is not None and entry.every_steps < 0:
-    raise UserError(f"config.evals.{name}.every_steps={entry.every_steps} "
-                    "must be None (config.eval_every_steps), 0 (at the end) "
-                    "or positive.")
+    raise UserError(f"{where}.every_steps={entry.every_steps} must be None "
+                    "(config.eval_every_steps), 0 (at the end) or positive.")
+  data = {k: v for k, v in entry.data.items() if v is not None}
+  unread = sorted(set(data) - set(kind.reads))
+  if unread:
+    raise UserError(f"{where}.data sets {', '.join(unread)}, which a "
+                    f"{entry.type} evaluator does not read (it reads "
+                    f"{', '.join(kind.reads)}); unset it.")
   fields = {k: entry[k] if k in entry else v for k, v in kind.fields.items()}
-  data = specs.evaluation(config, entry.data.to_dict(),
-                          where=f"config.evals.{name}")
+  data = specs.evaluation(config, {
+      **kind.data_defaults(config),
+      **data
+  }, where=where)
   return kind, Entry(name, data, fields)
+
+
+def _runs(config, name: str, kind: Type, entry: Entry, log=True) -> bool:
+  """Whether the entry runs; refuses an enabled one its type cannot run."""
+  enabled = config.evals[name].enabled
+  reason = kind.skip(config, entry.fields)
+  if reason and enabled:
+    raise UserError(f"config.evals.{name} ({config.evals[name].type}) cannot "
+                    f"run: {reason}. Set config.evals.{name}.enabled=False, "
+                    "or remove the entry.")
+  if reason and log:
+    logging.info("config.evals.%s does not run: %s.", name, reason)
+  return not reason
 
 
 def check(config: ml_collections.ConfigDict):
   """Before compiling: every entry's type exists, its fields are the
-  type's, and its data builds."""
-  for name in config.evals:
-    _resolve(config, name)
+  type's, its data builds, and an enabled entry can run."""
+  for name in _not_off(config):
+    _runs(config, name, *_resolve(config, name), log=False)
+
+
+def _not_off(config) -> list[str]:
+  """The entries not switched off (an off entry is not even resolved: its
+  data may be missing here)."""
+  return [
+      name for name in config.evals if config.evals[name].enabled is not False
+  ]
 
 
 def from_config(config, model, mesh, params_sharding, train_source):
-  """[(name, every_steps, evaluator)] of the entries that apply."""
+  """[(name, every_steps, evaluator)] of the entries that run."""
   context = Context(config, model, mesh, params_sharding,
                     specs.training(config), train_source)
   made = []
-  for name, settings in config.evals.items():
+  for name in _not_off(config):
+    settings = config.evals[name]
     kind, entry = _resolve(config, name)
-    if not kind.applies(config, entry.fields):
+    if not _runs(config, name, kind, entry):
       continue
     every = (config.eval_every_steps
              if settings.every_steps is None else settings.every_steps)

@@ -14,6 +14,7 @@ import re
 
 from absl import logging
 
+from vit_jax import models
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
 from vit_jax.data import specs
@@ -71,7 +72,7 @@ class FewShotEvaluator:
                logical_axis_rules=()):
     """`protocol`: config.fewshot; `datasets`: `dataset_specs`'s."""
     solver.check_config(protocol)
-    features.check_layer(protocol.layer, model.num_layers)
+    features.check_layer(protocol.layer, models.vit_of(model).num_layers)
     self._protocol = protocol
     self._mesh = mesh
     self._feature_fn = features.make_feature_fn(
@@ -144,9 +145,14 @@ def from_protocol(model, config, mesh, params_sharding,
         # vit_jax/fewshot/bundles.py); none: the entry does not run.
         "datasets": (),
     },
-    applies=lambda config, fields: bool(fields["datasets"]))
+    skip=lambda config, fields: None
+    if fields["datasets"] else "its datasets are empty",
+    # The datasets and splits are the entry's and the protocol's.
+    reads=("pp", "batch_size", "data_dir", "manual_dir"),
+    data_defaults=lambda config: {"pp": config.fewshot.pp_eval})
 def make(entry: registry.Entry, context: registry.Context):
-  """config.fewshot's protocol on the entry's datasets."""
+  """config.fewshot's protocol on the entry's datasets, preprocessed by its
+  data.pp, else config.fewshot.pp_eval, else config.pp_eval."""
   config = context.config
   where = f"config.evals.{entry.name}.datasets"
   return FewShotEvaluator(

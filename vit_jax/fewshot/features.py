@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vit_jax import console
+from vit_jax import models
 from vit_jax import sharding
 from vit_jax.errors import UserError
 
@@ -35,6 +36,7 @@ def make_feature_fn(model, layer: str, mesh, params_sharding,
                     logical_axis_rules=()):
   """jit(params, images) -> B x D features of `layer`, sharded over data."""
   block = re.fullmatch(r"block_(\d+)", layer)
+  class_token = models.vit_of(model).classifier == "token"
 
   def features(params, images):
     logits, out = model.apply({"params": params}, images,
@@ -42,8 +44,7 @@ def make_feature_fn(model, layer: str, mesh, params_sharding,
     if block is None:
       return (logits if layer == "logits" else out[layer]).astype(jnp.float32)
     tokens = out["blocks"][int(block.group(1))]
-    pooled = (tokens[:,
-                     0] if model.classifier == "token" else tokens.mean(axis=1))
+    pooled = tokens[:, 0] if class_token else tokens.mean(axis=1)
     return pooled.astype(jnp.float32)
 
   return sharding.jit_on_mesh(

@@ -43,6 +43,8 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   """
   if not checkpoints:
     raise UserError("No checkpoints to evaluate; pass --checkpoints.")
+  models.check_image_size(config.model.variant, config.image_size,
+                          "config.image_size")
   mesh = sharding.mesh_from_config(config)
   by_gelu = {}  # GELU form -> (state, its shardings, evaluator).
   table, notes = {}, []

@@ -11,6 +11,7 @@ from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import Variant
+from vit_jax.models.variants import check_image_size
 from vit_jax.models.variants import get_variant
 from vit_jax.models.vit import ATTENTION
 from vit_jax.models.vit import CLASSIFIERS
@@ -100,6 +101,7 @@ def param_shapes(model, image_size: int):
 
 
 __all__ = [
-    "VARIANTS", "VisionTransformer", "build_model", "get_variant",
-    "check_model_config", "DTYPES", "init_on_zeros", "param_shapes"
+    "VARIANTS", "VisionTransformer", "build_model", "check_image_size",
+    "get_variant", "check_model_config", "DTYPES", "init_on_zeros",
+    "param_shapes"
 ]

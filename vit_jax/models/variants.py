@@ -83,12 +83,31 @@ VARIANTS: dict[str, Variant] = {
 
 
 def register(name: str, variant: Variant) -> Variant:
-  """Adds a variant (a module of config.imports may add its own)."""
+  """Adds a variant (a module of config.imports may add its own); refuses
+  widths the attention cannot split and a name taken by another variant."""
+  if variant.hidden_size % variant.num_heads:
+    raise UserError(f"Variant {name!r}: hidden_size {variant.hidden_size} is "
+                    f"not divisible by num_heads {variant.num_heads}.")
+  if min(variant.hidden_size, variant.mlp_dim, variant.num_heads,
+         variant.num_layers, variant.patch_size) < 1:
+    raise UserError(f"Variant {name!r}: every size must be positive "
+                    f"({variant}).")
   if name in VARIANTS and VARIANTS[name] != variant:
-    raise ValueError(f"The model variant {name!r} is registered twice, as "
-                     f"{VARIANTS[name]} and {variant}.")
+    raise UserError(f"The model variant {name!r} is registered twice, as "
+                    f"{VARIANTS[name]} and {variant}.")
   VARIANTS[name] = variant
   return variant
+
+
+def check_image_size(name: str, image_size: int, where: str = "image size"):
+  """Refuses an image size the variant's patches do not tile (before the
+  model is traced)."""
+  stride = get_variant(name).stride
+  if image_size < 1 or image_size % stride:
+    raise UserError(
+        f"The {where} {image_size} is not a multiple of the {stride}-pixel "
+        f"patches of {name}; use e.g. "
+        f"{max(stride, round(image_size / stride) * stride)}.")
 
 
 def get_variant(name: str) -> Variant:

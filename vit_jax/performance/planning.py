@@ -27,6 +27,7 @@ import numpy as np
 
 from vit_jax import sharding
 from vit_jax.config import checks
+from vit_jax.data import handover
 from vit_jax.errors import UserError
 from vit_jax.performance import flops
 from vit_jax.performance import hardware
@@ -106,7 +107,7 @@ def plan(config: ml_collections.ConfigDict, topology: str,
                                            state_sharding)
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
-  image_dtype = jnp.uint8 if steps.hands_over_uint8(config) else jnp.float32
+  image_dtype = jnp.uint8 if handover.hands_over_uint8(config) else jnp.float32
   batch_spec = {
       "image": jax.ShapeDtypeStruct((batch, size, size, 3), image_dtype,
                                     sharding=batch_sharding)

@@ -14,11 +14,11 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import ml_collections
-import numpy as np
 import optax
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax.data import handover
 from vit_jax.models import layout
 from vit_jax.models import masked_patch
 from vit_jax.training import mixup
@@ -198,29 +198,6 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
   return state, state_sharding
 
 
-# Preprocessing ops the train step applies itself (`images_in_value_range`),
-# so the host may stop before them and hand uint8 images over.
-DEVICE_OPS = ("value_range",)
-
-
-def hands_over_uint8(config: ml_collections.ConfigDict) -> bool:
-  """Whether training batches carry uint8 images: with `config.pp_uint8`,
-  a `pp_train` that ends in value_range leaves that op to the train step
-  (a quarter of the bytes through the host and onto the device)."""
-  return (config.pp_uint8 and
-          config.pp_train.rsplit("|", 1)[-1].strip() in DEVICE_OPS)
-
-
-def images_in_value_range(images: jax.Array) -> jax.Array:
-  """uint8 images (see `hands_over_uint8`) mapped to [-1, 1] as the host's
-  value_range op does (to 1e-7); float images as they are."""
-  if images.dtype != jnp.uint8:
-    return images
-  # (2x - 255) is exact; one multiplication then rounds the same in every
-  # program (XLA's division by a constant depends on how it is fused).
-  return (images.astype(jnp.float32) * 2.0 - 255.0) * np.float32(1 / 255)
-
-
 def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
                     accum_steps: int = 1, ema_decay: float = 0.0,
                     params_sharding=None, frozen=()):
@@ -244,7 +221,7 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
     model, params_sharding = _gather_in_blocks(model, params_sharding)
 
   def loss(params, batch, rng):
-    batch = {**batch, "image": images_in_value_range(batch["image"])}
+    batch = {**batch, "image": handover.images_in_value_range(batch["image"])}
     params = optim.stop_frozen_gradients(frozen, params)
     if params_sharding is not None:
       params = sharding.gather_over_data(params, params_sharding)

@@ -17,6 +17,7 @@ Natural / Specialized / Structured means and the VTAB score: the mean over
 the tasks (not over the groups).
 """
 
+import fnmatch
 import json
 import statistics
 import uuid
@@ -45,18 +46,21 @@ def task_config(config: ml_collections.ConfigDict,
   return config
 
 
-# Fields that do not change a task's result: where the data and the cache
-# lie, how often the run logs, evaluates and saves, and the device layout
-# (a preempted task may resume on another slice); a name ending in "." is
-# a group. All the others (lr, steps, batch, dont_load, ...) must match for
-# a result or a checkpoint to be reused: listing what to ignore rather
-# than what to compare keeps a field added later compared.
-_NOT_COMPARED = frozenset([
-    "data_dir", "manual_dir", "cache", "eval_batch_size", "log_every_steps",
-    "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints",
-    "keep_checkpoint_every_steps", "profile_steps", "init.cache_dir", "mesh.",
-    "sharding."
-])
+# Fields that do not change a task's result: where the data, the cache and
+# the user's modules lie, how often the run logs, evaluates and saves, how
+# evaluation batches, and the device layout (a preempted task may resume on
+# another slice); fnmatch patterns over dotted names. All the others (lr,
+# steps, batch, dont_load, ...) must match for a result or a checkpoint to
+# be reused: listing what to ignore rather than what to compare keeps a
+# field added later compared.
+_NOT_COMPARED = ("data_dir", "manual_dir", "cache", "eval_batch_size",
+                 "log_every_steps", "eval_every_steps",
+                 "checkpoint_every_steps", "keep_checkpoints",
+                 "keep_checkpoint_every_steps", "profile_steps",
+                 "init.cache_dir", "mesh.*", "sharding.*", "imports",
+                 "evals.*.every_steps", "evals.*.data.batch_size",
+                 "evals.*.data.cache", "evals.*.data.data_dir",
+                 "evals.*.data.manual_dir")
 # Unset, the trainer decides it from the checkpoint (which is compared) and
 # records its decision in config.json.
 _DECIDED_BY_TRAINER = "model.gelu_approximate"
@@ -78,7 +82,7 @@ def _settings(config_json: dict) -> dict:
   return {
       k: v
       for k, v in _flatten(config_json).items()
-      if k not in _NOT_COMPARED and k.split(".")[0] + "." not in _NOT_COMPARED
+      if not any(fnmatch.fnmatchcase(k, p) for p in _NOT_COMPARED)
   }
 
 

@@ -37,8 +37,8 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
   model = steps.model_for_config(config, num_classes)
   size = config.image_size
   target = models.param_shapes(model, size)
-  what = (f"{num_classes} classes"
-          if model.num_classes else f"config.objective={config.objective}")
+  what = (f"{num_classes} classes" if models.vit_of(model).num_classes else
+          f"config.objective={config.objective}")
   try:
     _, report = loader.load_for_config(config, path, target)
     return (f"Loads into {config.model.variant} at {size} px with "
