@@ -41,7 +41,11 @@ def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
   # The compiled count covers the model's matmuls (plus the optimizer and
   # elementwise work, minus nothing): within a small factor of 6 x MACs.
   assert 0.8 < r["flops_per_step"] / r["model_flops_per_step"] < 3
-  assert r["est_step_s"] is None  # No peak FLOP/s known for a CPU.
+  assert r["time"] is None  # No rates known for a CPU.
+  # Replicated: the gradients are all-reduced over `data`, about the least.
+  moved = r["communication"]
+  assert set(moved["by_axes"]) == {"data"} and moved["by_kind"]["all-reduce"]
+  assert 0.99 < moved["bytes"] / moved["minimum_bytes"] < 1.1
   # Memory unknown:
   assert planning.plan(digits_config, "cpu:8")["fits"] is None
 
@@ -88,7 +92,8 @@ def test_tpu_topology_plan_without_a_tpu(digits_config):
   for r in (replicated, fsdp):
     assert (r["device_kind"], r["num_devices"]) == ("TPU v5 lite", 4)
     assert r["hbm_bytes_per_device"] == 16 * 2**30 and r["fits"] is True
-    assert r["est_step_s"] > 0
+    assert r["time"]["est_step_s"] > 0
+    assert r["time"]["bound"] in ("compute", "memory", "interconnect")
     _sum_check(r)
   # Sharded over 4 devices, parameters and optimizer state take about a
   # quarter of the replicated arguments (the batch is split in both).
@@ -127,9 +132,13 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
   assert report["num_devices"] == 2 and report["variant"] == "testing"
   assert report["mesh"] == {"data": 2, "model": 1}
   assert jax.device_count() == 8  # The command's devices were its own.
+  moved = report["communication"]
   assert planning.format_row(report) == (
       f"| testing | 32 | cpu:2 | replicate | "
-      f"{report['total_bytes'] / 2**30:.2f} | ? |")
+      f"{report['total_bytes'] / 2**30:.2f} | ? | "
+      f"{moved['bytes'] / 2**30:.2f} "
+      f"({moved['bytes'] / moved['minimum_bytes']:.2f}x) | ? | ? |")
+  assert "moves per device per step:" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ The package, one line per folder (docs/layout.md has every module):
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/weights/      every weights format: read, convert, resize, load,
                         write
-  vit_jax/performance/  plan for a topology, speed, profiling, FLOPs, chips
+  vit_jax/performance/  plan for a topology (memory, communication, a
+                        roofline of the step), speed, profiling, chips
   vit_jax/analysis/     the paper's analyses and their figures
   vit_jax/vtab/         the VTAB-1k tasks and the runner over them
 """

@@ -1,4 +1,4 @@
-r"""The plan command: memory, fit and time of a config on a target, no devices.
+r"""The plan command: memory, traffic and step time of a config, no devices.
 
     vit-jax plan --config=configs/pretrain.py:i1k,variant=ViT-L/16 \
         --config.batch_size=256 --topology=v5e:4x4 --out=plan.json
@@ -29,7 +29,6 @@ flags.DEFINE_string("topology", None, "v5e:4x4, v5p:2x2x4, ..., or cpu:N.")
 flags.DEFINE_string("out", None, "Also write the report here as JSON.")
 flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.")
 flags.DEFINE_float("hbm_gib", None, "Device memory, if not in the table.")
-flags.DEFINE_float("mfu", 0.4, "Model-FLOPs utilisation for the estimate.")
 flags.DEFINE_bool("row", False, "Print one Markdown table row instead.")
 flags.mark_flags_as_required(["config", "topology"])
 
@@ -46,7 +45,7 @@ def main(argv):
   del argv
   _set_up_devices()
   result = planning.plan(FLAGS.config, FLAGS.topology, FLAGS.num_classes,
-                         FLAGS.hbm_gib, FLAGS.mfu)
+                         FLAGS.hbm_gib)
   print(
       planning.format_row(result) if FLAGS.row else planning.
       format_report(result))

@@ -5,13 +5,14 @@ pre-flight memory check (`preflight`). `plan(config, topology)` builds
 exactly what `trainer.train_and_evaluate` builds (model, optimizer, sharding
 rules, mesh, gradient accumulation, remat, scan, dtypes) from abstract
 arrays only (nothing is allocated), compiles the train step for the target
-and reports its per-device memory from XLA's `memory_analysis()`, whether it
-fits, its FLOPs and an estimated step time. The target is a TPU topology
-such as `v5e:4x4`, `v5p:2x2x4` or `v6e:8x8` (compiled here by libtpu, from
-the `tpu` extra; no TPU needed; v4 is described with two devices per chip
-and may be refused) or `cpu:N` (N host devices). A step the TPU compiler
-refuses for want of memory is reported as not fitting, with the compiler's
-lower bound of its need.
+and reports its per-device memory from XLA's `memory_analysis()`, whether
+it fits, what a step moves between devices against the least its sharding
+must (`communication.py`) and where its time goes (`roofline.py`). The
+target is a TPU topology such as `v5e:4x4`, `v5p:2x2x4` or `v6e:8x8`
+(compiled here by libtpu, from the `tpu` extra; no TPU needed; v4 is
+described with two devices per chip and may be refused) or `cpu:N` (N host
+devices). A step the TPU compiler refuses for want of memory is reported as
+not fitting, with the compiler's lower bound of its need.
 """
 
 import math
@@ -29,8 +30,10 @@ from vit_jax import sharding
 from vit_jax.config import checks
 from vit_jax.data import handover
 from vit_jax.errors import UserError
+from vit_jax.performance import communication
 from vit_jax.performance import flops
 from vit_jax.performance import hardware
+from vit_jax.performance import roofline
 from vit_jax.training import optim
 from vit_jax.training import steps
 
@@ -87,8 +90,8 @@ def _num_classes(config: ml_collections.ConfigDict) -> int:
 
 
 def plan(config: ml_collections.ConfigDict, topology: str,
-         num_classes: Optional[int] = None, hbm_gib: Optional[float] = None,
-         mfu: float = 0.4) -> dict:
+         num_classes: Optional[int] = None,
+         hbm_gib: Optional[float] = None) -> dict:
   """Compiles the config's train step for `topology`; returns the report."""
   devices, chips = target_devices(topology)
   mesh = sharding.mesh_from_config(config, devices)
@@ -125,17 +128,44 @@ def plan(config: ml_collections.ConfigDict, topology: str,
     if needed is None:
       raise
     memory = {**{k: None for k in MEMORY_KEYS}, "total_bytes": needed}
-    result = report(memory, None, devices, chips, topology, mesh, model, config,
-                    hbm_gib, mfu, state.params)
+    result = report(memory, devices, chips, topology, mesh, model, config,
+                    hbm_gib, state.params)
     return {
         **result, "fits": False,
         "compile_error": str(e).splitlines()[0][:300]
     }
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return report(memory_bytes(compiled), float(cost.get(
-      "flops", 0.0)), devices, chips, topology, mesh, model, config, hbm_gib,
-                mfu, state.params)
+  result = report(memory_bytes(compiled), devices, chips, topology, mesh, model,
+                  config, hbm_gib, state.params)
+  gathered_in_blocks = steps.blocks_gather_their_params(model,
+                                                        state_sharding.params)
+  moved = traffic(compiled.as_text(), mesh, config, state.params,
+                  state_sharding.params, devices[0].device_kind,
+                  max(len(devices) // chips, 1), gathered_in_blocks)
+  return {**result, **moved}
+
+
+def traffic(text: str, mesh, config, params, params_sharding, kind: str,
+            per_chip: int, gathered_in_blocks: bool) -> dict:
+  """A compiled step's communication (counted, and the least its sharding
+  must move) and its roofline time; FLOPs counted over what executes."""
+  shape = {k: int(v) for k, v in mesh.shape.items()}
+  moved = communication.totals(communication.collectives(text, shape))
+  least = communication.minimum(params, params_sharding, mesh,
+                                jnp.dtype(config.model.dtype),
+                                gathered_in_blocks)
+  peak, bandwidths = (hardware.peak_flops(
+      kind, per_chip), hardware.bandwidths(kind, per_chip))
+  rates = roofline.Rates(peak, *bandwidths) if peak and bandwidths else (
+      roofline.Rates(1.0, 1.0, 1.0))  # Units only: FLOPs still count.
+  time = roofline.step_time(text, shape, rates)
+  return {
+      "communication": {
+          **moved, "minimum_bytes": least["bytes"],
+          "minimum_by_kind": least["by_kind"]
+      },
+      "flops_per_step": time["flops"] * math.prod(shape.values()),
+      "time": time if peak and bandwidths else None,
+  }
 
 
 MEMORY_KEYS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -205,15 +235,14 @@ def preflight(train_step, state, batch) -> dict[str, int]:
   return memory
 
 
-def report(memory, compiled_flops, devices, chips, topology, mesh, model,
-           config, hbm_gib, mfu, params) -> dict:
+def report(memory, devices, chips, topology, mesh, model, config, hbm_gib,
+           params) -> dict:
   kind = devices[0].device_kind
   per_chip = max(len(devices) // chips, 1)
   hbm = (int(hbm_gib *
              2**30) if hbm_gib else hardware.hbm_bytes(kind, per_chip))
   model_flops = 6 * flops.forward_macs(model,
                                        config.image_size) * (config.batch_size)
-  peak = hardware.peak_flops(kind, per_chip)
   return {
       "topology": topology,
       "device_kind": kind,
@@ -234,48 +263,90 @@ def report(memory, compiled_flops, devices, chips, topology, mesh, model,
                                                                  hbm),
       "fit_fraction": FIT_FRACTION,
       "params": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
-      "flops_per_step": (
-          None if compiled_flops is None else compiled_flops * len(devices)),
+      "flops_per_step": None,  # Set from the compiled program.
       "model_flops_per_step": float(model_flops),
-      "mfu_assumed": mfu,
-      "est_step_s": (
-          model_flops / (len(devices) * peak * mfu) if peak else None),
+      "communication": None,
+      "time": None,
   }
 
 
+def _gib(b: float) -> str:
+  return f"{b / 2**30:.2f} GiB"
+
+
+def _size(b: float) -> str:
+  for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    if b >= 0.1 * scale:
+      return f"{b / scale:.2f} {unit}"
+  return f"{b:.0f} B"
+
+
+def _communication_line(r: dict) -> str:
+  c = r["communication"]
+  kinds = ", ".join(f"{k} {_size(v)}" for k, v in c["by_kind"].items() if v)
+  axes = ", ".join(f"{k} {_size(v)}" for k, v in c["by_axes"].items())
+  least = c["minimum_bytes"]
+  ratio = f" ({c['bytes'] / least:.2f}x)" if least else ""
+  return (f"moves per device per step: {_size(c['bytes'])} ("
+          f"{kinds or 'none'}; over {axes or 'no axis'}); the least for its "
+          f"sharding: {_size(least)}{ratio}")
+
+
+def _time_line(r: dict) -> str:
+  t = r["time"]
+  if t is None:
+    return "step time: not estimated (no rates known for this device)"
+  ms = lambda s: f"{s * 1e3:.2f} ms"
+  overlapped = ("" if t["overlapped_fraction"] is None else
+                f", {t['overlapped_fraction']:.0%} of it overlapped")
+  return (f"step time (roofline): compute {ms(t['compute_s'])}, memory "
+          f"{ms(t['memory_s'])}, interconnect {ms(t['interconnect_s'])}"
+          f"{overlapped}; bound by {t['bound']}; estimated "
+          f"{ms(t['est_step_s'])}")
+
+
 def format_report(r: dict) -> str:
-  gib = lambda b: f"{b / 2**30:.2f} GiB"
   fits = {None: "unknown (pass --hbm_gib)", True: "yes", False: "NO"}[r["fits"]]
-  hbm = gib(r["hbm_bytes_per_device"]) if r["hbm_bytes_per_device"] else "?"
-  step = f"{r['est_step_s']:.3f} s" if r["est_step_s"] else "?"
-  if r.get("compile_error"):
-    memory = (f"per device: at least {gib(r['total_bytes'])}; the compiler "
-              f"refused it: {r['compile_error']}")
-    compiled = "not compiled"
-  else:
-    memory = (f"per device: arguments {gib(r['argument_bytes'])} + "
-              f"temporaries {gib(r['temp_bytes'])} + outputs "
-              f"{gib(r['output_bytes'])} - aliased {gib(r['alias_bytes'])} = "
-              f"{gib(r['total_bytes'])}")
-    compiled = f"{r['flops_per_step'] / 1e12:.1f} TFLOP per step compiled"
-  return "\n".join([
+  hbm = _gib(r["hbm_bytes_per_device"]) if r["hbm_bytes_per_device"] else "?"
+  lines = [
       f"{r['variant']}, batch {r['batch_size']} at {r['image_size']} px, "
       f"{r['dtype']}, sharding {r['sharding']}, remat {r['remat']}, "
       f"scan {r['scan_layers']}",
       f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
       f"({hbm} each), mesh {r['mesh']}",
-      memory,
+  ]
+  if r.get("compile_error"):
+    return "\n".join(lines + [
+        f"per device: at least {_gib(r['total_bytes'])}; the compiler "
+        f"refused it: {r['compile_error']}",
+        f"fits in {r['fit_fraction']:.0%} of device memory: {fits}",
+    ])
+  return "\n".join(lines + [
+      f"per device: arguments {_gib(r['argument_bytes'])} + temporaries "
+      f"{_gib(r['temp_bytes'])} + outputs {_gib(r['output_bytes'])} - "
+      f"aliased {_gib(r['alias_bytes'])} = {_gib(r['total_bytes'])}",
       f"fits in {r['fit_fraction']:.0%} of device memory: {fits}",
-      f"{r['params']:,} parameters; {compiled}, "
-      f"{r['model_flops_per_step'] / 1e12:.1f} TFLOP from 6 x forward MACs; "
-      f"estimated step {step} at {r['mfu_assumed']:.0%} MFU",
+      f"{r['params']:,} parameters; {r['flops_per_step'] / 1e12:.1f} TFLOP "
+      f"per step compiled (matmuls, every device), "
+      f"{r['model_flops_per_step'] / 1e12:.1f} TFLOP from 6 x forward MACs",
+      _communication_line(r),
+      _time_line(r),
   ])
 
 
 def format_row(r: dict) -> str:
-  """One Markdown table row: model, batch, topology, sharding, GiB, fits."""
+  """One Markdown table row: model, batch, topology, sharding, GiB, fits,
+  GiB moved per device (x the least), bound, estimated step."""
   fits = {None: "?", True: "yes", False: "no"}[r["fits"]]
   strategies = "/".join(sorted({s for _, s in r["sharding"]}))
   at_least = ">= " if r.get("compile_error") else ""
+  c, t = r["communication"], r["time"]
+  moved = "?" if c is None else (
+      f"{c['bytes'] / 2**30:.2f} ({c['bytes'] / c['minimum_bytes']:.2f}x)"
+      if c["minimum_bytes"] else f"{c['bytes'] / 2**30:.2f}")
+  time = "? | ?" if t is None else (
+      f"{t['bound']} | {t['est_step_s'] * 1e3:.0f} ms "
+      f"({t['overlapped_fraction'] or 0:.0%} overlapped)")
   return (f"| {r['variant']} | {r['batch_size']} | {r['topology']} | "
-          f"{strategies} | {at_least}{r['total_bytes'] / 2**30:.2f} | {fits} |")
+          f"{strategies} | {at_least}{r['total_bytes'] / 2**30:.2f} | {fits} "
+          f"| {moved} | {time} |")

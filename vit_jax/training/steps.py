@@ -314,6 +314,12 @@ def _gather_in_blocks(model, params_sharding):
   }
 
 
+def blocks_gather_their_params(model, params_sharding) -> bool:
+  """Whether the encoder blocks gather their own FSDP-sharded parameters
+  (so the backward pass gathers them again)."""
+  return _gather_in_blocks(model, params_sharding)[1] is not params_sharding
+
+
 def jit_train_step(train_step, state_sharding, mesh: Mesh,
                    logical_axis_rules=()):
   """Explicit in/out shardings; the old state's buffers are donated."""

@@ -1,0 +1,212 @@
+"""What a compiled step moves between devices, and the least it must.
+
+`collectives(text, mesh)` counts, per device and per step, the bytes each
+collective of a compiled program sends, over what executes: an instruction
+in a loop body counts once per iteration, one in a fusion once per run of
+the fusion, an asynchronous start/done pair once; the pieces XLA splits one
+collective into (a TPU async collective fusion's start, continuation and
+done share its channel and chain ids) count once. Bytes sent per device,
+for a group of n devices and a buffer of S bytes (the bandwidth-optimal
+algorithms, which a ring or a torus dimension achieves):
+
+  all-gather          (n - 1) / n x S, S the gathered result
+  reduce-scatter      (n - 1) / n x S, S the input
+  all-reduce          2 (n - 1) / n x S (a reduce-scatter, then an all-gather)
+  all-to-all          (n - 1) / n x S
+  collective-permute  S, for each device that sends
+
+`minimum(...)` is the least a strategy must move, from the parameters and
+their shardings (see its docstring for the formulas).
+"""
+
+import dataclasses
+import math
+import re
+from typing import Optional
+
+import jax
+import numpy as np
+
+from vit_jax import sharding
+from vit_jax.models import layout
+from vit_jax.performance import hlo
+
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+         "collective-permute")
+_CHANNEL = re.compile(r"channel_id=(\d+)")
+_CHAIN = re.compile(r'chain_id="(\d+)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+  kind: str  # One of KINDS.
+  name: str  # The instruction (the first piece, where XLA split it).
+  computation: str
+  bytes_per_run: float  # Sent by one device, by one execution.
+  runs: int  # Executions per step.
+  axes: tuple[str, ...]  # The mesh axes its groups span.
+  is_async: bool  # Issued as start/done (the schedule may overlap it).
+
+  @property
+  def bytes(self) -> float:
+    return self.bytes_per_run * self.runs
+
+
+def _kind(opcode: str) -> Optional[str]:
+  base = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+  return "all-to-all" if base == "ragged-all-to-all" else (
+      base if base in KINDS else None)
+
+
+def _operand_bytes(instruction: hlo.Instruction,
+                   computation: hlo.Computation) -> float:
+  """Bytes of the operands (the buffer a collective sends from)."""
+  found = [computation.by_name.get(o) for o in instruction.operands]
+  if found and all(found):
+    if instruction.opcode == "collective-permute-start":
+      found = found[:1]  # Later operands are in-place outputs and offsets.
+    return sum(o.bytes for o in found)
+  # Operands not named here: infer from the result.
+  first = instruction.arrays()
+  return hlo.type_bytes(
+      instruction.type) if not first else (hlo.DTYPE_BYTES[first[0][0]] *
+                                           math.prod(first[0][1]))
+
+
+def _axes(groups_or_pairs, mesh_shape: dict[str, int]) -> tuple[str, ...]:
+  """The mesh axes along which the devices of a group (or of each
+  source-target pair) differ. Device ids are positions in the mesh's
+  device order (row-major over its axes)."""
+  names, sizes = list(mesh_shape), list(mesh_shape.values())
+  varying = set()
+  for group in groups_or_pairs:
+    coords = np.array(np.unravel_index(np.array(group), sizes))
+    varying |= {names[i] for i in range(len(names)) if len(set(coords[i])) > 1}
+  return tuple(n for n in names if n in varying)
+
+
+def channel(instruction: hlo.Instruction, computation: str = "") -> str:
+  """What identifies one collective across the pieces XLA splits it into:
+  a TPU async collective fusion's start, continuation and done carry the
+  same channel and chain id. Elsewhere each instruction is its own (JAX may
+  give many collectives one channel id)."""
+  chain = _CHAIN.search(instruction.attributes)
+  found = _CHANNEL.search(instruction.attributes)
+  if chain and found:
+    return f"channel {found.group(1)} chain {chain.group(1)}"
+  return f"{computation}/{instruction.name}"
+
+
+def measure(instruction: hlo.Instruction, computation: hlo.Computation,
+            mesh_shape: dict[str, int], num_devices: int):
+  """(kind, bytes one device sends, mesh axes) of a collective instruction
+  (counted at its start); None for anything else."""
+  kind = _kind(instruction.opcode)
+  if kind is None:
+    return None
+  size = _operand_bytes(instruction, computation)
+  if kind == "collective-permute":
+    pairs = hlo.source_target_pairs(instruction.attributes)
+    return kind, size * len(pairs) / num_devices, _axes(pairs, mesh_shape)
+  groups = hlo.device_groups(instruction.attributes, num_devices)
+  n = len(groups[0])
+  sent = {
+      "all-gather": (n - 1) * size,
+      "reduce-scatter": (n - 1) / n * size,
+      "all-reduce": 2 * (n - 1) / n * size,
+      "all-to-all": (n - 1) / n * size,
+  }[kind]
+  return kind, sent, _axes(groups, mesh_shape)
+
+
+def collectives(text: str, mesh_shape: dict[str, int]) -> list[Collective]:
+  """Every collective of a compiled program's text, counted per step."""
+  computations = hlo.parse_module(text)
+  runs, _ = hlo.execution_counts(computations)
+  num_devices = math.prod(mesh_shape.values())
+  found: dict[tuple, Collective] = {}
+  for computation in computations.values():
+    for instruction in computation.instructions:
+      measured = measure(instruction, computation, mesh_shape, num_devices)
+      if measured is None or runs[computation.name] == 0:
+        continue
+      kind, sent, axes = measured
+      key = (kind, channel(instruction, computation.name))
+      this = Collective(
+          kind, instruction.name, computation.name, sent,
+          runs[computation.name], axes,
+          instruction.opcode.endswith("-start") or
+          "async_collective" in instruction.attributes or
+          computation.name.startswith("async"))
+      if key not in found or found[key].runs < this.runs:
+        found[key] = this
+  return [c for c in found.values() if c.bytes > 0]
+
+
+def totals(found: list[Collective]) -> dict:
+  """Bytes per step and device: in all, by kind and by mesh axes."""
+  by_kind = {k: 0.0 for k in KINDS}
+  by_axes: dict[str, float] = {}
+  for c in found:
+    by_kind[c.kind] += c.bytes
+    axes = "+".join(c.axes) or "none"
+    by_axes[axes] = by_axes.get(axes, 0.0) + c.bytes
+  return {
+      "bytes": sum(by_kind.values()),
+      "by_kind": by_kind,
+      "by_axes": by_axes
+  }
+
+
+def minimum(abstract_params, params_sharding, mesh, compute_dtype,
+            gathered_in_blocks: bool) -> dict:
+  """The least a step must move per device, from the parameters' shardings.
+
+  n is the size of the mesh's `data` axis; B a parameter's bytes on a
+  device once gathered over `data` (its tensor-parallel split kept), in the
+  dtype it travels in: the encoder blocks' kernels (two or more
+  dimensions per layer) gathered in the compute dtype (the blocks cast them
+  before gathering; their gradients come back in it); a replicated kernel's
+  gradient in the compute dtype (the layer's matmul makes it so); the rest
+  in their own dtype.
+
+    replicated over data   its gradient all-reduced:  2 (n-1)/n x B
+    FSDP (split over data) gathered for the forward pass, gathered again for
+                           the backward pass where the encoder blocks
+                           gather their own (`gathered_in_blocks`), and its
+                           gradient reduce-scattered:  (2 or 1 + 1) (n-1)/n x B
+
+  Tensor parallelism's activation collectives are not included.
+  """
+  n = mesh.shape[sharding.DATA_AXIS]
+  blocks = set(layout.encoder_blocks(abstract_params))
+  scanned = layout.is_scanned(abstract_params)
+  parts = {"all-gather": 0.0, "reduce-scatter": 0.0, "all-reduce": 0.0}
+
+  def add(path, leaf, spec):
+    names = [getattr(k, "key", str(k)) for k in path]
+    in_block = names[0] == layout.ENCODER and names[1:2] in ([b]
+                                                             for b in blocks)
+    layer_ndim = leaf.ndim - (1 if in_block and scanned else 0)
+    kernel = layer_ndim >= 2
+    axes = jax.tree.leaves(tuple(spec.spec))
+    fsdp = sharding.DATA_AXIS in axes
+    if fsdp:  # Only the blocks' gather casts (sharding.gather_over_data).
+      cast = in_block and gathered_in_blocks and kernel
+    else:  # The gradient leaves the layer in the compute dtype.
+      cast = kernel
+    dtype = compute_dtype if cast else leaf.dtype
+    split = math.prod(mesh.shape[a]
+                      for a in axes
+                      if a is not None and a != sharding.DATA_AXIS)
+    size = leaf.size * np.dtype(dtype).itemsize / split
+    share = (n - 1) / n
+    if fsdp:
+      gathers = 2 if (in_block and gathered_in_blocks) else 1
+      parts["all-gather"] += gathers * share * size
+      parts["reduce-scatter"] += share * size
+    else:
+      parts["all-reduce"] += 2 * share * size
+
+  jax.tree_util.tree_map_with_path(add, abstract_params, params_sharding)
+  return {"bytes": sum(parts.values()), "by_kind": parts}
