@@ -185,3 +185,18 @@ def test_the_least_a_sharding_must_move(digits_config):
               pytest.approx(1.5 * replicated)  # The head's bias:
       }  # 10 classes do not split over 4 devices.
       assert 0 < replicated < 0.01 * total
+
+
+def test_fsdp_gradients_are_reduce_scattered_not_all_reduced(digits_config):
+  """The compiled step (cpu:4) sums each FSDP gradient into its shard; an
+  all-reduce of whole gradients (what the step did before) fails this."""
+  with digits_config.unlocked():
+    digits_config.sharding.params = ((".*", "fsdp"),)
+    digits_config.sharding.fsdp_min_size = 0
+  moved = planning.plan(digits_config, "cpu:4")["communication"]
+  assert moved["by_kind"]["reduce-scatter"] == pytest.approx(
+      moved["minimum_by_kind"]["reduce-scatter"])
+  # Left to all-reduce: the head's bias (10 classes do not split over 4
+  # devices) and the scalar metrics.
+  assert moved["by_kind"][
+      "all-reduce"] < 0.05 * moved["by_kind"]["reduce-scatter"]

@@ -106,8 +106,9 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
   the forward and again in the backward pass, instead of keeping all 12
   layers' gathered weights alive from one to the other."""
   regathered = _tpu_plan(digits_config, "fsdp")
-  monkeypatch.setattr(steps, "_gather_in_blocks", lambda model, shardings:
-                      (model, shardings))
+  monkeypatch.setattr(
+      steps, "_gather_in_blocks", lambda model, shardings, explicit=True:
+      (model, shardings))
   kept = _tpu_plan(digits_config, "fsdp")
   # ViT-B/32 blocks: 7,087,872 parameters each, fp32 at this config's dtype.
   block_bytes = 7_087_872 * 4

@@ -13,6 +13,7 @@ import pytest
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax.performance import communication
 from vit_jax.training import optim
 from vit_jax.training import steps
 
@@ -177,18 +178,32 @@ def test_optimizer_state_and_ema_follow_their_parameter(digits_config):
   assert shardings.step.spec == P()
 
 
-def test_the_fsdp_gather_is_exact_and_returns_the_gradient_to_its_shard():
+def test_the_fsdp_gather_is_exact_and_reduce_scatters_the_gradient():
+  """On each device's share of the batch: the shard gathered whole, the
+  loss averaged over the shares, and the gradient summed straight into
+  each device's shard: a reduce-scatter, never an all-reduce of it."""
   mesh = sharding.make_mesh()
   shard = NamedSharding(mesh, P("data", None))
-  p = jax.device_put(jnp.arange(32.0).reshape(8, 4), shard)
+  p = jax.device_put(jnp.arange(64.0).reshape(16, 4), shard)
+  batch = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("data")))
 
-  def loss(p):
-    full = sharding.gather_over_data(p, shard)
-    return jnp.sum(full**2), full
+  def local_loss(params, batch, rng):
+    del rng
+    full = sharding.gather_over_data(params, shard)
+    return jnp.sum(full**2) * jnp.mean(batch), {"total": jnp.sum(full)}
 
-  (value, full), grad = jax.jit(jax.value_and_grad(loss, has_aux=True))(p)
-  np.testing.assert_array_equal(full, np.arange(32.0).reshape(8, 4))
-  assert full.sharding.is_fully_replicated
-  np.testing.assert_allclose(value, np.sum(np.arange(32.0)**2))
-  np.testing.assert_array_equal(grad, 2 * np.arange(32.0).reshape(8, 4))
+  loss = sharding.over_data_shards(local_loss, mesh, shard)
+  step = jax.jit(jax.value_and_grad(loss, has_aux=True))
+  (value, metrics), grad = step(p, batch, jax.random.key(0))
+  squares = np.sum(np.arange(64.0)**2)
+  np.testing.assert_allclose(value, squares * 3.5)  # The batch's mean.
+  np.testing.assert_allclose(metrics["total"], np.sum(np.arange(64.0)))
+  np.testing.assert_allclose(grad, 2 * 3.5 * np.arange(64.0).reshape(16, 4))
   assert grad.sharding.is_equivalent_to(shard, grad.ndim)
+  text = step.lower(p, batch, jax.random.key(0)).compile().as_text()
+  kinds = {
+      c.kind: c.bytes_per_run
+      for c in communication.collectives(text, dict(mesh.shape))
+  }
+  assert kinds["reduce-scatter"] == pytest.approx(7 / 8 * 64 * 4)
+  assert kinds.get("all-reduce", 0) < 64  # Only the scalars averaged.

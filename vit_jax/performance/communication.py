@@ -159,7 +159,7 @@ def totals(found: list[Collective]) -> dict:
 
 
 def minimum(abstract_params, params_sharding, mesh, compute_dtype,
-            gathered_in_blocks: bool) -> dict:
+            gathered_in_blocks: bool, activations: float = 0.0) -> dict:
   """The least a step must move per device, from the parameters' shardings.
 
   n is the size of the mesh's `data` axis; B a parameter's bytes on a
@@ -176,12 +176,13 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
                            gather their own (`gathered_in_blocks`), and its
                            gradient reduce-scattered:  (2 or 1 + 1) (n-1)/n x B
 
-  Tensor parallelism's activation collectives are not included.
+  With tensor parallelism, `activations` (`tensor_parallel_activations`)
+  are added as all-reduces.
   """
   n = mesh.shape[sharding.DATA_AXIS]
   blocks = set(layout.encoder_blocks(abstract_params))
   scanned = layout.is_scanned(abstract_params)
-  parts = {"all-gather": 0.0, "reduce-scatter": 0.0, "all-reduce": 0.0}
+  parts = {"all-gather": 0.0, "reduce-scatter": 0.0, "all-reduce": activations}
 
   def add(path, leaf, spec):
     names = [getattr(k, "key", str(k)) for k in path]
@@ -210,3 +211,21 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
 
   jax.tree_util.tree_map_with_path(add, abstract_params, params_sharding)
   return {"bytes": sum(parts.values()), "by_kind": parts}
+
+
+def tensor_parallel_activations(batch_per_shard: int, tokens: int, hidden: int,
+                                layers: int, model_devices: int,
+                                dtype_bytes: int,
+                                forward_recomputed: bool) -> float:
+  """The least tensor parallelism (Megatron's split: attention heads and
+  the MLP's hidden units over `model`) moves per device: each block's
+  attention and MLP outputs all-reduced in the forward pass, their inputs'
+  gradients in the backward pass, and, where remat recomputes the forward
+  pass, the attention output again (the block's output is kept); each an
+  activation of batch x tokens x hidden."""
+  if model_devices == 1:
+    return 0.0
+  per_block = 4 + (1 if forward_recomputed else 0)
+  size = batch_per_shard * tokens * hidden * dtype_bytes
+  share = 2 * (model_devices - 1) / model_devices
+  return layers * per_block * share * size

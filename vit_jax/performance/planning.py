@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from vit_jax import models
 from vit_jax import sharding
 from vit_jax.config import checks
 from vit_jax.data import handover
@@ -144,15 +145,30 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   return {**result, **moved}
 
 
+def _tensor_parallel_activations(config, mesh) -> float:
+  """The activations tensor parallelism must all-reduce, where the config
+  splits the blocks over `model`."""
+  if not any("tp" in strategy for _, strategy in config.sharding.params):
+    return 0.0
+  variant = models.get_variant(config.model.variant)
+  tokens = (config.image_size // variant.stride)**2 + (
+      1 if config.model.classifier == "token" else 0)
+  return communication.tensor_parallel_activations(
+      config.batch_size // mesh.shape[sharding.DATA_AXIS], tokens,
+      variant.hidden_size, variant.num_layers, mesh.shape[sharding.MODEL_AXIS],
+      jnp.dtype(config.model.dtype).itemsize, config.model.remat == "full")
+
+
 def traffic(text: str, mesh, config, params, params_sharding, kind: str,
             per_chip: int, gathered_in_blocks: bool) -> dict:
   """A compiled step's communication (counted, and the least its sharding
   must move) and its roofline time; FLOPs counted over what executes."""
   shape = {k: int(v) for k, v in mesh.shape.items()}
   moved = communication.totals(communication.collectives(text, shape))
-  least = communication.minimum(params, params_sharding, mesh,
-                                jnp.dtype(config.model.dtype),
-                                gathered_in_blocks)
+  dtype = jnp.dtype(config.model.dtype)
+  least = communication.minimum(params, params_sharding, mesh, dtype,
+                                gathered_in_blocks,
+                                _tensor_parallel_activations(config, mesh))
   peak, bandwidths = (hardware.peak_flops(
       kind, per_chip), hardware.bandwidths(kind, per_chip))
   rates = roofline.Rates(peak, *bandwidths) if peak and bandwidths else (

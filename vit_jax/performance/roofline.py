@@ -331,6 +331,9 @@ def step_time(text: str, mesh_shape: dict[str, int], rates: Rates) -> dict:
   """The roofline parts of one step, per device, and the walk's estimate."""
   walk = Walk(text, mesh_shape, rates)
   total = walk.time(hlo.entry(walk.computations).name)
+  overlapped = None  # Rounding can take the exposed share past 1.
+  if total.communication:
+    overlapped = max(0.0, 1 - total.exposed / total.communication)
   parts = {
       "compute_s": total.compute,
       "memory_s": total.memory,
@@ -342,8 +345,6 @@ def step_time(text: str, mesh_shape: dict[str, int], rates: Rates) -> dict:
       "flops": total.flops,
       "bytes_accessed": total.bytes_accessed,
       "exposed_communication_s": total.exposed,
-      "overlapped_fraction": (
-          1 -
-          total.exposed / total.communication if total.communication else None),
+      "overlapped_fraction": overlapped,
       "est_step_s": total.total,
   }

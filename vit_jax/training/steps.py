@@ -210,25 +210,36 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
   corruption, which each micro-batch draws anew), in a fraction of the
   activation memory.
   With `ema_decay` the state's `ema_params` follow the parameters. Given the
-  parameters' shardings, FSDP-sharded parameters are gathered where they are
-  used (the encoder blocks' inside each block, see `_gather_in_blocks`) and
-  their gradients return sharded (`sharding.gather_over_data`). Parameters
+  parameters' shardings, a step with parameters split over `data` (FSDP)
+  gathers them where they are used (the encoder blocks' inside each block,
+  see `_gather_in_blocks`) and returns their gradients to their shards
+  (`sharding.gather_over_data`): without tensor parallelism the loss runs on
+  each device's share (`sharding.over_data_shards`) and the gradients are
+  reduce-scattered. Parameters
   matching a regex of `frozen` (config.frozen) get no gradient computed;
   the metric `grad_norm` then counts the trained parameters only.
   """
   grads_sharding = params_sharding  # Gradients are sharded as the params.
-  if params_sharding is not None:
-    model, params_sharding = _gather_in_blocks(model, params_sharding)
+  fsdp = params_sharding is not None and sharding.splits_over_data(
+      params_sharding)
+  # Explicit collectives where `data` is the only split (see
+  # sharding.gather_over_data for tensor parallelism's case).
+  explicit = fsdp and mesh.shape[sharding.MODEL_AXIS] == 1
+  if fsdp:  # What the loss gathers: the rest.
+    model, params_sharding = _gather_in_blocks(model, params_sharding, explicit)
 
   def loss(params, batch, rng):
     batch = {**batch, "image": handover.images_in_value_range(batch["image"])}
     params = optim.stop_frozen_gradients(frozen, params)
-    if params_sharding is not None:
-      params = sharding.gather_over_data(params, params_sharding)
+    if fsdp:
+      params = sharding.gather_over_data(params, params_sharding,
+                                         explicit=explicit)
     apply = lambda images, **kw: model.apply({"params": params}, images, train=
                                              True, **kw)
     return objective(apply, batch, rng)
 
+  if explicit:
+    loss = sharding.over_data_shards(loss, mesh, grads_sharding)
   grad_fn = jax.value_and_grad(loss, has_aux=True)
 
   def accumulated_grads(params, batch, rng):
@@ -283,7 +294,7 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
   return train_step
 
 
-def _gather_in_blocks(model, params_sharding):
+def _gather_in_blocks(model, params_sharding, explicit=True):
   """FSDP: the encoder blocks gather their own parameters (`vit.Encoder`), so
   the backward pass gathers them again rather than keeping them all; the
   loss gathers the rest. Returns the model and the shardings left to gather
@@ -296,12 +307,13 @@ def _gather_in_blocks(model, params_sharding):
   if layout.is_scanned(params_sharding):  # Without the layer axis (never
     per_block = jax.tree.map(  # split), as each step of the scan sees it.
         lambda s: NamedSharding(s.mesh, P(*s.spec[1:])), per_block)
-  if all(sharding.without_data(s) == s for s in jax.tree.leaves(per_block)):
+  if not sharding.splits_over_data(per_block):
     return model, params_sharding  # Nothing split over `data`.
   vit = models.vit_of(model)
   cast = vit.dtype if vit.dtype != vit.param_dtype else None
   gather = lambda v: {
-      "params": sharding.gather_over_data(v["params"], per_block, cast)
+      "params": sharding.gather_over_data(v["params"], per_block, cast, explicit
+                                         )
   }
   blocks_done = {
       k: jax.tree.map(sharding.without_data, encoder[k]) for k in names
