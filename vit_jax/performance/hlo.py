@@ -196,7 +196,7 @@ def execution_counts(
             (computation.name, times + 1))
         called.pop("condition")
       for key, callee in called.items():
-        if key != "to_apply" or instruction.opcode in ("call",):
+        if key != "to_apply" or instruction.opcode == "call":
           callers.setdefault(callee, []).append((computation.name, times))
       branches = _BRANCHES.search(instruction.attributes)
       for callee in re.findall(r"%([\w.\-]+)",
