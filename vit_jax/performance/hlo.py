@@ -126,8 +126,9 @@ def _parse_instruction(line: str) -> Optional[Instruction]:
   return None
 
 
+@functools.lru_cache(maxsize=2)  # The plan reads one program twice.
 def parse_module(text: str) -> dict[str, Computation]:
-  """{name: computation} of an HLO module's text."""
+  """{name: computation} of an HLO module's text (shared: do not modify)."""
   computations, current = {}, None
   for line in text.splitlines():
     header = _HEADER.match(line)
