@@ -258,17 +258,9 @@ class jit_on_mesh:  # pylint: disable=invalid-name
     return self._compiled
 
 
-def data_dims(shardings):
-  """Per parameter, the dimension its sharding splits over `data` (FSDP),
-  or -1 where it is not split over `data`."""
-  return jax.tree.map(
-      lambda s: next((d for d, a in enumerate(s.spec) if a == DATA_AXIS), -1),
-      shardings)
-
-
 def splits_over_data(shardings) -> bool:
   """Whether any parameter is split over `data` (FSDP)."""
-  return any(d >= 0 for d in jax.tree.leaves(data_dims(shardings)))
+  return any(DATA_AXIS in s.spec for s in jax.tree.leaves(shardings))
 
 
 def gather_over_data(params, shardings, cast_dtype=None, explicit=True):

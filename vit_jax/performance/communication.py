@@ -45,7 +45,6 @@ class Collective:
   bytes_per_run: float  # Sent by one device, by one execution.
   runs: int  # Executions per step.
   axes: tuple[str, ...]  # The mesh axes its groups span.
-  is_async: bool  # Issued as start/done (the schedule may overlap it).
 
   @property
   def bytes(self) -> float:
@@ -122,7 +121,7 @@ def measure(instruction: hlo.Instruction, computation: hlo.Computation,
 def collectives(text: str, mesh_shape: dict[str, int]) -> list[Collective]:
   """Every collective of a compiled program's text, counted per step."""
   computations = hlo.parse_module(text)
-  runs, _ = hlo.execution_counts(computations)
+  runs = hlo.execution_counts(computations)
   num_devices = math.prod(mesh_shape.values())
   found: dict[tuple, Collective] = {}
   for computation in computations.values():
@@ -132,12 +131,8 @@ def collectives(text: str, mesh_shape: dict[str, int]) -> list[Collective]:
         continue
       kind, sent, axes = measured
       key = (kind, channel(instruction, computation.name))
-      this = Collective(
-          kind, instruction.name, computation.name, sent,
-          runs[computation.name], axes,
-          instruction.opcode.endswith("-start") or
-          "async_collective" in instruction.attributes or
-          computation.name.startswith("async"))
+      this = Collective(kind, instruction.name, computation.name, sent,
+                        runs[computation.name], axes)
       if key not in found or found[key].runs < this.runs:
         found[key] = this
   return [c for c in found.values() if c.bytes > 0]
@@ -186,8 +181,7 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
 
   def add(path, leaf, spec):
     names = [getattr(k, "key", str(k)) for k in path]
-    in_block = names[0] == layout.ENCODER and names[1:2] in ([b]
-                                                             for b in blocks)
+    in_block = names[0] == layout.ENCODER and names[1] in blocks
     layer_ndim = leaf.ndim - (1 if in_block and scanned else 0)
     kernel = layer_ndim >= 2
     axes = jax.tree.leaves(tuple(spec.spec))

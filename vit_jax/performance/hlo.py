@@ -173,15 +173,13 @@ def trip_count(loop: Instruction,
     return None
 
 
-def execution_counts(
-    computations: dict[str, Computation]) -> tuple[dict[str, int], list[str]]:
-  """({computation: times it runs per execution of the program}, loops
-  whose trip count is unknown, counted once). A while body runs trip-count
-  times per run of its caller; fusions and calls once; an async operation's
+def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
+  """{computation: times it runs per execution of the program}. A while
+  body runs trip-count times per run of its caller (once where the count is
+  unknown); fusions and calls once; an async operation's
   computation once (at its start); each branch of a conditional once (an
   upper bound). Reducers (`to_apply`) are not counted."""
   callers: dict[str, list[tuple[str, int]]] = {}
-  unknown = []
   for computation in computations.values():
     for instruction in computation.instructions:
       if instruction.opcode in ("async-done", "async-update"):
@@ -189,10 +187,7 @@ def execution_counts(
       called = dict(_CALLED.findall(instruction.attributes))
       times = 1
       if instruction.opcode == "while":
-        times = trip_count(instruction, computations)
-        if times is None:
-          unknown.append(instruction.name)
-          times = 1
+        times = trip_count(instruction, computations) or 1
         callers.setdefault(called["condition"], []).append(
             (computation.name, times + 1))
         called.pop("condition")
@@ -210,7 +205,7 @@ def execution_counts(
       return 1
     return sum(count(caller) * times for caller, times in callers.get(name, ()))
 
-  return {name: count(name) for name in computations}, unknown
+  return {name: count(name) for name in computations}
 
 
 def device_groups(attributes: str, num_devices: int) -> list[list[int]]:
