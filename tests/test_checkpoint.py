@@ -128,3 +128,85 @@ def test_checkpoint_of_another_model_is_refused(digits_config, tmp_path):
   other, other_sharding = _state(digits_config, sharding.make_mesh(), "digits")
   with pytest.raises(ValueError, match="does not match this config's model"):
     checkpoint.restore_latest(manager, other, other_sharding)
+
+
+def _damage(step_dir, how: str):
+  """Truncates or garbles every array data file of a saved step."""
+  files = [
+      p for p in (step_dir / "default").rglob("*")
+      if p.is_file() and p.parent.name == "d" and "ocdbt" in str(p)
+  ]
+  assert files
+  for path in files:
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+      data = data[:len(data) // 2]
+    else:
+      for i in range(len(data) // 4, len(data), 61):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def _train(workdir, data_dir, total_steps):
+  """`vit-jax train` in its own process (a resume reads the files anew)."""
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "train",
+      "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
+      f"--config.data_dir={data_dir}", f"--config.total_steps={total_steps}",
+      "--config.checkpoint_every_steps=2", "--config.eval_every_steps=0"
+  ], cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return done.stderr
+
+
+@pytest.fixture(scope="module")
+def runs_to_resume(tfds_data_dir, tmp_path_factory):
+  """(a run of 6 steps, one stopped at step 4 with checkpoints at 2 and 4)."""
+  root = tmp_path_factory.mktemp("runs")
+  _train(root / "whole", tfds_data_dir, 6)
+  _train(root / "stopped", tfds_data_dir, 4)
+  return root / "whole", root / "stopped"
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbled"])
+def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
+    runs_to_resume, tfds_data_dir, tmp_path, how):
+  import shutil
+  whole, stopped = runs_to_resume
+  run = tmp_path / "run"
+  shutil.copytree(stopped, run)
+  _damage(run / "checkpoints" / "4", how)
+  said = _train(run, tfds_data_dir, 6)
+  assert "The checkpoint at step 4 cannot be restored (" in said
+  assert ("it is set aside as 4.damaged, and the run resumes from step 2, "
+          "the newest intact one.") in said
+  assert "Resuming at step 2 from" in said
+  assert sorted(os.listdir(run / "checkpoints")) == ["2", "4", "4.damaged", "6"]
+  restore = lambda wd: ocp.StandardCheckpointer().restore(
+      wd / "checkpoints" / "6" / "default")["params"]
+  jax.tree.map(np.testing.assert_array_equal, restore(run), restore(whole))
+
+
+def test_no_intact_checkpoint_is_a_one_line_error(runs_to_resume, tfds_data_dir,
+                                                  tmp_path):
+  import shutil
+  run = tmp_path / "run"
+  shutil.copytree(runs_to_resume[1], run)
+  for step in (2, 4):
+    _damage(run / "checkpoints" / str(step), "truncated")
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "train",
+      "--config=configs/digits.py:runlocal", f"--workdir={run}",
+      f"--config.data_dir={tfds_data_dir}", "--config.total_steps=6"
+  ], cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 2, done.stderr[-3000:]
+  error = [line for line in done.stderr.splitlines() if "error:" in line]
+  assert len(error) == 1 and error[0].startswith(
+      f"error: No checkpoint in {run}/checkpoints can be restored: step 4: ")
+  assert "; step 2: " in error[0]
+  assert error[0].endswith(
+      ". Move the folder aside (or use a new --workdir) to start afresh.")

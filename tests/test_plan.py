@@ -120,6 +120,19 @@ def test_unknown_topology_is_a_clear_error(digits_config):
     planning.plan(digits_config, "v9x:4x4")
 
 
+@pytest.mark.parametrize("count", ["0", "-2", "two", ""])
+def test_a_cpu_count_below_one_is_a_one_line_error(count):
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "plan",
+      "--config=configs/digits.py:runlocal", f"--topology=cpu:{count}"
+  ], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines() == [
+      f"error: --topology='cpu:{count}': cpu:N needs N, the number of host "
+      "devices to plan for, to be a whole number of at least 1, e.g. cpu:8."
+  ]
+
+
 def test_plan_command_writes_json(tmp_path, tfds_data_dir):
   out = tmp_path / "plan.json"
   done = subprocess.run([

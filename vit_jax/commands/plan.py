@@ -38,7 +38,8 @@ def _set_up_devices():
   TPU target is only compiled for), with N devices for cpu:N."""
   jax.config.update("jax_platforms", "cpu")
   if FLAGS.topology.startswith("cpu:"):
-    jax.config.update("jax_num_cpu_devices", int(FLAGS.topology[4:]))
+    jax.config.update("jax_num_cpu_devices",
+                      planning.cpu_device_count(FLAGS.topology))
 
 
 def main(argv):

@@ -74,6 +74,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.pp_uint8 = True  # See above.
   config.shuffle_buffer = 50_000  # Examples in the training shuffle buffer.
   config.cache = False  # Keep the decoded dataset in host memory.
+  # Unreadable images (empty, not an image, truncated) are left out and
+  # listed in WORKDIR/unreadable_files.txt; past this share of the files a
+  # pass reads, the run stops: the data is broken as a whole.
+  config.max_unreadable_share = 0.01
 
   # Batches and duration.
   config.batch_size = 512  # Global training batch, split over all devices.

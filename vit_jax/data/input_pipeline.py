@@ -15,8 +15,8 @@ recompilation). TensorFlow runs on the host CPU only.
 import collections
 import dataclasses
 import math
-from typing import Callable
 from typing import Iterator
+from typing import Optional
 
 import jax
 import ml_collections
@@ -28,6 +28,7 @@ from vit_jax.data import handover
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.data import specs
+from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 
 Batch = dict[str, np.ndarray]
@@ -75,17 +76,13 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
                     "masked_patch) reads it.")
 
   def target(label):
+    """The label as a target, and whether it is one of the classes (checked
+    by `_checked_labels`, out of `skip_unreadable`'s reach)."""
     if source.multi_label:
-      return tf.cast(label, tf.float32)
-    checks = [
-        tf.debugging.assert_less(
-            label, tf.cast(num_classes, label.dtype),
-            message=f"Label out of range for {source.name} with "
-            f"{num_classes} classes"),
-        tf.debugging.assert_non_negative(label)
-    ]
-    with tf.control_dependencies(checks):
-      return tf.one_hot(label, num_classes)
+      return tf.cast(label, tf.float32), None
+    in_range = tf.logical_and(label >= 0, label < tf.cast(
+        num_classes, label.dtype))
+    return tf.one_hot(label, num_classes), in_range
 
   def fn(index, example):
     seed = tf.random.experimental.stateless_fold_in(base_seed, index)
@@ -94,10 +91,59 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
         "mask": tf.constant(1.0, tf.float32)
     }
     if labels:
-      out["labels"] = target(example["label"])
+      out["labels"], in_range = target(example["label"])
+      if in_range is not None:
+        out[_LABEL_IN_RANGE] = in_range
     return out
 
   return fn
+
+
+_LABEL_IN_RANGE = "label_in_range"
+
+
+def _checked_labels(source):
+  """Fails loudly on a label outside [0, K) (a wrong label_key or class
+  count, not a broken file); placeholders (mask 0) pass."""
+
+  def check(example):
+    example = dict(example)
+    if _LABEL_IN_RANGE not in example:
+      return example
+    in_range = tf.logical_or(example.pop(_LABEL_IN_RANGE), example["mask"] == 0)
+    with tf.control_dependencies([
+        tf.debugging.Assert(in_range, [
+            f"Label out of range for {source.name} with "
+            f"{source.num_classes} classes"
+        ])
+    ]):
+      example["labels"] = tf.identity(example["labels"])
+    return example
+
+  return check
+
+
+def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
+              labels: bool, files_per_pass: int,
+              log: Optional[unreadable.Unreadable]) -> tf.data.Dataset:
+  """(index, record) -> example, an unreadable file left out at its position
+  (`unreadable.map_skipping_unreadable`) and named in `log`."""
+  example_fn = _example_fn(spec, source, base_seed, labels)
+  if log is None:
+    log = unreadable.Unreadable(f"{source.name} {spec.split}", files_per_pass,
+                                spec.max_unreadable_share)
+
+  def name(index, record):
+    if "path" in record:  # An image folder's file.
+      return record["path"]
+    return tf.strings.join(
+        [f"{source.name} {spec.split} example #",
+         tf.strings.as_string(index)])
+
+  examples = unreadable.map_skipping_unreadable(
+      records, lambda i, record: example_fn(i, source.decode(record)), name,
+      log)
+  return examples.map(_checked_labels(source))
 
 
 def _options() -> tf.data.Options:
@@ -109,14 +155,17 @@ def _options() -> tf.data.Options:
 
 def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
                        process_count=None, start_step: int = 0,
-                       labels: bool = True) -> tf.data.Dataset:
+                       labels: bool = True,
+                       unreadable_log=None) -> tf.data.Dataset:
   """Endless, shuffled, augmented batches of this process's share (with
   `labels`, their one-hot or multi-hot labels).
 
   The stream is a pure function of the seed: epoch e shuffles the undecoded
   records with seed (seed, e), and the augmentation of the n-th example
   folds in n. Starting at `start_step` skips the batches already consumed
-  (before decoding) so a resumed run sees exactly the same batches.
+  (before decoding) so a resumed run sees exactly the same batches. An
+  unreadable file becomes an example of mask 0 in its place
+  (`unreadable.py`), named in `unreadable_log`.
   """
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
@@ -138,19 +187,26 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
   first_epoch, offset = divmod(first_example, per_epoch)
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
-  example_fn = _example_fn(spec, source, tf.constant([seed, 0], tf.int64),
-                           labels)
-  ds = ds.enumerate(start=first_example).map(
-      lambda i, record: example_fn(i, source.decode(record)),
-      num_parallel_calls=tf.data.AUTOTUNE)
+  ds = _examples(ds.enumerate(start=first_example), spec, source,
+                 tf.constant([seed, 0], tf.int64), labels, per_epoch,
+                 unreadable_log)
   ds = ds.batch(local_batch, drop_remainder=True)
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
 def make_train_iterator(spec: specs.DataSpec, source, start_step: int = 0,
                         labels: bool = True) -> Iterator[Batch]:
-  return make_train_dataset(spec, source, start_step=start_step,
-                            labels=labels).as_numpy_iterator()
+  """The numpy batches of `make_train_dataset`; a one-line error when too
+  many files are unreadable."""
+  log = unreadable.Unreadable(
+      f"{source.name} {spec.split}",
+      source.num_examples(
+          source.process_split(spec.split, jax.process_index(),
+                               jax.process_count(), drop_remainder=True)),
+      spec.max_unreadable_share)
+  return unreadable.numpy_batches(
+      make_train_dataset(spec, source, start_step=start_step, labels=labels,
+                         unreadable_log=log), log)
 
 
 def num_eval_batches(spec: specs.DataSpec, source) -> int:
@@ -167,10 +223,10 @@ def num_eval_batches(spec: specs.DataSpec, source) -> int:
 
 
 def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
-                      process_count=None,
-                      labels: bool = True) -> tf.data.Dataset:
+                      process_count=None, labels: bool = True,
+                      unreadable_log=None) -> tf.data.Dataset:
   """One pass over this process's share, padded to a fixed number of batches
-  (with `labels`, as in `make_train_dataset`)."""
+  (with `labels`, and unreadable files, as in `make_train_dataset`)."""
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
@@ -178,11 +234,9 @@ def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
       spec.batch_size, what="eval_batch_size", process_count=count)
   split = source.process_split(spec.split, index, count, drop_remainder=False)
   ds = source.read(split, shuffle_files=False, seed=spec.seed)
-  example_fn = _example_fn(spec, source, tf.constant([spec.seed, 1], tf.int64),
-                           labels)
-  ds = ds.enumerate().map(
-      lambda i, record: example_fn(i, source.decode(record)),
-      num_parallel_calls=tf.data.AUTOTUNE)
+  ds = _examples(ds.enumerate(), spec, source,
+                 tf.constant([spec.seed, 1], tf.int64), labels,
+                 source.num_examples(split), unreadable_log)
   if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
@@ -194,13 +248,29 @@ def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
-def make_eval_batches(spec: specs.DataSpec, source,
-                      labels: bool = True) -> Callable[[], Iterator[Batch]]:
+class EvalBatches:
   """`batches()`: a fresh pass over the evaluation split at each call, all
   from one dataset, so with `spec.cache` the decoded split is read once
-  and every later evaluation comes from memory."""
-  dataset = make_eval_dataset(spec, source, labels=labels)
-  return dataset.as_numpy_iterator
+  and every later evaluation comes from memory. `num_examples`: the split's
+  (all processes'), `unreadable`: this process's unreadable files."""
+
+  def __init__(self, spec: specs.DataSpec, source, labels: bool = True):
+    split = source.process_split(spec.split, jax.process_index(),
+                                 jax.process_count(), drop_remainder=False)
+    self.unreadable = unreadable.Unreadable(f"{source.name} {spec.split}",
+                                            source.num_examples(split),
+                                            spec.max_unreadable_share)
+    self.num_examples = source.num_examples(spec.split)
+    self._dataset = make_eval_dataset(spec, source, labels=labels,
+                                      unreadable_log=self.unreadable)
+
+  def __call__(self) -> Iterator[Batch]:
+    return unreadable.numpy_batches(self._dataset, self.unreadable)
+
+
+def make_eval_batches(spec: specs.DataSpec, source,
+                      labels: bool = True) -> EvalBatches:
+  return EvalBatches(spec, source, labels)
 
 
 def prefetch_to_device(batches: Iterator[Batch], mesh, size: int = 2):

@@ -42,6 +42,8 @@ class DataSpec:
   crop_on_decode: bool = True  # See preprocess (config.pp_crop_on_decode).
   crop_antialias: bool = False  # config.pp_crop_antialias.
   uint8: bool = False  # Training hands images over as uint8 (handover).
+  # Unreadable files tolerated, a share of those read (data/unreadable.py).
+  max_unreadable_share: float = 0.01
 
 
 def _checked(spec: DataSpec, where: str) -> DataSpec:
@@ -51,6 +53,10 @@ def _checked(spec: DataSpec, where: str) -> DataSpec:
   if spec.batch_size < 1:
     raise UserError(f"{where}: batch size {spec.batch_size} must be "
                     "positive.")
+  if not 0 <= spec.max_unreadable_share <= 1:
+    raise UserError(f"config.max_unreadable_share="
+                    f"{spec.max_unreadable_share} must be a share between 0 "
+                    "and 1 (0: any unreadable image stops the run).")
   preprocess.parse(spec.pp, spec.image_size, spec.crop_antialias)
   return spec
 
@@ -59,7 +65,8 @@ def _common(config: ml_collections.ConfigDict) -> dict:
   return dict(image_size=config.image_size, cache=config.cache,
               data_dir=config.data_dir, manual_dir=config.manual_dir,
               seed=config.seed, crop_on_decode=config.pp_crop_on_decode,
-              crop_antialias=config.pp_crop_antialias)
+              crop_antialias=config.pp_crop_antialias,
+              max_unreadable_share=config.max_unreadable_share)
 
 
 def training(config: ml_collections.ConfigDict) -> DataSpec:

@@ -18,6 +18,7 @@ import numpy as np
 
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
+from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 from vit_jax.evaluators import registry
 from vit_jax.training import steps
@@ -74,7 +75,8 @@ class ClassificationEvaluator:
     metrics = {
         "accuracy": totals["correct"] / count,
         "loss": totals["loss"] / count,
-        "num_examples": totals["count"]
+        "num_examples": totals["count"],
+        **unreadable.left_out(self._batches, totals["images"])
     }
     if self._skip_unlabelled:
       metrics["num_unlabelled"] = totals["images"] - totals["count"]
@@ -85,7 +87,7 @@ class ClassificationEvaluator:
             f"on {metrics['num_examples']:.0f} examples")
     if "num_unlabelled" in metrics:
       line += f" ({metrics['num_unlabelled']:.0f} without labels not counted)"
-    return line
+    return line + unreadable.summary(metrics)
 
 
 def eval_loss(name: str, average_label_sets: bool):

@@ -21,6 +21,7 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
+from vit_jax.data import unreadable
 from vit_jax.evaluators import registry
 from vit_jax.training import steps
 
@@ -60,13 +61,15 @@ class MaskedPatchEvaluator:
         "loss": totals["loss"] / totals["count"],
         "accuracy": totals["correct"] / totals["count"],
         "num_examples": totals["images"],
-        "num_patches": totals["count"]
+        "num_patches": totals["count"],
+        **unreadable.left_out(self._batches, totals["images"])
     }
 
   def summary(self, metrics) -> str:
     return (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
             f"on {metrics['num_patches']:.0f} corrupted patches of "
-            f"{metrics['num_examples']:.0f} images")
+            f"{metrics['num_examples']:.0f} images" +
+            unreadable.summary(metrics))
 
 
 @registry.register(

@@ -44,10 +44,20 @@ FIT_FRACTION = 0.9
 _TOPOLOGY = re.compile(r"^(v4|v5e|v5p|v6e):(\d+(?:x\d+){1,2})$")
 
 
+def cpu_device_count(topology: str) -> int:
+  """N of 'cpu:N', a whole number of at least 1 (else a clear error)."""
+  count = topology[4:]
+  if not count.isdigit() or int(count) < 1:
+    raise UserError(f"--topology={topology!r}: cpu:N needs N, the number of "
+                    "host devices to plan for, to be a whole number of at "
+                    "least 1, e.g. cpu:8.")
+  return int(count)
+
+
 def target_devices(topology: str) -> tuple[list, int]:
   """(devices, chips) of a TPU topology like 'v5e:4x4', or of 'cpu:N'."""
   if topology.startswith("cpu:"):
-    count = int(topology[4:])
+    count = cpu_device_count(topology)
     if jax.device_count() < count:
       raise UserError(
           f"--topology={topology} needs {count} CPU devices and JAX has "
@@ -112,9 +122,11 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
   image_dtype = jnp.uint8 if handover.hands_over_uint8(config) else jnp.float32
-  batch_spec = {
+  batch_spec = {  # As the input pipeline's (mask 0: an unreadable file).
       "image": jax.ShapeDtypeStruct((batch, size, size, 3), image_dtype,
-                                    sharding=batch_sharding)
+                                    sharding=batch_sharding),
+      "mask": jax.ShapeDtypeStruct((batch,), jnp.float32,
+                                   sharding=batch_sharding)
   }
   if supervised:
     batch_spec["labels"] = jax.ShapeDtypeStruct(

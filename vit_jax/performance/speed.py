@@ -57,8 +57,10 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
           "image": rng.uniform(
               -1, 1, (batch, image_size, image_size, 3)).astype(np.float32),
           "labels": np.eye(num_classes, dtype=np.float32)[rng.integers(
-              0, num_classes, batch)]
-      }, mesh)
+              0, num_classes, batch)],
+          "mask": np.ones(batch, np.float32)  # As the input pipeline's.
+      },
+      mesh)
 
   start = time.perf_counter()
   compiled = train_step.lower(state, batch_data).compile()

@@ -15,6 +15,7 @@ from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 
 from vit_jax import console
@@ -33,22 +34,88 @@ def make_manager(workdir: str,
 
 
 def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
-  """The latest saved state placed on `state_sharding`, or `state` if none."""
-  step = manager.latest_step()
-  if step is None:
+  """The newest restorable saved state placed on `state_sharding`, or
+  `state` if none was saved. A step that cannot be restored (a damaged
+  file) is said in one line, set aside as STEP.damaged, and the previous
+  step is tried; none restorable is a one-line error."""
+  steps = sorted(manager.all_steps(), reverse=True)
+  if not steps:
     return state
   abstract = jax.tree.map(
       lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state,
       state_sharding)
-  try:
-    restored = manager.restore(step, args=ocp.args.StandardRestore(abstract))
-  except (ValueError, KeyError) as e:
+  failed = []  # (step, why)
+  for step in steps:
+    try:
+      restored, why = manager.restore(
+          step, args=ocp.args.StandardRestore(abstract)), None
+    except Exception as e:  # noqa: BLE001 Orbax and TensorStore raise many.
+      restored, why = None, _reason(e)
+    if not _everywhere(why is None):  # Every process reads the same step.
+      failed.append((step, why or "another process could not read it"))
+      continue
+    for bad, why in failed:
+      console.say(
+          "The checkpoint at step %d cannot be restored (%s); it is set "
+          "aside as %s.damaged, and the run resumes from step %d, the newest "
+          "intact one.", bad, why, bad, step)
+    _set_aside(manager, [bad for bad, _ in failed])
+    console.say("Resuming at step %d from %s.", step, manager.directory)
+    return restored
+  if _saved_shapes(manager, steps[0]) not in (None, _shapes(state)):
     raise UserError(
-        f"The checkpoint at step {step} in {manager.directory} does not match "
-        "this config's model or optimizer. Use a new --workdir, or the config "
-        f"that wrote it. ({str(e)[:500]})") from e
-  console.say("Resuming at step %d from %s.", step, manager.directory)
-  return restored
+        f"The checkpoint at step {steps[0]} in {manager.directory} does not "
+        "match this config's model or optimizer. Use a new --workdir, or the "
+        f"config that wrote it. ({failed[0][1]})")
+  raise UserError(
+      f"No checkpoint in {manager.directory} can be restored: " +
+      "; ".join(f"step {step}: {why}" for step, why in failed) +
+      ". Move the folder aside (or use a new --workdir) to start afresh.")
+
+
+def _reason(error: Exception) -> str:
+  """The first line of an error, short enough for a one-line message."""
+  lines = str(error).strip().splitlines() or [type(error).__name__]
+  line = lines[0].split(" See full TensorStore details")[0]
+  return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _everywhere(ok: bool) -> bool:
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.bool_(ok))))
+
+
+def _shapes(state) -> list:
+  return sorted((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(state))
+
+
+def _saved_shapes(manager, step):
+  """The shapes and dtypes a step holds, from its metadata; None if that
+  cannot be read (a damaged step)."""
+  try:
+    metadata = ocp.StandardCheckpointer().metadata(
+        manager.directory / str(step) / "default")
+    return sorted((tuple(m.shape), str(m.dtype))
+                  for m in jax.tree.leaves(metadata.item_metadata))
+  except Exception:  # noqa: BLE001 As above.
+    return None
+
+
+def _set_aside(manager, steps):
+  """Renames each step's folder to STEP.damaged (Orbax then ignores it), so
+  the run saves that step again when it gets there."""
+  if not steps:
+    return
+  if jax.process_index() == 0:
+    for step in steps:
+      folder = manager.directory / str(step)
+      aside = manager.directory / f"{step}.damaged"
+      if aside.exists():
+        aside.rmtree()
+      folder.rename(aside)
+  multihost_utils.sync_global_devices("damaged checkpoints set aside")
+  manager.reload()
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, force=False):

@@ -42,6 +42,13 @@ LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
 Objective = Callable[[Callable, dict, jax.Array], tuple[jax.Array, dict]]
 
 
+def weighted_mean(values_B, weights_B=None):
+  """The mean over the examples of weight 1 (all, without weights)."""
+  if weights_B is None:
+    return jnp.mean(values_B)
+  return jnp.sum(values_B * weights_B) / jnp.maximum(jnp.sum(weights_B), 1.0)
+
+
 def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
                mixup_alpha: float = 0.0, mixup_p: float = 1.0) -> Objective:
   """Classification of `batch["labels"]`; label smoothing mixes the targets
@@ -50,14 +57,17 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
 
   def objective(apply, batch, rng):
     images, labels = batch["image"], batch["labels"]
+    mask_B = batch.get("mask")  # 0: an unreadable file's blank placeholder.
     if mixup_alpha > 0:  # Its own key; without mixup, dropout's stays as was.
       mixup_rng, rng = jax.random.split(rng)
-      images, labels, _ = mixup.mix(mixup_rng, images, labels, mixup_alpha,
-                                    mixup_p)
+      images, labels, own_B = mixup.mix(mixup_rng, images, labels, mixup_alpha,
+                                        mixup_p)
+      if mask_B is not None:  # Mixed with a placeholder: left out as well.
+        mask_B = mask_B * jnp.where(own_B < 1, jnp.roll(mask_B, 1), 1.0)
     if label_smoothing:
       labels = optax.smooth_labels(labels, label_smoothing)
     logits, _ = apply(images, rngs={"dropout": rng})
-    return jnp.mean(loss_fn(logits, labels)), {}
+    return weighted_mean(loss_fn(logits, labels), mask_B), {}
 
   return objective
 
@@ -96,10 +106,10 @@ def masked_patch_prediction(mp_config, stride: int) -> Objective:
   read. Metrics: the per-patch accuracy on the corrupted patches."""
 
   def objective(apply, batch, rng):
-    sums = masked_patch_sums(apply, batch["image"], rng, mp_config, stride)
-    return sums["loss"] / sums["count"], {
-        "accuracy": sums["correct"] / sums["count"]
-    }
+    sums = masked_patch_sums(apply, batch["image"], rng, mp_config, stride,
+                             batch.get("mask"))
+    count = jnp.maximum(sums["count"], 1.0)  # A batch of placeholders: 0.
+    return sums["loss"] / count, {"accuracy": sums["correct"] / count}
 
   return objective
 

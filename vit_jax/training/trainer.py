@@ -28,6 +28,7 @@ from vit_jax import weights
 from vit_jax.config import checks
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
+from vit_jax.data import unreadable
 from vit_jax.errors import NonFiniteLossError
 from vit_jax.performance import planning
 from vit_jax.training import checkpoint
@@ -95,6 +96,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   outputs = _Outputs(workdir)
 
   data = specs.training(config)
+  found = unreadable.Collector(workdir)  # The streams' unreadable images.
   source = input_pipeline.make_source(data, index_dir=workdir)
   info = input_pipeline.get_info(data, source)
   checks.check_labels(config, info)
@@ -110,8 +112,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   optim.check_param_rules(config, state.params)
   train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
                                            state_sharding)
-  evals = evaluators.from_config(config, model, mesh, state_sharding.params,
-                                 source)
+  with found.active():
+    evals = evaluators.from_config(config, model, mesh, state_sharding.params,
+                                   source)
   if config.init.checkpoint and manager.latest_step() is None:
     params = weights.init_params(config, config.init.checkpoint, state.params,
                                  state_sharding.params)
@@ -122,10 +125,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                 jnp.copy, params)))
   state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
-  train_iter = input_pipeline.prefetch_to_device(
-      input_pipeline.make_train_iterator(
-          data, source, start_step, labels=input_pipeline.reads_labels(config)),
-      mesh)
+  with found.active():
+    train_iter = input_pipeline.prefetch_to_device(
+        input_pipeline.make_train_iterator(
+            data, source, start_step,
+            labels=input_pipeline.reads_labels(config)), mesh)
   first_batch = next(train_iter)
   planning.preflight(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
@@ -140,7 +144,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   preemption = checkpoint.Preemption()
   try:
     result = _loop(config, state, train_step, train_iter, evals, manager,
-                   outputs, preemption, start_step, num_steps)
+                   outputs, preemption, start_step, num_steps,
+                   _UnreadableReport(found))
   finally:
     preemption.restore()
     manager.wait_until_finished()
@@ -150,7 +155,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
 
 def _loop(config, state, train_step, train_iter, evals, manager, outputs,
-          preemption, start_step, num_steps) -> dict[str, float]:
+          preemption, start_step, num_steps, report) -> dict[str, float]:
   """Steps, logs, saves and evaluates. Metrics are fetched from the device
   only at log steps (one step late, so the host never waits) and before a
   save, so a diverged state is never written. Each evaluator of `evals`
@@ -174,6 +179,7 @@ def _loop(config, state, train_step, train_iter, evals, manager, outputs,
     state, metrics = train_step(state, next(train_iter))
     if pending is not None:
       result.update(_log_train(writer, *pending, timer))
+      report()
       pending = None
     if step % config.log_every_steps == 0 or step == num_steps:
       pending = (step, metrics)
@@ -185,6 +191,7 @@ def _loop(config, state, train_step, train_iter, evals, manager, outputs,
       if pending is not None:  # Its metrics are on the host by now.
         result.update(_log_train(writer, *pending, timer))
         pending = None
+      report()
       checkpoint.save(manager, step, state, force=stop or step == num_steps)
       console.say("Step %d: saving a checkpoint to %s.", step,
                   manager.directory / str(step))
@@ -197,12 +204,37 @@ def _loop(config, state, train_step, train_iter, evals, manager, outputs,
     due = [e for e in evals if e[1] and step % e[1] == 0 and step < num_steps]
     result.update(_evaluate(due, state, writer, step))
     if due:
+      report()
       outputs.sync()
   if pending is not None:
     result.update(_log_train(writer, *pending, timer))
   result.update(_evaluate(evals, state, writer, num_steps))
+  report()
   outputs.sync()
   return result
+
+
+class _UnreadableReport:
+  """At log steps, saves and evaluations (the same steps on every process):
+  writes the unreadable images met so far into the workdir, and says how
+  many there are, all processes' together, when the count has grown."""
+
+  def __init__(self, found: unreadable.Collector):
+    self.found = found
+    self.said = 0
+
+  def __call__(self):
+    self.found.write()
+    count = self.found.count
+    if jax.process_count() > 1:
+      count = int(np.sum(multihost_utils.process_allgather(np.int64(count))))
+    if count > self.said:
+      self.said = count
+      console.say(
+          "Left out %d unreadable images so far; they are listed in "
+          "%s.", count, self.found.path.parent /
+          ("unreadable_files*.txt"
+           if jax.process_count() > 1 else self.found.path.name))
 
 
 def _check_finite(step, metrics) -> float:
