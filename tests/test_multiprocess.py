@@ -48,10 +48,13 @@ def _free_port() -> int:
 
 
 def _launch_two_processes(workdir, data_dir, overrides=None,
-                          sigterm_process_1_at=None, flags=()):
+                          sigterm_process_1_at=None, flags=(),
+                          kill_process_1_at=None):
   """Runs the multi-host command (docs/scaling.md) twice (with `flags` added);
-  optionally sends SIGTERM to process 1 alone once process 0 logs
-  `sigterm_process_1_at`. Returns ([return codes], [(stdout, stderr)])."""
+  optionally sends SIGTERM (or SIGKILL) to process 1 alone once process 0
+  logs `sigterm_process_1_at` (`kill_process_1_at`). Returns ([return
+  codes], [(stdout, stderr)]), and with `kill_process_1_at` the seconds
+  process 0 took to exit after the kill."""
   port = _free_port()
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
   procs = []
@@ -77,22 +80,27 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
   ]
   for reader in readers:
     reader.start()
+  signal_at = sigterm_process_1_at or kill_process_1_at
   try:
-    if sigterm_process_1_at is not None:
+    if signal_at is not None:
       deadline = time.time() + 300
-      while not any(sigterm_process_1_at in line for line in outputs[0][1]):
+      while not any(signal_at in line for line in outputs[0][1]):
         assert time.time() < deadline and procs[0].poll() is None, ("".join(
             outputs[0][1])[-3000:])
         time.sleep(0.05)
-      procs[1].send_signal(signal.SIGTERM)
+      procs[1].send_signal(
+          signal.SIGKILL if kill_process_1_at else signal.SIGTERM)
+    sent = time.time()
     codes = [proc.wait(timeout=400) for proc in procs]
+    seconds = time.time() - sent
   except BaseException:  # A hung or failed launch must not outlive the test.
     for proc in procs:
       proc.kill()
     raise
   for reader in readers:
     reader.join(timeout=30)
-  return codes, [("".join(out), "".join(err)) for out, err in outputs]
+  outputs = [("".join(out), "".join(err)) for out, err in outputs]
+  return (codes, outputs, seconds) if kill_process_1_at else (codes, outputs)
 
 
 def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
@@ -231,3 +239,47 @@ def test_sigterm_to_one_process_stops_both_at_one_step_and_resumes(
   close(final.params, expected.params)
   with pytest.raises(AssertionError):
     close(final.params, one_short.params)
+
+
+def test_a_killed_process_ends_the_other_quickly_and_the_rerun_resumes(
+    digits_config, tfds_data_dir, tmp_path):
+  """SIGKILL (no notice, no save) to process 1 mid-run: process 0 names it in
+  one line and exits with 75 within --lost_process_timeout (and a beat or
+  two); both rerun resume from the last checkpoint and end where an
+  uninterrupted run does."""
+  total, timeout_s = 30, 4
+  overrides = {
+      **OVERRIDES, "total_steps": total,
+      "log_every_steps": 5,
+      "checkpoint_every_steps": 10,
+      "decay_type": "constant",
+      "lr": 0.02
+  }
+  workdir = str(tmp_path / "killed")
+  codes, outputs, seconds = _launch_two_processes(
+      workdir, tfds_data_dir, overrides, kill_process_1_at="Step 15/",
+      flags=[f"--lost_process_timeout={timeout_s}"])
+  assert codes == [75, -signal.SIGKILL], _stderr_tails(outputs)
+  assert seconds < timeout_s + 10, seconds
+  errors = [line for line in outputs[0][1].splitlines() if "error:" in line]
+  assert errors == [
+      f"error: process 1 of 2 has sent no heartbeat for {timeout_s} s "
+      "(killed, crashed or its host is gone); process 0 stops too. Rerun "
+      "every process to resume from the last checkpoint."
+  ]
+  assert "Traceback" not in outputs[0][1]
+
+  codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  resumed = int(re.search(r"Resuming at step (\d+)", outputs[0][1]).group(1))
+  assert resumed in (10, 20)
+  _apply(digits_config, overrides)
+  expected = _one_process_reference(digits_config, total)
+  target = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      expected)
+  final = ocp.StandardCheckpointer().restore(
+      os.path.join(workdir, "checkpoints", str(total), "default"), target)
+  jax.tree.map(
+      lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=2e-5),
+      jax.device_get(final.params), jax.device_get(expected.params))

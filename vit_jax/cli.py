@@ -47,6 +47,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 import jax  # noqa: E402
 
+from vit_jax import liveness  # noqa: E402
 from vit_jax import paths  # noqa: E402
 from vit_jax.config import imports  # noqa: E402
 from vit_jax.errors import UserError  # noqa: E402
@@ -81,6 +82,10 @@ flags.DEFINE_string("coordinator_address", None,
                     "HOST:PORT of process 0; implies --distributed.")
 flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 flags.DEFINE_integer("process_id", None, "This process's index.")
+flags.DEFINE_float(
+    "lost_process_timeout", 60,
+    "Seconds without a heartbeat after which a multi-process run stops, "
+    "naming the lost process (vit_jax/liveness.py).")
 flags.DEFINE_bool(
     "offline", False, "Download no checkpoints: URLs and released names load "
     "only from the cache (config.init.cache_dir). Sets "
@@ -133,9 +138,15 @@ def initialize_distributed():
   if not (FLAGS.distributed or FLAGS.coordinator_address or
           os.environ.get("JAX_COORDINATOR_ADDRESS")):
     return
-  jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address,
-                             num_processes=FLAGS.num_processes,
-                             process_id=FLAGS.process_id)
+  if FLAGS.lost_process_timeout <= 0:
+    raise UserError(f"--lost_process_timeout={FLAGS.lost_process_timeout} "
+                    "must be a positive number of seconds.")
+  jax.distributed.initialize(
+      coordinator_address=FLAGS.coordinator_address,
+      num_processes=FLAGS.num_processes, process_id=FLAGS.process_id,
+      heartbeat_timeout_seconds=liveness.jax_heartbeat_timeout(
+          FLAGS.lost_process_timeout))
+  liveness.start(FLAGS.lost_process_timeout)
   logging.info("Process %d of %d; %d local of %d devices.", jax.process_index(),
                jax.process_count(), jax.local_device_count(),
                jax.device_count())
@@ -240,6 +251,10 @@ def run(main):
       if _verbose():
         raise
       _fail(e, exit_status(e))
+    except jax.errors.JaxRuntimeError:
+      liveness.await_verdict()  # A lost process ends this one with a line.
+      raise
+    liveness.finish()
     if jax.distributed.is_initialized():
       # Leave the multi-process runtime together, before interpreter
       # teardown: a process still exiting when process 0 takes the

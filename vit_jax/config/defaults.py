@@ -77,7 +77,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Unreadable images (empty, not an image, truncated) are left out and
   # listed in WORKDIR/unreadable_files.txt; past this share of the files a
   # pass reads, the run stops: the data is broken as a whole.
-  config.max_unreadable_share = 0.01
+  config.max_unreadable_share = 0.01  # See above; 0: none tolerated.
 
   # Batches and duration.
   config.batch_size = 512  # Global training batch, split over all devices.
