@@ -14,3 +14,8 @@ class UserError(ValueError):
 
 class NonFiniteLossError(UserError, FloatingPointError):
   """Training diverged (NaN or inf loss); nothing of that state is saved."""
+
+
+class CheckpointSaveError(OSError):
+  """A save that failed after the storage libraries' retries; an OSError
+  that may pass, so commands exit with 75 (EX_TEMPFAIL), a retry."""

@@ -20,6 +20,7 @@ import orbax.checkpoint as ocp
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax.errors import CheckpointSaveError
 from vit_jax.errors import UserError
 
 
@@ -120,7 +121,46 @@ def _set_aside(manager, steps):
 
 def save(manager: ocp.CheckpointManager, step: int, state, force=False):
   """Starts an async save (returns once the arrays are copied off-device)."""
-  manager.save(step, args=ocp.args.StandardSave(state), force=force)
+  return manager.save(step, args=ocp.args.StandardSave(state), force=force)
+
+
+class Saver:
+  """The training loop's saves: a save that fails after the storage
+  libraries' retries (Orbax's own synchronous part, or its background
+  write, which Orbax reports at the next save) stops the run with one line
+  naming the step that failed and the last one saved, rather than training
+  on for days without a checkpoint."""
+
+  def __init__(self, manager: ocp.CheckpointManager):
+    self.manager = manager
+    self.saved = manager.latest_step()  # Known complete.
+    self._writing = None  # Started, not yet known complete.
+
+  def save(self, step: int, state, force=False):
+    self.wait()
+    try:
+      started = save(self.manager, step, state, force)
+    except Exception as e:  # noqa: BLE001 Storage libraries raise many.
+      raise self._failed(step, e) from e
+    if started:
+      self._writing = step
+
+  def wait(self):
+    """Until the save in progress is written (or it failed: one line)."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 As above.
+      raise self._failed(self._writing, e) from e
+    if self._writing is not None:
+      self.saved, self._writing = self._writing, None
+
+  def _failed(self, step, error) -> CheckpointSaveError:
+    last = ("no checkpoint was saved yet" if self.saved is None else
+            f"the last checkpoint saved is step {self.saved}")
+    return CheckpointSaveError(
+        f"The checkpoint of step {step} could not be saved to "
+        f"{self.manager.directory} ({_reason(error)}); {last}. Rerun to "
+        "resume from it once the storage works.")
 
 
 class Preemption:

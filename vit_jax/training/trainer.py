@@ -5,6 +5,7 @@ config -> data (tf.data, per-process share) -> global sharded batch ->
 jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 """
 
+import contextlib
 import datetime
 import itertools
 import json
@@ -142,19 +143,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       num_steps, learns, jax.device_count(), jax.process_count(),
       dict(mesh.shape))
   preemption = checkpoint.Preemption()
+  saver = checkpoint.Saver(manager)
   try:
-    result = _loop(config, state, train_step, train_iter, evals, manager,
-                   outputs, preemption, start_step, num_steps,
-                   _UnreadableReport(found))
+    result = _loop(config, state, train_step, train_iter, evals, saver, outputs,
+                   preemption, start_step, num_steps, _UnreadableReport(found))
+    saver.wait()  # A failed last save is said like any other.
   finally:
     preemption.restore()
-    manager.wait_until_finished()
+    with contextlib.suppress(Exception):  # Said above, or an error is out.
+      manager.wait_until_finished()
     manager.close()
     outputs.close()
   return result
 
 
-def _loop(config, state, train_step, train_iter, evals, manager, outputs,
+def _loop(config, state, train_step, train_iter, evals, saver, outputs,
           preemption, start_step, num_steps, report) -> dict[str, float]:
   """Steps, logs, saves and evaluates. Metrics are fetched from the device
   only at log steps (one step late, so the host never waits) and before a
@@ -192,9 +195,9 @@ def _loop(config, state, train_step, train_iter, evals, manager, outputs,
         result.update(_log_train(writer, *pending, timer))
         pending = None
       report()
-      checkpoint.save(manager, step, state, force=stop or step == num_steps)
+      saver.save(step, state, force=stop or step == num_steps)
       console.say("Step %d: saving a checkpoint to %s.", step,
-                  manager.directory / str(step))
+                  saver.manager.directory / str(step))
       outputs.sync()
     if stop:  # Saved above, with the pending metrics logged.
       logging.warning(
