@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 def _launch_two_processes(workdir, data_dir, overrides=None,
                           sigterm_process_1_at=None, flags=(),
-                          kill_process_1_at=None):
+                          kill_process_1_at=None, process_1_flags=()):
   """Runs the multi-host command (docs/scaling.md) twice (with `flags` added);
   optionally sends SIGTERM (or SIGKILL) to process 1 alone once process 0
   logs `sigterm_process_1_at` (`kill_process_1_at`). Returns ([return
@@ -64,7 +64,8 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
         "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
         f"--config.data_dir={data_dir}",
         f"--coordinator_address=localhost:{port}", "--num_processes=2",
-        f"--process_id={process_id}", *flags
+        f"--process_id={process_id}", *flags,
+        *(process_1_flags if process_id == 1 else ())
     ]
     cmd += [f"--config.{k}={v}" for k, v in (overrides or OVERRIDES).items()]
     procs.append(
@@ -283,3 +284,50 @@ def test_a_killed_process_ends_the_other_quickly_and_the_rerun_resumes(
   jax.tree.map(
       lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=2e-5),
       jax.device_get(final.params), jax.device_get(expected.params))
+
+
+def test_an_error_in_one_process_stops_the_other_at_once(
+    tfds_data_dir, tmp_path):
+  """Process 1 alone meets a mistake (a dataset that does not exist) after
+  both joined the run: it exits with its one line, and process 0, which
+  would wait for it in a collective, stops at once naming it."""
+  codes, outputs = _launch_two_processes(
+      str(tmp_path / "run"), tfds_data_dir,
+      process_1_flags=["--config.dataset=no_such_dataset"])
+  assert codes == [75, 2], _stderr_tails(outputs)
+  errors = [[line
+             for line in err.splitlines()
+             if line.startswith("error:")]
+            for _, err in outputs]
+  assert len(errors[1]) == 1 and "no_such_dataset" in errors[1][0]
+  assert errors[0] == [
+      f"error: process 1 of 2 stopped: {errors[1][0]}; process 0 stops too. "
+      "Rerun every process to resume from the last checkpoint."
+  ]
+
+
+def test_a_damaged_checkpoint_stops_the_run_and_the_rerun_resumes_before_it(
+    tfds_data_dir, tmp_path):
+  """Processes restore together, so one that cannot restore the newest
+  step marks it and the run stops (exit 75); the rerun sets the step aside
+  and resumes from the one before."""
+  from tests.test_checkpoint import _damage
+  workdir = tmp_path / "run"
+  overrides = {**OVERRIDES, "checkpoint_every_steps": 2}
+  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  _damage(workdir / "checkpoints" / "4", "truncated")
+
+  overrides["total_steps"] = 6
+  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
+  assert codes == [75, 75], _stderr_tails(outputs)
+  said = "".join(err for _, err in outputs)
+  assert "The checkpoint at step 4 in " in said
+  assert ("it is marked damaged, and rerunning every process resumes from "
+          "the step before.") in said
+
+  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  assert "Resuming at step 2 from" in outputs[0][1]
+  assert sorted(os.listdir(
+      workdir / "checkpoints")) == ["2", "4", "4.damaged", "6"]

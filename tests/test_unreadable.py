@@ -192,17 +192,22 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
       "labels": labels[[0, 2, 3]]
   }, key)
   np.testing.assert_allclose(masked, without, rtol=1e-6)
-  # With mixup, the example mixed with the placeholder is left out too.
+  # With mixup, the example mixed with the placeholder is left out too:
+  # example i is mixed with i - 1, so 1 (the placeholder) and 2 go.
   mixed = steps.supervised(steps.softmax_xent, mixup_alpha=1.0)
-  _, _, own = mixup.mix(jax.random.split(key)[0], images, labels, 1.0)
-  assert (np.asarray(own) < 1).all()
   loss, _ = mixed(apply, {
       "image": images,
       "labels": labels,
       "mask": np.float32([1, 0, 1, 1])
   }, key)
-  loss_all, _ = mixed(apply, {"image": images, "labels": labels}, key)
-  assert np.isfinite(loss) and loss != loss_all
+  mixup_key = jax.random.split(key)[0]  # As the objective draws it.
+  mixed_images, mixed_labels, own = mixup.mix(mixup_key, images, labels, 1.0)
+  assert (np.asarray(own) < 1).all()
+  kept = np.array([0, 3])
+  expected = np.mean(
+      np.asarray(
+          steps.softmax_xent(mixed_images[kept] @ kernel, mixed_labels[kept])))
+  np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
 def test_a_run_on_a_folder_with_broken_images_trains_and_reports_them(

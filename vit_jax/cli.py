@@ -24,6 +24,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 
 
 def _verbose_by_environment() -> bool:
@@ -204,6 +205,8 @@ def _fail(error, status: int = 2):
   first, *rest = text.splitlines()
   print("\n".join([f"error: {first}"] + [f"  {line}" for line in rest]),
         file=sys.stderr, flush=True)
+  if liveness.active():  # The other processes stop too, naming this one.
+    liveness.fail_and_exit(f"error: {first}", status)
   sys.exit(status)
 
 
@@ -251,9 +254,14 @@ def run(main):
       if _verbose():
         raise
       _fail(e, exit_status(e))
-    except jax.errors.JaxRuntimeError:
-      liveness.await_verdict()  # A lost process ends this one with a line.
-      raise
+    except Exception as e:  # A bug, or a collective a lost process broke.
+      if isinstance(e, jax.errors.JaxRuntimeError):
+        liveness.await_verdict()  # A lost process ends this one with a line.
+      if not liveness.active():
+        raise
+      traceback.print_exc()
+      first = (str(e).strip().splitlines() or [""])[0][:300]
+      liveness.fail_and_exit(f"{type(e).__name__}: {first}", 1)
     liveness.finish()
     if jax.distributed.is_initialized():
       # Leave the multi-process runtime together, before interpreter

@@ -16,6 +16,7 @@ class NonFiniteLossError(UserError, FloatingPointError):
   """Training diverged (NaN or inf loss); nothing of that state is saved."""
 
 
-class CheckpointSaveError(OSError):
-  """A save that failed after the storage libraries' retries; an OSError
-  that may pass, so commands exit with 75 (EX_TEMPFAIL), a retry."""
+class CheckpointError(OSError):
+  """A checkpoint that could not be saved (after the storage libraries'
+  retries) or read; an OSError that may pass, so commands exit with 75
+  (EX_TEMPFAIL), a retry."""

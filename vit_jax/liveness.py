@@ -10,6 +10,8 @@ one has not beaten for `timeout_s`, or the service itself (process 0) is
 gone, it prints one line and exits with EX_TEMPFAIL (75): a retry, for
 a launcher's restart policy, that resumes from the last checkpoint. JAX's
 own heartbeat timeout is set above `timeout_s`, so this answer comes first.
+A process that stops with an error says so in its beat
+(`fail_and_exit`), and the others stop at once, naming it and the error.
 """
 
 import os
@@ -23,6 +25,7 @@ from jax._src import distributed  # Its client: the one multihost_utils uses.
 EXIT_CODE = 75  # EX_TEMPFAIL: rerunning every process resumes the run.
 _PREFIX = "vit_jax/alive/"
 _DONE = "done"
+_FAILED = "failed: "
 
 
 def jax_heartbeat_timeout(timeout_s: float) -> int:
@@ -82,12 +85,25 @@ class Watch:
         beat = beats.get(f"{_PREFIX}{process}")
         if beat == _DONE:
           continue
+        if beat is not None and beat.startswith(_FAILED):
+          self._lost(f"process {process} of {self._count} stopped: "
+                     f"{beat[len(_FAILED):]}")
         if beat != last:
           self._seen[process] = (beat, now)
         elif now - since > self.timeout_s:
           self._lost(f"process {process} of {self._count} has sent no "
                      f"heartbeat for {now - since:.0f} s (killed, crashed "
                      "or its host is gone)")
+
+  def fail(self, line: str):
+    """This process stops with an error (`line`): the others stop at once
+    too, rather than wait in a collective for one that never comes."""
+    self._stop.set()
+    try:
+      self._client.key_value_set(f"{_PREFIX}{self._me}", _FAILED + line[:500],
+                                 allow_overwrite=True)
+    except Exception:  # noqa: BLE001 The service may be gone already.
+      pass
 
   def _lost(self, why: str):
     if self._stop.is_set():  # The run is ending anyway.
@@ -113,6 +129,21 @@ def finish():
   if _watch is not None:
     _watch.stop()
     _watch = None
+
+
+def active() -> bool:
+  return _watch is not None
+
+
+def fail_and_exit(line: str, status: int):
+  """Tells the other processes this one stops with `line`, then exits with
+  `status` at once: JAX's exit would wait in its shutdown barrier for
+  processes that are stuck in a collective with this one."""
+  if _watch is not None:
+    _watch.fail(line)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)
 
 
 def await_verdict():

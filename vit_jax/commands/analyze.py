@@ -81,9 +81,9 @@ def _eval_split_batches(loaded, batch_size: int):
       data, index_dir=loader.training_workdir(loaded.checkpoint))
 
   def batches():
-    dataset = input_pipeline.make_eval_dataset(  # One process reads it all.
+    dataset = input_pipeline.numpy_eval_batches(  # One process reads it all.
         data, source, process_index=0, process_count=1, labels=False)
-    for number, batch in enumerate(dataset.as_numpy_iterator()):
+    for number, batch in enumerate(dataset):
       yield dict(batch, index=number * batch_size + np.arange(batch_size))
 
   split = f"{data.dataset}:{data.split}"

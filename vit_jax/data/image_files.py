@@ -9,7 +9,6 @@ data, a file that cannot be read does not stop the run: it is left out, and
 `failed` names it with the reason once the batches are consumed.
 """
 
-import re
 from typing import Iterator
 from typing import Sequence
 
@@ -19,6 +18,7 @@ import tensorflow as tf
 from vit_jax import paths
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
+from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 
 
@@ -113,18 +113,5 @@ class ImageFiles:
 
   def _why_unreadable(self, path: str) -> str:
     """What is wrong with `path`, found by loading it again alone."""
-    try:
-      data = paths.resolve(path).read_bytes()
-    except OSError as e:
-      return f"cannot be read ({e})"
-    if not any(data.startswith(m) for m in image_folder.MAGIC):
-      return "not a JPEG or PNG file"
-    try:
-      image = tf.io.decode_image(data, channels=3, expand_animations=False)
-      self._image_fn(image, tf.constant([0, 0], tf.int64)).numpy()
-    except (tf.errors.OpError, ValueError) as e:
-      # TensorFlow wraps the reason: "{{function_node ...}} WHY [Op:...]".
-      why = re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", getattr(
-          e, "message", str(e))).strip().splitlines()
-      return f"a broken image ({why[0][:200] if why else 'no details'})"
-    return "could not be read"
+    why = unreadable.why_unreadable(path, self._image_fn)
+    return "could not be read" if why == "readable now" else why

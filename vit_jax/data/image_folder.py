@@ -222,21 +222,37 @@ class ImageFolderSource:
     })
     return ds.shuffle(len(files), seed=seed) if shuffle_files else ds
 
+  def fetch(self, record):
+    """The record with its file's bytes. Read before the pipeline leaves
+    out unreadable images (`unreadable.py`): a storage error is not a
+    broken image, and stops the run."""
+    return {
+        **record, "data": read_bytes(record["path"], self._tensorflow_reads)
+    }
+
   def decode(self, record):
     """The image still encoded (`preprocess.Encoded`), and its label."""
-    image = read_encoded(record["path"], self._tensorflow_reads)
+    data = (record["data"] if "data" in record else read_bytes(
+        record["path"], self._tensorflow_reads))
+    image = preprocess.Encoded(data, lambda d: _decode(d, record["path"]))
     if not self.num_classes:
       return {"image": image}
     return {"image": image, "label": tf.cast(record["label"], tf.int64)}
 
 
-def read_encoded(path, tensorflow_reads: bool) -> preprocess.Encoded:
-  """The bytes of the image file at `path` (a string tensor), read by
-  TensorFlow or, where it cannot (`paths.tensorflow_can_read`), through
-  the path layer, with a decoder that names `path` when it fails."""
-  data = (tf.io.read_file(path)
+def read_bytes(path, tensorflow_reads: bool):
+  """The bytes of the file at `path` (a string tensor), read by TensorFlow
+  or, where it cannot (`paths.tensorflow_can_read`), through the path
+  layer."""
+  return (tf.io.read_file(path)
           if tensorflow_reads else _read_with_path_layer(path))
-  return preprocess.Encoded(data, lambda d: _decode(d, path))
+
+
+def read_encoded(path, tensorflow_reads: bool) -> preprocess.Encoded:
+  """The image file at `path`, read (`read_bytes`) and still encoded, with
+  a decoder that names `path` when it fails."""
+  return preprocess.Encoded(read_bytes(path, tensorflow_reads),
+                            lambda d: _decode(d, path))
 
 
 def read_image(path, tensorflow_reads: bool):

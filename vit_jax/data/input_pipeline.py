@@ -127,19 +127,27 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
               labels: bool, files_per_pass: int,
               log: Optional[unreadable.Unreadable]) -> tf.data.Dataset:
   """(index, record) -> example, an unreadable file left out at its position
-  (`unreadable.map_skipping_unreadable`) and named in `log`."""
+  (`unreadable.map_skipping_unreadable`) and named in `log`. The files are
+  read first, in parallel: only decoding is skipped over."""
   example_fn = _example_fn(spec, source, base_seed, labels)
   if log is None:
     log = unreadable.Unreadable(f"{source.name} {spec.split}", files_per_pass,
                                 spec.max_unreadable_share)
+  image_fn = preprocess.make_image_fn(spec.pp, spec.image_size)
+  log.explain = lambda name: unreadable.why_unreadable(name, image_fn)
 
   def name(index, record):
     if "path" in record:  # An image folder's file.
       return record["path"]
+    if "tfds_id" in record:  # A TFDS record, the same in every epoch.
+      return tf.strings.join([f"{source.name} ", record["tfds_id"]])
     return tf.strings.join(
         [f"{source.name} {spec.split} example #",
          tf.strings.as_string(index)])
 
+  fetch = getattr(source, "fetch", lambda record: record)
+  records = records.map(lambda i, record: (i, fetch(record)),
+                        num_parallel_calls=tf.data.AUTOTUNE)
   examples = unreadable.map_skipping_unreadable(
       records, lambda i, record: example_fn(i, source.decode(record)), name,
       log)
@@ -246,6 +254,21 @@ def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
   ds = ds.concatenate(padding.repeat()).batch(local_batch)
   ds = ds.take(num_eval_batches(spec, source))
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def numpy_eval_batches(spec: specs.DataSpec, source, process_index=None,
+                       process_count=None, labels: bool = True):
+  """The numpy batches of one `make_eval_dataset` pass, with its unreadable
+  files counted (and a one-line error past the share)."""
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  split = source.process_split(spec.split, index, count, drop_remainder=False)
+  log = unreadable.Unreadable(f"{source.name} {spec.split}",
+                              source.num_examples(split),
+                              spec.max_unreadable_share)
+  return unreadable.numpy_batches(
+      make_eval_dataset(spec, source, process_index, process_count, labels,
+                        unreadable_log=log), log)
 
 
 class EvalBatches:

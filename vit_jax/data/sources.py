@@ -115,9 +115,13 @@ class TfdsSource:
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
     """Undecoded records; `decode` turns one into an example."""
     return self._builder.as_dataset(
-        split=split, shuffle_files=shuffle_files,
-        read_config=tfds.ReadConfig(shuffle_seed=seed),
+        split=split, shuffle_files=shuffle_files, read_config=tfds.ReadConfig(
+            shuffle_seed=seed, add_tfds_id=True),
         decoders={"image": tfds.decode.SkipDecoding()})
+
+  def fetch(self, record):
+    """The record (its image's bytes are in it already)."""
+    return record
 
   def decode(self, record):
     """The image still encoded (`preprocess.Encoded`) where it is a uint8

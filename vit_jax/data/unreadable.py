@@ -19,6 +19,7 @@ active and writes the files' paths into the workdir.
 """
 
 import contextlib
+import re
 import threading
 from typing import Callable
 from typing import Optional
@@ -27,6 +28,7 @@ import jax
 import tensorflow as tf
 
 from vit_jax import paths
+from vit_jax.data import image_folder
 from vit_jax.errors import UserError
 
 DEFAULT_MAX_SHARE = 0.01
@@ -45,6 +47,8 @@ class Unreadable:
     self.files_per_pass = files_per_pass
     self.max_share = max_share
     self.names: list[str] = []  # In the order met.
+    # name -> why it is unreadable, found again (see `why_unreadable`).
+    self.explain: Optional[Callable[[str], str]] = None
     self._seen = set()
     self._lock = threading.Lock()  # Met from tf.data's threads.
     if _active is not None:
@@ -73,8 +77,17 @@ class Unreadable:
             f"{self.files_per_pass} images process {jax.process_index()} "
             f"reads from {self.stream} are unreadable "
             f"(config.max_unreadable_share={self.max_share:g}), e.g. "
-            f"{self.names[0]}. Fix or remove them, or raise "
-            "config.max_unreadable_share.")
+            f"{self.names[0]}{self._why(self.names[0])}. Fix or remove them, "
+            "or raise config.max_unreadable_share.")
+
+  def _why(self, name: str) -> str:
+    """' (the reason)', when it can be found again (an image file's)."""
+    if self.explain is None:
+      return ""
+    try:
+      return f" ({self.explain(name)})"
+    except Exception:  # noqa: BLE001 A name that is no file: no reason.
+      return ""
 
 
 def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
@@ -82,13 +95,14 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
                             chunk: int = 32) -> tf.data.Dataset:
   """`records.map(example_fn)` (elements unpacked into its arguments), where
   an example that fails becomes a placeholder with mask 0, and `log` gets
-  `name_fn(*element)` (see the module doc).
+  its name (see the module doc).
 
-  Records go in chunks (windows): each chunk's examples are made by a
-  dataset of its own whose `ignore_errors` drops the failures, and the
-  survivors go back into their places among placeholders. A dataset per
-  chunk rather than per record keeps the cost small (5% of the images/s of
-  `vit-jax benchmark-input` on 2 cores).
+  Records go in chunks (ragged batches: a record's fields may vary in
+  length): each chunk's examples are made by a dataset of its own whose
+  `ignore_errors` drops the failures, and the survivors go back into their
+  places among placeholders. A dataset per chunk rather than per record
+  keeps the cost small. `name_fn` takes a chunk of elements (batched) and
+  returns their names.
   """
   examples = records.map(example_fn)
   for name, spec in examples.element_spec.items():
@@ -99,16 +113,16 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
       k: tf.zeros(s.shape, s.dtype) for k, s in examples.element_spec.items()
   }
 
-  def one_chunk(*window):
-    elements = tf.data.Dataset.zip(window)  # The chunk's records, once more.
-    made = tf.data.Dataset.zip(tf.data.Dataset.range(chunk), elements).map(
-        lambda place, element: (place, example_fn(*element))).ignore_errors()
-    made = made.batch(chunk).concatenate(  # All failed: this empty batch.
+  def one_chunk(*elements):
+    size = tf.shape(tf.nest.flatten(elements)[0])[0]
+    made = tf.data.Dataset.from_tensor_slices(
+        (tf.range(size, dtype=tf.int64),
+         elements)).map(lambda place, element: (place, example_fn(*element)))
+    made = made.ignore_errors().batch(chunk).concatenate(
         tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), {
             k: tf.zeros((0,) + v.shape, v.dtype) for k, v in placeholder.items()
-        }))).take(1)
-    names = elements.map(name_fn).batch(chunk)
-    return tf.data.Dataset.zip(made, names)
+        }))).take(1)  # All failed: the empty batch.
+    return made.map(lambda places, good: ((places, good), name_fn(*elements)))
 
   def into_places(made, names):
     places, good = made
@@ -134,19 +148,42 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
       full["mask"] = tf.identity(full["mask"])
     return full
 
-  return records.window(chunk).interleave(
+  return records.ragged_batch(chunk).interleave(
       one_chunk, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=True).map(into_places, num_parallel_calls=tf.data.AUTOTUNE,
                               deterministic=True).unbatch()
 
 
+def why_unreadable(path: str, image_fn) -> str:
+  """What is wrong with the image file at `path`, found by reading,
+  decoding and preprocessing it (`image_fn`) again on its own."""
+  try:
+    data = paths.resolve(path).read_bytes()
+  except OSError as e:
+    return f"cannot be read ({e})"
+  if not any(data.startswith(m) for m in image_folder.MAGIC):
+    return "not a JPEG or PNG file"
+  try:
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    image_fn(image, tf.constant([0, 0], tf.int64)).numpy()
+  except (tf.errors.OpError, ValueError) as e:
+    # TensorFlow wraps the reason: "{{function_node ...}} WHY [Op:...]".
+    why = re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", getattr(
+        e, "message", str(e))).strip().splitlines()
+    return f"a broken image ({why[0][:200] if why else 'no details'})"
+  return "readable now"
+
+
 def numpy_batches(dataset: tf.data.Dataset, log: Unreadable):
-  """The dataset's numpy batches; past the log's share, a one-line error."""
+  """The dataset's numpy batches; past the log's share, a one-line error,
+  as for a file listed but gone."""
   try:
     yield from dataset.as_numpy_iterator()
   except tf.errors.OpError as e:
     if log.exceeded:
       raise UserError(log.error_message()) from None
+    if isinstance(e, tf.errors.NotFoundError):
+      raise FileNotFoundError(e.message.strip().splitlines()[0]) from None
     raise e
 
 

@@ -87,9 +87,8 @@ class FewShotEvaluator:
     source, split_specs = self._splits[name]
     out = []
     for spec in split_specs:
-      batches = input_pipeline.make_eval_dataset(spec, source)
-      out += features.extract(self._feature_fn, params,
-                              batches.as_numpy_iterator(), self._mesh,
+      batches = input_pipeline.numpy_eval_batches(spec, source)
+      out += features.extract(self._feature_fn, params, batches, self._mesh,
                               input_pipeline.num_eval_batches(spec, source),
                               f"{name} {spec.split}")
     return (*out, source.num_classes)

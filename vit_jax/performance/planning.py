@@ -47,7 +47,7 @@ _TOPOLOGY = re.compile(r"^(v4|v5e|v5p|v6e):(\d+(?:x\d+){1,2})$")
 def cpu_device_count(topology: str) -> int:
   """N of 'cpu:N', a whole number of at least 1 (else a clear error)."""
   count = topology[4:]
-  if not count.isdigit() or int(count) < 1:
+  if not re.fullmatch(r"[0-9]+", count) or int(count) < 1:
     raise UserError(f"--topology={topology!r}: cpu:N needs N, the number of "
                     "host devices to plan for, to be a whole number of at "
                     "least 1, e.g. cpu:8.")

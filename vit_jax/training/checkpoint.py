@@ -15,12 +15,11 @@ from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import ml_collections
-import numpy as np
 import orbax.checkpoint as ocp
 
 from vit_jax import console
 from vit_jax import paths
-from vit_jax.errors import CheckpointSaveError
+from vit_jax.errors import CheckpointError
 from vit_jax.errors import UserError
 
 
@@ -36,9 +35,18 @@ def make_manager(workdir: str,
 
 def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
   """The newest restorable saved state placed on `state_sharding`, or
-  `state` if none was saved. A step that cannot be restored (a damaged
-  file) is said in one line, set aside as STEP.damaged, and the previous
-  step is tried; none restorable is a one-line error."""
+  `state` if none was saved.
+
+  A step that cannot be restored because it is damaged (a truncated or
+  garbled file) is said in one line and set aside as STEP.damaged; in one
+  process the step before is tried at once. With several processes, which
+  restore together, the one that failed marks the step and the run stops
+  (exit 75): the rerun sets it aside and resumes from the step before. A
+  read that may pass (storage unavailable, a timeout) sets nothing aside:
+  one line, exit 75. None restorable, or one of another model: one line,
+  and nothing set aside.
+  """
+  _set_aside(manager, _marked_damaged(manager))
   steps = sorted(manager.all_steps(), reverse=True)
   if not steps:
     return state
@@ -48,12 +56,26 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
   failed = []  # (step, why)
   for step in steps:
     try:
-      restored, why = manager.restore(
-          step, args=ocp.args.StandardRestore(abstract)), None
+      restored = manager.restore(step, args=ocp.args.StandardRestore(abstract))
     except Exception as e:  # noqa: BLE001 Orbax and TensorStore raise many.
-      restored, why = None, _reason(e)
-    if not _everywhere(why is None):  # Every process reads the same step.
-      failed.append((step, why or "another process could not read it"))
+      why = _reason(e)
+      if _saved_shapes(manager, step) not in (None, _shapes(state)):
+        raise UserError(
+            f"The checkpoint at step {step} in {manager.directory} does not "
+            "match this config's model or optimizer. Use a new --workdir, or "
+            f"the config that wrote it. ({why})") from e
+      if _may_pass(e):
+        raise CheckpointError(
+            f"The checkpoint at step {step} in {manager.directory} could not "
+            f"be read ({why}); nothing was set aside. Rerun to try "
+            "again.") from e
+      if jax.process_count() > 1:
+        (manager.directory / f"{step}{_MARK}").write_text(why)
+        raise CheckpointError(
+            f"The checkpoint at step {step} in {manager.directory} cannot be "
+            f"restored ({why}); it is marked damaged, and rerunning every "
+            "process resumes from the step before.") from e
+      failed.append((step, why))
       continue
     for bad, why in failed:
       console.say(
@@ -63,15 +85,38 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
     _set_aside(manager, [bad for bad, _ in failed])
     console.say("Resuming at step %d from %s.", step, manager.directory)
     return restored
-  if _saved_shapes(manager, steps[0]) not in (None, _shapes(state)):
-    raise UserError(
-        f"The checkpoint at step {steps[0]} in {manager.directory} does not "
-        "match this config's model or optimizer. Use a new --workdir, or the "
-        f"config that wrote it. ({failed[0][1]})")
   raise UserError(
       f"No checkpoint in {manager.directory} can be restored: " +
       "; ".join(f"step {step}: {why}" for step, why in failed) +
       ". Move the folder aside (or use a new --workdir) to start afresh.")
+
+
+_MARK = ".damaged.txt"  # Next to a step another process could not restore.
+_PASSING = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED",
+            "Connection reset", "timed out", " 503", " 429")
+
+
+def _may_pass(error: BaseException) -> bool:
+  """Whether a failed restore may succeed when tried again: storage out of
+  reach, not a damaged file."""
+  while error is not None:
+    if isinstance(error, (ConnectionError, TimeoutError)) or (isinstance(
+        error, OSError) and not isinstance(error, FileNotFoundError)):
+      return True
+    if any(word in str(error) for word in _PASSING):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def _marked_damaged(manager) -> list[int]:
+  """Steps another process of an earlier run marked damaged."""
+  if jax.process_index() != 0:
+    return []
+  return sorted(
+      int(p.name[:-len(_MARK)])
+      for p in manager.directory.glob(f"*{_MARK}")
+      if p.name[:-len(_MARK)].isdigit())
 
 
 def _reason(error: Exception) -> str:
@@ -81,40 +126,41 @@ def _reason(error: Exception) -> str:
   return line if len(line) <= 300 else line[:297] + "..."
 
 
-def _everywhere(ok: bool) -> bool:
-  if jax.process_count() == 1:
-    return ok
-  return bool(np.all(multihost_utils.process_allgather(np.bool_(ok))))
-
-
 def _shapes(state) -> list:
   return sorted((tuple(x.shape), str(x.dtype)) for x in jax.tree.leaves(state))
 
 
 def _saved_shapes(manager, step):
   """The shapes and dtypes a step holds, from its metadata; None if that
-  cannot be read (a damaged step)."""
+  cannot be read (a damaged step: an error, or no arrays at all)."""
   try:
     metadata = ocp.StandardCheckpointer().metadata(
         manager.directory / str(step) / "default")
-    return sorted((tuple(m.shape), str(m.dtype))
-                  for m in jax.tree.leaves(metadata.item_metadata))
+    shapes = sorted((tuple(m.shape), str(m.dtype))
+                    for m in jax.tree.leaves(metadata.item_metadata))
   except Exception:  # noqa: BLE001 As above.
     return None
+  return shapes or None
 
 
 def _set_aside(manager, steps):
-  """Renames each step's folder to STEP.damaged (Orbax then ignores it), so
-  the run saves that step again when it gets there."""
-  if not steps:
+  """Renames each step's folder to STEP.damaged (STEP.damaged.N if that is
+  taken; Orbax ignores them), so the run saves that step again when it gets
+  there, and drops the step's mark. Process 0 renames; all wait."""
+  if jax.process_count() == 1 and not steps:
     return
   if jax.process_index() == 0:
     for step in steps:
       folder = manager.directory / str(step)
-      aside = manager.directory / f"{step}.damaged"
-      if aside.exists():
-        aside.rmtree()
-      folder.rename(aside)
+      aside, n = manager.directory / f"{step}.damaged", 0
+      while aside.exists():
+        n += 1
+        aside = manager.directory / f"{step}.damaged.{n}"
+      if folder.exists():
+        folder.rename(aside)
+      mark = manager.directory / f"{step}{_MARK}"
+      if mark.exists():
+        mark.unlink()
   multihost_utils.sync_global_devices("damaged checkpoints set aside")
   manager.reload()
 
@@ -154,10 +200,10 @@ class Saver:
     if self._writing is not None:
       self.saved, self._writing = self._writing, None
 
-  def _failed(self, step, error) -> CheckpointSaveError:
+  def _failed(self, step, error) -> CheckpointError:
     last = ("no checkpoint was saved yet" if self.saved is None else
             f"the last checkpoint saved is step {self.saved}")
-    return CheckpointSaveError(
+    return CheckpointError(
         f"The checkpoint of step {step} could not be saved to "
         f"{self.manager.directory} ({_reason(error)}); {last}. Rerun to "
         "resume from it once the storage works.")

@@ -43,10 +43,13 @@ Objective = Callable[[Callable, dict, jax.Array], tuple[jax.Array, dict]]
 
 
 def weighted_mean(values_B, weights_B=None):
-  """The mean over the examples of weight 1 (all, without weights)."""
+  """The mean over the examples of weight 1 (all, without weights). Written
+  as mean(values x weights) x B / sum(weights): with every weight 1 that is
+  exactly jnp.mean(values), bit for bit."""
   if weights_B is None:
     return jnp.mean(values_B)
-  return jnp.sum(values_B * weights_B) / jnp.maximum(jnp.sum(weights_B), 1.0)
+  count = jnp.maximum(jnp.sum(weights_B), 1.0)
+  return jnp.mean(values_B * weights_B) * (values_B.shape[0] / count)
 
 
 def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
