@@ -331,3 +331,28 @@ def test_a_damaged_checkpoint_stops_the_run_and_the_rerun_resumes_before_it(
   assert "Resuming at step 2 from" in outputs[0][1]
   assert sorted(os.listdir(
       workdir / "checkpoints")) == ["2", "4", "4.damaged", "6"]
+
+
+def test_two_processes_leave_out_and_list_unreadable_images(
+    tfds_data_dir, tmp_path):
+  """Each process leaves out the broken files of its share and lists them
+  in its own file; together they name every one, and the console counts
+  them all."""
+  folder = _image_folder(tmp_path / "images")
+  broken = []
+  for split in ("train", "test"):
+    for c in (0, 5):
+      path = tmp_path / "images" / split / f"class_{c}" / "broken.png"
+      path.write_bytes(b"<html>not an image</html>")
+      broken.append(str(path))
+  overrides = {**OVERRIDES, "dataset": folder, "max_unreadable_share": 0.5}
+  workdir = tmp_path / "run"
+  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  listed = []
+  for i in range(2):
+    listed += (workdir /
+               f"unreadable_files.process{i}.txt").read_text().splitlines()
+  assert sorted(listed) == sorted(broken)
+  assert "Left out 4 unreadable images so far" in outputs[0][1]
+  assert "(2 unreadable images left out)" in outputs[0][1]

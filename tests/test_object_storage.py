@@ -124,21 +124,28 @@ def test_image_folder_in_a_bucket_reads_like_a_local_one(
         pixels = rng.integers(0, 255, (10, 12, 3)).astype(np.uint8)
         for root in ("gs://bucket/images", str(tmp_path / "images")):
           _write_png(f"{root}/{split}/{name}/{i}.png", pixels)
-  batches = []
+  for root in ("gs://bucket/images", str(tmp_path / "images")):
+    paths.resolve(f"{root}/test/dog/9.png").write_bytes(b"")  # Unreadable.
+  batches, logs = [], []
   for root in ("gs://bucket/images", str(tmp_path / "images")):
     config = digits_config.copy_and_resolve_references()
     config.dataset = f"folder:{root}"
     config.pp_eval = "resize|value_range"
     config.eval_batch_size = 8
+    config.max_unreadable_share = 0.5
     source = input_pipeline.make_source(specs.training(config))
     assert source.class_names == ["cat", "dog"]
     assert source.num_examples("train") == 8
-    batches.append(
-        next(
-            input_pipeline.make_eval_dataset(specs.evaluation(config),
-                                             source).as_numpy_iterator()))
+    evaluation = input_pipeline.make_eval_batches(specs.evaluation(config),
+                                                  source)
+    batches.append(next(evaluation()))
+    logs.append(evaluation.unreadable.names)
   np.testing.assert_array_equal(batches[0]["image"], batches[1]["image"])
   np.testing.assert_array_equal(batches[0]["labels"], batches[1]["labels"])
+  np.testing.assert_array_equal(batches[0]["mask"], batches[1]["mask"])
+  assert batches[0]["mask"].sum() == 4  # 5 files, the empty one left out.
+  assert logs == [["gs://bucket/images/test/dog/9.png"],
+                  [str(tmp_path / "images/test/dog/9.png")]]
 
 
 def test_fewshot_tables_are_written_to_the_bucket(gcs):
