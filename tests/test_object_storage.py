@@ -31,13 +31,8 @@ STEPS = 40
 
 @pytest.fixture(scope="module")
 def gcs():
-  saved = dict(os.environ)
-  server = gcs_server.GcsServer()
-  server.create_bucket("bucket")
-  yield server
-  server.stop()
-  os.environ.clear()  # configure_storage() also set variables; undo all.
-  os.environ.update(saved)
+  with gcs_server.serving("bucket") as server:
+    yield server
 
 
 def _train(gcs, workdir, data_dir, kill_after_checkpoint=None):

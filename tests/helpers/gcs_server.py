@@ -2,6 +2,7 @@
 extra) on 127.0.0.1, spoken to through the plain GCS JSON API, so the tests
 check the bucket without going through the code under test."""
 
+import contextlib
 import json
 import os
 import threading
@@ -50,3 +51,19 @@ class GcsServer:
 
   def stop(self):
     self._server.stop()
+
+
+@contextlib.contextmanager
+def serving(*buckets: str):
+  """A server with these buckets for the `with` block; the environment
+  (which the wrapper and `paths.configure_storage` change) is put back."""
+  saved = dict(os.environ)
+  server = GcsServer()
+  try:
+    for bucket in buckets:
+      server.create_bucket(bucket)
+    yield server
+  finally:
+    server.stop()
+    os.environ.clear()
+    os.environ.update(saved)
