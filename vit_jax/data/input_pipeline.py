@@ -123,6 +123,15 @@ def _checked_labels(source):
   return check
 
 
+_RECORD = "record_in_share"  # A record's place in this process's share.
+
+
+def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
+  """Records numbered in their share's order (before any shuffle), which
+  names one that cannot be decoded the same way in every epoch."""
+  return records.enumerate().map(lambda i, record: {**record, _RECORD: i})
+
+
 def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
               labels: bool, files_per_pass: int,
               log: Optional[unreadable.Unreadable]) -> tf.data.Dataset:
@@ -139,11 +148,10 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
   def name(index, record):
     if "path" in record:  # An image folder's file.
       return record["path"]
-    if "tfds_id" in record:  # A TFDS record, the same in every epoch.
-      return tf.strings.join([f"{source.name} ", record["tfds_id"]])
-    return tf.strings.join(
-        [f"{source.name} {spec.split} example #",
-         tf.strings.as_string(index)])
+    return tf.strings.join([  # The same record has the same in every epoch.
+        f"{source.name} {spec.split} record #",
+        tf.strings.as_string(record[_RECORD])
+    ])
 
   fetch = getattr(source, "fetch", lambda record: record)
   records = records.map(lambda i, record: (i, fetch(record)),
@@ -181,7 +189,7 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
   local_batch = sharding.local_batch_size(spec.batch_size, process_count=count)
   seed = spec.seed + 1000 * index
   split = source.process_split(spec.split, index, count, drop_remainder=True)
-  records = source.read(split, shuffle_files=False, seed=seed)
+  records = _numbered(source.read(split, shuffle_files=False, seed=seed))
   if spec.cache:
     records = records.cache()
   per_epoch = source.num_examples(split)
@@ -241,7 +249,7 @@ def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
   local_batch = sharding.local_batch_size(
       spec.batch_size, what="eval_batch_size", process_count=count)
   split = source.process_split(spec.split, index, count, drop_remainder=False)
-  ds = source.read(split, shuffle_files=False, seed=spec.seed)
+  ds = _numbered(source.read(split, shuffle_files=False, seed=spec.seed))
   ds = _examples(ds.enumerate(), spec, source,
                  tf.constant([spec.seed, 1], tf.int64), labels,
                  source.num_examples(split), unreadable_log)
