@@ -115,8 +115,8 @@ class TfdsSource:
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
     """Undecoded records; `decode` turns one into an example."""
     return self._builder.as_dataset(
-        split=split, shuffle_files=shuffle_files, read_config=tfds.ReadConfig(
-            shuffle_seed=seed, add_tfds_id=True),
+        split=split, shuffle_files=shuffle_files,
+        read_config=tfds.ReadConfig(shuffle_seed=seed),
         decoders={"image": tfds.decode.SkipDecoding()})
 
   def fetch(self, record):
