@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 def _launch_two_processes(workdir, data_dir, overrides=None,
                           sigterm_process_1_at=None, flags=(),
-                          kill_process_1_at=None, process_1_flags=()):
+                          kill_process_1_at=None, flags_of=None):
   """Runs the multi-host command (docs/scaling.md) twice (with `flags` added);
   optionally sends SIGTERM (or SIGKILL) to process 1 alone once process 0
   logs `sigterm_process_1_at` (`kill_process_1_at`). Returns ([return
@@ -65,7 +65,7 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
         f"--config.data_dir={data_dir}",
         f"--coordinator_address=localhost:{port}", "--num_processes=2",
         f"--process_id={process_id}", *flags,
-        *(process_1_flags if process_id == 1 else ())
+        *(flags_of or {}).get(process_id, ())
     ]
     cmd += [f"--config.{k}={v}" for k, v in (overrides or OVERRIDES).items()]
     procs.append(
@@ -286,23 +286,27 @@ def test_a_killed_process_ends_the_other_quickly_and_the_rerun_resumes(
       jax.device_get(final.params), jax.device_get(expected.params))
 
 
+@pytest.mark.parametrize("failing", [0, 1])
 def test_an_error_in_one_process_stops_the_other_at_once(
-    tfds_data_dir, tmp_path):
-  """Process 1 alone meets a mistake (a dataset that does not exist) after
-  both joined the run: it exits with its one line, and process 0, which
-  would wait for it in a collective, stops at once naming it."""
+    tfds_data_dir, tmp_path, failing):
+  """One process alone meets a mistake (a dataset that does not exist) after
+  both joined the run: it exits with its one line, and the other, which
+  would wait for it in a collective, stops at once naming it (process 0,
+  which runs the coordination service, waits for the other to go first)."""
+  other = 1 - failing
   codes, outputs = _launch_two_processes(
       str(tmp_path / "run"), tfds_data_dir,
-      process_1_flags=["--config.dataset=no_such_dataset"])
-  assert codes == [75, 2], _stderr_tails(outputs)
+      flags_of={failing: ["--config.dataset=no_such_dataset"]})
+  assert codes[failing] == 2 and codes[other] == 75, _stderr_tails(outputs)
   errors = [[line
              for line in err.splitlines()
              if line.startswith("error:")]
             for _, err in outputs]
-  assert len(errors[1]) == 1 and "no_such_dataset" in errors[1][0]
-  assert errors[0] == [
-      f"error: process 1 of 2 stopped: {errors[1][0]}; process 0 stops too. "
-      "Rerun every process to resume from the last checkpoint."
+  assert len(errors[failing]) == 1 and "no_such_dataset" in errors[failing][0]
+  assert errors[other] == [
+      f"error: process {failing} of 2 stopped: {errors[failing][0]}; process "
+      f"{other} stops too. Rerun every process to resume from the last "
+      "checkpoint."
   ]
 
 

@@ -108,10 +108,28 @@ class Watch:
   def _lost(self, why: str):
     if self._stop.is_set():  # The run is ending anyway.
       return
-    print(
-        f"error: {why}; process {self._me} stops too. Rerun every process "
-        "to resume from the last checkpoint.", file=sys.stderr, flush=True)
+    line = (f"error: {why}; process {self._me} stops too. Rerun every "
+            "process to resume from the last checkpoint.")
+    print(line, file=sys.stderr, flush=True)
+    self.fail(line)  # Process 0 waits for this before it goes.
     os._exit(EXIT_CODE)  # Not sys.exit: the main thread may be in a collective.
+
+  def wait_for_the_others(self, limit_s: float):
+    """Until every other process has stopped (failed or done), at most
+    `limit_s`: process 0 runs the coordination service, and when it goes
+    first JAX aborts the others before they can say their line."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+      try:
+        beats = dict(self._client.key_value_dir_get(_PREFIX))
+      except Exception:  # noqa: BLE001 Nothing more to wait for.
+        return
+      if all(
+          beats.get(f"{_PREFIX}{p}", "").startswith((_FAILED, _DONE))
+          for p in range(self._count)
+          if p != self._me):
+        return
+      time.sleep(0.2)
 
 
 _watch = None
@@ -141,6 +159,8 @@ def fail_and_exit(line: str, status: int):
   processes that are stuck in a collective with this one."""
   if _watch is not None:
     _watch.fail(line)
+    if jax.process_index() == 0:
+      _watch.wait_for_the_others(_watch.timeout_s + 3 * _watch.interval_s)
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(status)
