@@ -44,7 +44,8 @@ class Watch:
     self._me = jax.process_index()
     self._count = jax.process_count()
     self._beats = 0
-    self._seen = {}  # process -> (last beat read, local time it changed).
+    # process -> (last beat read, local time it changed); set by start().
+    self._seen = {}
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._run, daemon=True,
                                     name="vit_jax liveness")
@@ -58,9 +59,13 @@ class Watch:
 
   def stop(self):
     """This process is done (its run ended): the others stop watching it."""
+    self._leave(_DONE)
+
+  def _leave(self, last_beat: str):
+    """Stops beating, leaving `last_beat` for the others to read."""
     self._stop.set()
     try:
-      self._client.key_value_set(f"{_PREFIX}{self._me}", _DONE,
+      self._client.key_value_set(f"{_PREFIX}{self._me}", last_beat,
                                  allow_overwrite=True)
     except Exception:  # noqa: BLE001 The service may be gone already.
       pass
@@ -98,12 +103,7 @@ class Watch:
   def fail(self, line: str):
     """This process stops with an error (`line`): the others stop at once
     too, rather than wait in a collective for one that never comes."""
-    self._stop.set()
-    try:
-      self._client.key_value_set(f"{_PREFIX}{self._me}", _FAILED + line[:500],
-                                 allow_overwrite=True)
-    except Exception:  # noqa: BLE001 The service may be gone already.
-      pass
+    self._leave(_FAILED + line[:500])
 
   def _lost(self, why: str):
     if self._stop.is_set():  # The run is ending anyway.

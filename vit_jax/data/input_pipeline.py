@@ -132,16 +132,23 @@ def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
   return records.enumerate().map(lambda i, record: {**record, _RECORD: i})
 
 
+def _unreadable_log(spec: specs.DataSpec, source,
+                    split) -> unreadable.Unreadable:
+  """The log of one process's `split` (as `source.process_split` gives
+  it): its share of unreadable files is taken of that split's size."""
+  return unreadable.Unreadable(f"{source.name} {spec.split}",
+                               source.num_examples(split),
+                               spec.max_unreadable_share)
+
+
 def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
-              labels: bool, files_per_pass: int,
+              labels: bool, split,
               log: Optional[unreadable.Unreadable]) -> tf.data.Dataset:
   """(index, record) -> example, an unreadable file left out at its position
   (`unreadable.map_skipping_unreadable`) and named in `log`. The files are
   read first, in parallel: only decoding is skipped over."""
   example_fn = _example_fn(spec, source, base_seed, labels)
-  if log is None:
-    log = unreadable.Unreadable(f"{source.name} {spec.split}", files_per_pass,
-                                spec.max_unreadable_share)
+  log = log or _unreadable_log(spec, source, split)
   image_fn = preprocess.make_image_fn(spec.pp, spec.image_size)
   log.explain = lambda name: unreadable.why_unreadable(name, image_fn)
 
@@ -204,7 +211,7 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
   ds = _examples(ds.enumerate(start=first_example), spec, source,
-                 tf.constant([seed, 0], tf.int64), labels, per_epoch,
+                 tf.constant([seed, 0], tf.int64), labels, split,
                  unreadable_log)
   ds = ds.batch(local_batch, drop_remainder=True)
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
@@ -214,12 +221,10 @@ def make_train_iterator(spec: specs.DataSpec, source, start_step: int = 0,
                         labels: bool = True) -> Iterator[Batch]:
   """The numpy batches of `make_train_dataset`; a one-line error when too
   many files are unreadable."""
-  log = unreadable.Unreadable(
-      f"{source.name} {spec.split}",
-      source.num_examples(
-          source.process_split(spec.split, jax.process_index(),
-                               jax.process_count(), drop_remainder=True)),
-      spec.max_unreadable_share)
+  log = _unreadable_log(
+      spec, source,
+      source.process_split(spec.split, jax.process_index(), jax.process_count(),
+                           drop_remainder=True))
   return unreadable.numpy_batches(
       make_train_dataset(spec, source, start_step=start_step, labels=labels,
                          unreadable_log=log), log)
@@ -251,8 +256,8 @@ def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
   split = source.process_split(spec.split, index, count, drop_remainder=False)
   ds = _numbered(source.read(split, shuffle_files=False, seed=spec.seed))
   ds = _examples(ds.enumerate(), spec, source,
-                 tf.constant([spec.seed, 1], tf.int64), labels,
-                 source.num_examples(split), unreadable_log)
+                 tf.constant([spec.seed, 1], tf.int64), labels, split,
+                 unreadable_log)
   if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
@@ -270,10 +275,9 @@ def numpy_eval_batches(spec: specs.DataSpec, source, process_index=None,
   files counted (and a one-line error past the share)."""
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
-  split = source.process_split(spec.split, index, count, drop_remainder=False)
-  log = unreadable.Unreadable(f"{source.name} {spec.split}",
-                              source.num_examples(split),
-                              spec.max_unreadable_share)
+  log = _unreadable_log(
+      spec, source,
+      source.process_split(spec.split, index, count, drop_remainder=False))
   return unreadable.numpy_batches(
       make_eval_dataset(spec, source, process_index, process_count, labels,
                         unreadable_log=log), log)
@@ -286,11 +290,10 @@ class EvalBatches:
   (all processes'), `unreadable`: this process's unreadable files."""
 
   def __init__(self, spec: specs.DataSpec, source, labels: bool = True):
-    split = source.process_split(spec.split, jax.process_index(),
-                                 jax.process_count(), drop_remainder=False)
-    self.unreadable = unreadable.Unreadable(f"{source.name} {spec.split}",
-                                            source.num_examples(split),
-                                            spec.max_unreadable_share)
+    self.unreadable = _unreadable_log(
+        spec, source,
+        source.process_split(spec.split, jax.process_index(),
+                             jax.process_count(), drop_remainder=False))
     self.num_examples = source.num_examples(spec.split)
     self._dataset = make_eval_dataset(spec, source, labels=labels,
                                       unreadable_log=self.unreadable)

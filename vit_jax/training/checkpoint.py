@@ -100,8 +100,8 @@ def _may_pass(error: BaseException) -> bool:
   """Whether a failed restore may succeed when tried again: storage out of
   reach, not a damaged file."""
   while error is not None:
-    if isinstance(error, (ConnectionError, TimeoutError)) or (isinstance(
-        error, OSError) and not isinstance(error, FileNotFoundError)):
+    # A reset connection, a timeout: OSErrors, but not a file gone.
+    if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
       return True
     if any(word in str(error) for word in _PASSING):
       return True

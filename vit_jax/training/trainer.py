@@ -113,9 +113,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   optim.check_param_rules(config, state.params)
   train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
                                            state_sharding)
-  with found.active():
-    evals = evaluators.from_config(config, model, mesh, state_sharding.params,
-                                   source)
   if config.init.checkpoint and manager.latest_step() is None:
     params = weights.init_params(config, config.init.checkpoint, state.params,
                                  state_sharding.params)
@@ -126,7 +123,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                 jnp.copy, params)))
   state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
-  with found.active():
+  with found.active():  # The streams made here report to it.
+    evals = evaluators.from_config(config, model, mesh, state_sharding.params,
+                                   source)
     train_iter = input_pipeline.prefetch_to_device(
         input_pipeline.make_train_iterator(
             data, source, start_step,
