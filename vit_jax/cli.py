@@ -203,8 +203,10 @@ def _fail(error, status: int = 2):
   """`error: FIRST LINE` (details, such as a load report, indented below)."""
   text = error if isinstance(error, str) else _message(error)
   first, *rest = text.splitlines()
-  print("\n".join([f"error: {first}"] + [f"  {line}" for line in rest]),
-        file=sys.stderr, flush=True)
+  # One write: a line printed in two parts can be split by another thread's.
+  sys.stderr.write("\n".join([f"error: {first}"] +
+                             [f"  {line}" for line in rest]) + "\n")
+  sys.stderr.flush()
   if liveness.active():  # The other processes stop too, naming this one.
     liveness.fail_and_exit(f"error: {first}", status)
   sys.exit(status)

@@ -9,7 +9,9 @@ the current mesh, so a checkpoint written on one device count loads on
 another. The workdir may be local or on object storage (`vit_jax.paths`).
 """
 
+import logging as logging_lib
 import signal
+import sys
 
 from absl import logging
 import jax
@@ -46,6 +48,7 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
   one line, exit 75. None restorable, or one of another model: one line,
   and nothing set aside.
   """
+  _quiet_failed_reads(manager.directory)
   _set_aside(manager, _marked_damaged(manager))
   steps = sorted(manager.all_steps(), reverse=True)
   if not steps:
@@ -89,6 +92,46 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
       f"No checkpoint in {manager.directory} can be restored: " +
       "; ".join(f"step {step}: {why}" for step, why in failed) +
       ". Move the folder aside (or use a new --workdir) to start afresh.")
+
+
+def _quiet_failed_reads(directory):
+  """Keep a failed restore's TensorStore noise off the console.
+
+  When a restore fails, Orbax stops waiting while TensorStore still
+  completes the step's other reads: asyncio logs each unawaited failure
+  ("Task exception was never retrieved") and each late completion fails to
+  call back into Orbax's closed loop (an unraisable `Event loop is closed`)
+  -- a hundred tracebacks around the one line that decides. Only those two
+  are dropped, and the first only for reads under `directory`.
+  """
+  if not getattr(sys.unraisablehook, "_drops_closed_loop", False):
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+      value = unraisable.exc_value
+      if not (isinstance(value, RuntimeError) and
+              str(value) == "Event loop is closed"):
+        previous(unraisable)
+
+    hook._drops_closed_loop = True
+    sys.unraisablehook = hook
+  asyncio_logger = logging_lib.getLogger("asyncio")
+  if not any(isinstance(f, _UnretrievedReads) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_UnretrievedReads(str(directory)))
+
+
+class _UnretrievedReads(logging_lib.Filter):
+  """Drops asyncio's report of an unawaited failed read of a checkpoint."""
+
+  def __init__(self, directory: str):
+    super().__init__()
+    self.directory = directory
+
+  def filter(self, record) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not (
+        record.getMessage().startswith("Task exception was never retrieved") and
+        self.directory in str(error))
 
 
 _MARK = ".damaged.txt"  # Next to a step another process could not restore.
