@@ -12,6 +12,7 @@ import pytest
 
 from vit_jax.errors import UserError
 from vit_jax.performance import planning
+from vit_jax.performance import targets
 from vit_jax.training import steps
 from vit_jax.training import trainer
 
@@ -115,9 +116,84 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
   assert kept["temp_bytes"] - regathered["temp_bytes"] > 8 * block_bytes
 
 
-def test_unknown_topology_is_a_clear_error(digits_config):
-  with pytest.raises(UserError, match="not a TPU topology such as v5e:4x4"):
-    planning.plan(digits_config, "v9x:4x4")
+# (devices, chips, cores per chip, devices per chip, hosts, device kind, GiB
+# per device) of each generation's smallest slices, as libtpu describes them.
+GENERATIONS = {
+    "v2:2x2": (8, 4, 2, 2, 1, "TPU v2", 8),  # A core is a device.
+    "v3:2x2": (8, 4, 2, 2, 1, "TPU v3", 16),  # A v3-8 host.
+    "v4:2x2x2": (8, 8, 2, 1, 2, "TPU v4", 32),  # Megacore, as JAX runs v4.
+    "tpu7x:2x2x1": (8, 4, 2, 2, 1, "TPU7x", 96),
+    "v5p:2x2x1": (4, 4, 2, 1, 1, "TPU v5", 95),  # Megacore.
+}
+
+
+@pytest.mark.parametrize("topology", sorted(GENERATIONS))
+def test_every_generation_plans_chips_cores_and_devices(digits_config,
+                                                        topology):
+  devices, chips, cores, per_chip, hosts, kind, gib = GENERATIONS[topology]
+  r = planning.plan(digits_config, topology)
+  assert (r["num_devices"], r["chips"], r["cores_per_chip"],
+          r["devices_per_chip"], r["hosts"],
+          r["device_kind"]) == (devices, chips, cores, per_chip, hosts, kind)
+  assert r["hbm_bytes_per_device"] == gib * 2**30 and r["fits"] is True
+  # The batch of 32 is split over every device, cores included.
+  assert r["mesh"] == {"data": devices, "model": 1}
+  assert r["batch_per_device"] == 32 // devices
+  _sum_check(r)
+  text = planning.format_report(r)
+  how = "core" if per_chip == 2 else "chip (megacore)"
+  assert (f"on {topology}: {devices} x {kind} ({gib:.2f} GiB each) on "
+          f"{chips} chips x 2 cores, a device per {how}; {hosts} host") in text
+  assert (f"batch 32: {32 // hosts} per host, {32 // devices} per device "
+          f"(over {devices} data shards)") in text
+  if kind in ("TPU v2", "TPU v3"):  # No public chip-to-chip bandwidth.
+    assert r["time"] is None
+    assert (f"step time: not estimated (the chip-to-chip bandwidth of a "
+            f"{kind} is not public)") in text
+  else:
+    assert r["time"]["est_step_s"] > 0
+
+
+def test_a_v3_8_host_trains_with_the_plans_mesh_and_batch(
+    digits_config, tmp_path, capsys):
+  """This process's 8 CPU devices stand for a v3-8 host's 8 cores: training
+  splits the batch as the plan of v3:2x2 says."""
+  planned = planning.plan(digits_config, "v3:2x2")
+  digits_config.total_steps = 1
+  trainer.train_and_evaluate(digits_config, str(tmp_path))
+  said = capsys.readouterr().err
+  assert (f"on 8 devices in 1 processes, mesh {planned['mesh']}, "
+          f"{planned['batch_per_device']} images per device of each batch of "
+          "32.") in said
+  assert planned["mesh"] == {"data": 8, "model": 1}
+
+
+def test_a_v3_32_slice_has_four_hosts_of_eight_cores():
+  from vit_jax.performance import hardware
+  placed = hardware.layout(targets.target_devices("v3:4x4"))
+  assert placed == hardware.Layout(devices=32, chips=16, cores_per_chip=2,
+                                   devices_per_chip=2, hosts=4)
+  assert placed.describe() == "16 chips x 2 cores, a device per core"
+  assert hardware.layout(jax.devices()).describe() == ""  # CPU devices.
+
+
+@pytest.mark.parametrize("topology, message", [
+    ("v9x:4x4", "--topology='v9x:4x4': libtpu knows no TPU generation "
+     "'v9x'; libtpu "),
+    ("v3", "--topology='v3' is not GENERATION:AxB or GENERATION:AxBxC "
+     "(chips along each axis), or cpu:N; libtpu "),
+    ("v3:3x3", "--topology='v3:3x3': libtpu cannot describe it "
+     "(INVALID_ARGUMENT: Topology layout"),
+])
+def test_a_topology_libtpu_does_not_know_is_a_clear_error(
+    digits_config, topology, message):
+  with pytest.raises(UserError) as error:
+    planning.plan(digits_config, topology)
+  assert str(error.value).startswith(message)
+  if "libtpu knows" in message or "cpu:N" in message:
+    assert str(error.value).endswith(
+        " knows v2, v3, v4, v5e, v5p, v6e, tpu7x (e.g. v3:4x4, v5e:4x4, "
+        "v5p:2x2x4, tpu7x:2x2x1).")
 
 
 @pytest.mark.parametrize("count", ["0", "-2", "two", ""])
@@ -163,6 +239,10 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
          459),  # v5p: not taken for a v5e ("TPU v5" is shorter)
         ("TPU v6 lite", 1, 32, 918),
         ("TPU v4", 2, 16, 137.5),  # Two devices per chip share it.
+        ("TPU v4", 1, 32, 275),  # Megacore: the chip is the device.
+        ("TPU v3", 2, 16, 61.5),
+        ("TPU v2", 2, 8, 22.5),
+        ("TPU7x", 2, 96, 1153.5),
         ("NVIDIA H100 80GB HBM3", 1, 80, 989),
         ("NVIDIA A100-SXM4-80GB", 1, 80, 312),
         ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
@@ -172,6 +252,9 @@ def test_chip_table_matches_reported_device_kinds(kind, per_chip, gib, tflops):
   assert hardware.hbm_bytes(kind, per_chip) == gib * 2**30
   assert hardware.peak_flops(kind, per_chip) == tflops * 1e12
   assert hardware.hbm_bytes("cpu") is None
+  # Chips whose interconnect bandwidth per chip is not public: no estimate.
+  assert hardware.bandwidths(kind, per_chip) is None if kind in (
+      "TPU v2", "TPU v3") else hardware.bandwidths(kind, per_chip)
 
 
 def test_a_program_the_tpu_compiler_refuses_does_not_fit():
@@ -200,3 +283,31 @@ def test_plan_reports_a_step_too_big_for_the_chip(digits_config):
   assert r["fits"] is False and r["total_bytes"] > 16 * 2**30
   assert "Ran out of memory" in r["compile_error"]
   assert "at least" in planning.format_report(r)
+  # A v4 is planned as megacore chips of 32 GiB, but libtpu compiles for a
+  # core's 16: a refusal under the chip's memory does not say it won't fit.
+  with digits_config.unlocked():
+    digits_config.model.variant = "ViT-g/14"  # 1.0B parameters.
+    digits_config.batch_size = 8
+  r = planning.plan(digits_config, "v4:2x2x2")
+  assert 16 * 2**30 < r["total_bytes"] < 0.9 * 32 * 2**30
+  assert r["fits"] is None and "Ran out of memory" in r["compile_error"]
+  assert ("fits in 90% of device memory: unknown: libtpu compiles for one "
+          "core's memory, the megacore chip has twice that"
+         ) in planning.format_report(r)
+
+
+def test_plan_command_for_a_v3_host_twice_with_a_compilation_cache(tmp_path):
+  """The command end to end on a v3-8 host; a second run with JAX's
+  persistent cache (common on pods) is as quiet as the first."""
+  env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache")}
+  for _ in range(2):
+    done = subprocess.run([
+        sys.executable, "-m", "vit_jax", "plan",
+        "--config=configs/digits.py:runlocal", "--topology=v3:2x2"
+    ], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Error reading persistent compilation cache" not in done.stderr
+    assert ("on v3:2x2: 8 x TPU v3 (16.00 GiB each) on 4 chips x 2 cores, a "
+            "device per core; 1 host; mesh {'data': 8, 'model': 1}\n"
+            "batch 32: 32 per host, 4 per device (over 8 data shards)\n"
+           ) in done.stdout

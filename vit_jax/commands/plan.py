@@ -21,11 +21,14 @@ from ml_collections import config_flags  # noqa: E402
 
 from vit_jax import paths  # noqa: E402
 from vit_jax.performance import planning  # noqa: E402
+from vit_jax.performance import targets  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",
                                 lock_config=True)
-flags.DEFINE_string("topology", None, "v5e:4x4, v5p:2x2x4, ..., or cpu:N.")
+flags.DEFINE_string(
+    "topology", None, "A TPU topology libtpu describes (v3:4x4, v5e:4x4, "
+    "v5p:2x2x4, tpu7x:2x2x1, ...), or cpu:N.")
 flags.DEFINE_string("out", None, "Also write the report here as JSON.")
 flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.")
 flags.DEFINE_float("hbm_gib", None, "Device memory, if not in the table.")
@@ -39,7 +42,10 @@ def _set_up_devices():
   jax.config.update("jax_platforms", "cpu")
   if FLAGS.topology.startswith("cpu:"):
     jax.config.update("jax_num_cpu_devices",
-                      planning.cpu_device_count(FLAGS.topology))
+                      targets.cpu_device_count(FLAGS.topology))
+  else:  # A program for a TPU that is not attached cannot be read back from
+    # JAX's persistent compilation cache (there is no TPU to load it on).
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 def main(argv):

@@ -4,6 +4,8 @@ Each check raises a `UserError` that names the field, its value and what
 to use instead, so a bad override costs seconds, not a compiled run.
 """
 
+from typing import Optional
+
 from absl import logging
 from jax.sharding import Mesh
 import ml_collections
@@ -90,8 +92,10 @@ def _op_names(config: ml_collections.ConfigDict, spec: str) -> list[str]:
   return [op.name for op in ops]
 
 
-def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
-  """Every user mistake we can see before compiling, with its fix."""
+def check_config(config: ml_collections.ConfigDict, mesh: Mesh,
+                 process_count: Optional[int] = None):
+  """Every user mistake we can see before compiling, with its fix
+  (`process_count`: the processes that will run it, if not these)."""
   imports.load(config)  # What they register is checked below.
   check_numbers(config)
   models.check_model_config(config.model)
@@ -129,9 +133,10 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh):
   evaluators.check(config)
   sharding.check_strategy_rules(config.sharding.params)
   sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
-                            accumulation=config.accum_steps, log=True)
+                            accumulation=config.accum_steps,
+                            process_count=process_count, log=True)
   sharding.local_batch_size(config.eval_batch_size, mesh,
-                            what="eval_batch_size")
+                            what="eval_batch_size", process_count=process_count)
 
 
 def check_masked_patch(config: ml_collections.ConfigDict, stride: int):

@@ -1,14 +1,18 @@
 """What we know of each accelerator, per chip: memory, dense bf16 peak, and
-the bandwidths of its memory and of its links to other chips.
+the bandwidths of its memory and of its links to other chips; and how a set
+of devices lies on chips.
 
 Keyed by what JAX reports as `device.device_kind`. A TPU v5p reports
-"TPU v5" and a v5e "TPU v5 lite", so the longest matching key wins. When a
-chip shows up as several devices (a TPU v4 without megacore: one device
-per TensorCore), each device gets its share.
+"TPU v5" and a v5e "TPU v5 lite", so the longest matching key wins. A chip
+may show up as several devices: TPU v2, v3, v4 (without megacore) and
+TPU7x make each of their two TensorCores a device, and each device gets its
+share of the chip. A v5p (and a v4 in megacore mode) makes its two cores one
+device.
 """
 
 import dataclasses
 from typing import Optional
+from typing import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,17 +20,32 @@ class Chip:
   hbm_gib: float  # High-bandwidth memory per chip.
   bf16_tflops: float  # Dense bf16 peak per chip.
   hbm_gbps: float  # Memory bandwidth, GB/s.
-  link_gbps: float  # Chip-to-chip bandwidth (ICI; NVLink on GPUs), GB/s.
+  # Chip-to-chip bandwidth (ICI; NVLink on GPUs), GB/s; None: not public.
+  link_gbps: Optional[float]
 
 
-# Sources: cloud.google.com/tpu/docs/{v4,v5e,v5p,v6e} ("Interchip
-# Interconnect BW" in Gbps / 8); NVIDIA's H100, H200 and A100 datasheets
-# (SXM parts: HBM bandwidth; NVLink bandwidth, both directions together).
+# Sources, by key:
+# - TPU v2, v3, v4: cloud.google.com/tpu/docs/{v2,v3,v4}, "Peak compute per
+#   chip" and "HBM2 capacity and bandwidth". The v2 and v3 pages give the
+#   interconnect only per Pod (all-reduce and bisection bandwidth), not per
+#   chip, so their step time is not estimated. v4: "Interchip Interconnect
+#   BW" 2400 Gbps / 8.
+# - v5e, v5p, v6e: cloud.google.com/tpu/docs/{v5e,v5p,v6e}; the link is the
+#   "Interchip Interconnect BW" in Gbps / 8, which is half the pages'
+#   "bidirectional" figure (v5e 400 GBps, v5p 1200 GBps).
+# - TPU7x (Ironwood): cloud.google.com/tpu/docs/tpu7x (2307 bf16 TFLOPs and
+#   192 GiB per chip) and Google's Ironwood announcement (7.37 TB/s of HBM,
+#   1.2 TBps bidirectional ICI, halved as for v5e and v5p).
+# - NVIDIA's H100, H200 and A100 datasheets (SXM parts: HBM bandwidth;
+#   NVLink bandwidth, both directions together).
 CHIPS = {
+    "TPU v2": Chip(16, 45, 600, None),
+    "TPU v3": Chip(32, 123, 900, None),
     "TPU v4": Chip(32, 275, 1200, 2400 / 8),
     "TPU v5 lite": Chip(16, 197, 819, 1600 / 8),  # v5e
     "TPU v5": Chip(95, 459, 2765, 4800 / 8),  # v5p
     "TPU v6 lite": Chip(32, 918, 1640, 3584 / 8),  # v6e (Trillium)
+    "TPU7x": Chip(192, 2307, 7370, 1200 / 2),  # Ironwood
     "H100": Chip(80, 989, 3350, 900),
     "H200": Chip(141, 989, 4800, 900),
     "A100": Chip(40, 312, 1555, 600),
@@ -52,9 +71,53 @@ def peak_flops(device_kind: str, devices_per_chip: int = 1) -> Optional[float]:
 
 def bandwidths(device_kind: str,
                devices_per_chip: int = 1) -> Optional[tuple[float, float]]:
-  """(HBM, chip-to-chip) bytes/s per device; None for an unknown chip."""
+  """(HBM, chip-to-chip) bytes/s per device; None for an unknown chip or
+  one whose interconnect bandwidth is not public."""
   chip = chip_of(device_kind)
-  if chip is None:
+  if chip is None or chip.link_gbps is None:
     return None
   return (chip.hbm_gbps * 1e9 / devices_per_chip,
           chip.link_gbps * 1e9 / devices_per_chip)
+
+
+def missing_rates(device_kind: str) -> str:
+  """Why no step time can be estimated for this device ('' if it can)."""
+  chip = chip_of(device_kind)
+  if chip is None:
+    return "no rates known for this device"
+  if chip.link_gbps is None:
+    return f"the chip-to-chip bandwidth of a {device_kind} is not public"
+  return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """How devices lie on chips and hosts."""
+  devices: int
+  chips: int
+  cores_per_chip: int  # TensorCores (1 where a chip does not say).
+  devices_per_chip: int
+  hosts: int
+
+  def describe(self) -> str:
+    """E.g. '4 chips x 2 cores, a device per core' (empty for devices
+    that are not TPU chips)."""
+    if self.cores_per_chip == 1:
+      return ""
+    cores = f"{self.chips} chips x {self.cores_per_chip} cores"
+    if self.devices_per_chip == self.cores_per_chip:
+      return f"{cores}, a device per core"
+    return f"{cores}, a device per chip (megacore)"
+
+
+def layout(devices: Sequence) -> Layout:
+  """Chips, cores per chip and hosts of `devices`. TPU devices name their
+  chip's place (`coords`, and `slice_index` across slices); a device that
+  does not is a chip of its own."""
+  places = {(getattr(d, "slice_index", 0),
+             tuple(d.coords)) if hasattr(d, "coords") else id(d)
+            for d in devices}
+  per_chip = max(len(devices) // len(places), 1)
+  cores = per_chip * max(getattr(devices[0], "num_cores", 1) or 1, 1)
+  return Layout(len(devices), len(places), cores, per_chip,
+                len({d.process_index for d in devices}))

@@ -8,15 +8,14 @@ arrays only (nothing is allocated), compiles the train step for the target
 and reports its per-device memory from XLA's `memory_analysis()`, whether
 it fits, what a step moves between devices against the least its sharding
 must (`communication.py`) and where its time goes (`roofline.py`). The
-target is a TPU topology such as `v5e:4x4`, `v5p:2x2x4` or `v6e:8x8`
-(compiled here by libtpu, from the `tpu` extra; no TPU needed; v4 is
-described with two devices per chip and may be refused) or `cpu:N` (N host
-devices). A step the TPU compiler refuses for want of memory is reported as
-not fitting, with the compiler's lower bound of its need.
+target is any TPU topology libtpu describes, such as `v3:4x4`, `v5e:4x4`,
+`v5p:2x2x4` or `tpu7x:2x2x1` (compiled here by libtpu, from the `tpu`
+extra; no TPU needed; `targets.py`), or `cpu:N` (N host devices). A step
+the TPU compiler refuses for want of memory is reported as not fitting,
+with the compiler's lower bound of its need.
 """
 
 import math
-import os
 import re
 from typing import Optional
 
@@ -35,53 +34,13 @@ from vit_jax.performance import communication
 from vit_jax.performance import flops
 from vit_jax.performance import hardware
 from vit_jax.performance import roofline
+from vit_jax.performance import targets
 from vit_jax.training import optim
 from vit_jax.training import steps
 
 # Share of device memory the compiled step may use; the rest is left to the
 # runtime (program code, collectives' buffers) and fragmentation.
 FIT_FRACTION = 0.9
-_TOPOLOGY = re.compile(r"^(v4|v5e|v5p|v6e):(\d+(?:x\d+){1,2})$")
-
-
-def cpu_device_count(topology: str) -> int:
-  """N of 'cpu:N', a whole number of at least 1 (else a clear error)."""
-  count = topology[4:]
-  if not re.fullmatch(r"[0-9]+", count) or int(count) < 1:
-    raise UserError(f"--topology={topology!r}: cpu:N needs N, the number of "
-                    "host devices to plan for, to be a whole number of at "
-                    "least 1, e.g. cpu:8.")
-  return int(count)
-
-
-def target_devices(topology: str) -> tuple[list, int]:
-  """(devices, chips) of a TPU topology like 'v5e:4x4', or of 'cpu:N'."""
-  if topology.startswith("cpu:"):
-    count = cpu_device_count(topology)
-    if jax.device_count() < count:
-      raise UserError(
-          f"--topology={topology} needs {count} CPU devices and JAX has "
-          f"{jax.device_count()}; start a new process for it (the plan "
-          "command sets them up itself).")
-    return jax.devices()[:count], count
-  match = _TOPOLOGY.match(topology)
-  if not match:
-    raise UserError(f"--topology={topology!r} is not a TPU topology such as "
-                    "v5e:4x4, v5p:2x2x4, v6e:8x8, v4:2x2x2, or cpu:N.")
-  os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # No TPU to look for.
-  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-16")
-  # Only compiling: several plans (or tests) may load libtpu at once.
-  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  try:
-    devices = topologies.get_topology_desc(topology_name=topology,
-                                           platform="tpu").devices
-  except Exception as e:  # libtpu missing or a shape it does not know.
-    raise UserError(f"Cannot describe TPU topology {topology}: {e}. It needs "
-                    "libtpu: pip install -e '.[tpu]'.") from e
-  chips = math.prod(int(n) for n in match.group(2).split("x"))
-  return list(devices), chips
 
 
 def _num_classes(config: ml_collections.ConfigDict) -> int:
@@ -104,9 +63,9 @@ def plan(config: ml_collections.ConfigDict, topology: str,
          num_classes: Optional[int] = None,
          hbm_gib: Optional[float] = None) -> dict:
   """Compiles the config's train step for `topology`; returns the report."""
-  devices, chips = target_devices(topology)
+  devices, placed = targets.target(topology)
   mesh = sharding.mesh_from_config(config, devices)
-  checks.check_config(config, mesh)
+  checks.check_config(config, mesh, process_count=placed.hosts)
   supervised = config.objective == "supervised"  # Else no labels, no head.
   if supervised:
     num_classes = num_classes or _num_classes(config)
@@ -141,19 +100,25 @@ def plan(config: ml_collections.ConfigDict, topology: str,
     if needed is None:
       raise
     memory = {**{k: None for k in MEMORY_KEYS}, "total_bytes": needed}
-    result = report(memory, devices, chips, topology, mesh, model, config,
+    result = report(memory, devices, placed, topology, mesh, model, config,
                     hbm_gib, state.params)
+    fits, why = False, ""
+    if (devices[0].device_kind in targets.MEGACORE_ONLY and
+        needed <= FIT_FRACTION * result["hbm_bytes_per_device"]):
+      fits, why = None, ("unknown: libtpu compiles for one core's memory, "
+                         "the megacore chip has twice that")
     return {
-        **result, "fits": False,
+        **result, "fits": fits,
+        "fit_unknown_because": why,
         "compile_error": str(e).splitlines()[0][:300]
     }
-  result = report(memory_bytes(compiled), devices, chips, topology, mesh, model,
-                  config, hbm_gib, state.params)
+  result = report(memory_bytes(compiled), devices, placed, topology, mesh,
+                  model, config, hbm_gib, state.params)
   gathered_in_blocks = steps.blocks_gather_their_params(model,
                                                         state_sharding.params)
   moved = traffic(compiled.as_text(), mesh, config, state.params,
                   state_sharding.params, devices[0].device_kind,
-                  max(len(devices) // chips, 1), gathered_in_blocks)
+                  placed.devices_per_chip, gathered_in_blocks)
   return {**result, **moved}
 
 
@@ -193,6 +158,7 @@ def traffic(text: str, mesh, config, params, params_sharding, kind: str,
       },
       "flops_per_step": time["flops"] * math.prod(shape.values()),
       "time": time if peak and bandwidths else None,
+      "no_time_because": hardware.missing_rates(kind),
   }
 
 
@@ -263,23 +229,29 @@ def preflight(train_step, state, batch) -> dict[str, int]:
   return memory
 
 
-def report(memory, devices, chips, topology, mesh, model, config, hbm_gib,
-           params) -> dict:
+def report(memory, devices, placed: hardware.Layout, topology, mesh, model,
+           config, hbm_gib, params) -> dict:
   kind = devices[0].device_kind
-  per_chip = max(len(devices) // chips, 1)
-  hbm = (int(hbm_gib *
-             2**30) if hbm_gib else hardware.hbm_bytes(kind, per_chip))
+  hbm = (int(hbm_gib * 2**30) if hbm_gib else hardware.hbm_bytes(
+      kind, placed.devices_per_chip))
+  data_shards = int(mesh.shape[sharding.DATA_AXIS])
   model_flops = 6 * flops.forward_macs(model,
                                        config.image_size) * (config.batch_size)
   return {
       "topology": topology,
       "device_kind": kind,
       "num_devices": len(devices),
+      "chips": placed.chips,
+      "cores_per_chip": placed.cores_per_chip,
+      "devices_per_chip": placed.devices_per_chip,
+      "hosts": placed.hosts,
       "mesh": {
           k: int(v) for k, v in mesh.shape.items()
       },
       "variant": config.model.variant,
       "batch_size": config.batch_size,
+      "batch_per_device": config.batch_size // data_shards,
+      "accum_steps": config.accum_steps,
       "image_size": config.image_size,
       "dtype": config.model.dtype,
       "remat": config.model.remat,
@@ -295,6 +267,7 @@ def report(memory, devices, chips, topology, mesh, model, config, hbm_gib,
       "model_flops_per_step": float(model_flops),
       "communication": None,
       "time": None,
+      "no_time_because": "",
   }
 
 
@@ -323,7 +296,7 @@ def _communication_line(r: dict) -> str:
 def _time_line(r: dict) -> str:
   t = r["time"]
   if t is None:
-    return "step time: not estimated (no rates known for this device)"
+    return f"step time: not estimated ({r['no_time_because']})"
   ms = lambda s: f"{s * 1e3:.2f} ms"
   overlapped = ("" if t["overlapped_fraction"] is None else
                 f", {t['overlapped_fraction']:.0%} of it overlapped")
@@ -333,15 +306,41 @@ def _time_line(r: dict) -> str:
           f"{ms(t['est_step_s'])}")
 
 
+def _devices_line(r: dict, hbm: str) -> str:
+  """E.g. 'on v3:4x4: 32 x TPU v3 (16.00 GiB each) on 16 chips x 2 cores,
+  a device per core; 4 hosts; mesh {...}'."""
+  placed = hardware.Layout(r["num_devices"], r["chips"], r["cores_per_chip"],
+                           r["devices_per_chip"], r["hosts"]).describe()
+  hosts = f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}"
+  return (f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
+          f"({hbm} each){' on ' + placed if placed else ''}; {hosts}; "
+          f"mesh {r['mesh']}")
+
+
+def _batch_line(r: dict) -> str:
+  per_device = r["batch_per_device"]
+  line = (f"batch {r['batch_size']}: {r['batch_size'] // r['hosts']} per "
+          f"host, {per_device} per device (over "
+          f"{r['mesh'][sharding.DATA_AXIS]} data shards)")
+  if r["accum_steps"] > 1:
+    line += (f", {per_device // r['accum_steps']} per device and micro-batch "
+             f"({r['accum_steps']} accumulation steps)")
+  return line
+
+
 def format_report(r: dict) -> str:
-  fits = {None: "unknown (pass --hbm_gib)", True: "yes", False: "NO"}[r["fits"]]
+  fits = {
+      None: r.get("fit_unknown_because") or "unknown (pass --hbm_gib)",
+      True: "yes",
+      False: "NO"
+  }[r["fits"]]
   hbm = _gib(r["hbm_bytes_per_device"]) if r["hbm_bytes_per_device"] else "?"
   lines = [
       f"{r['variant']}, batch {r['batch_size']} at {r['image_size']} px, "
       f"{r['dtype']}, sharding {r['sharding']}, remat {r['remat']}, "
       f"scan {r['scan_layers']}",
-      f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
-      f"({hbm} each), mesh {r['mesh']}",
+      _devices_line(r, hbm),
+      _batch_line(r),
   ]
   if r.get("compile_error"):
     return "\n".join(lines + [

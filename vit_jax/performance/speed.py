@@ -27,8 +27,9 @@ from vit_jax.training import steps
 def peak_flops(device, dtype: str, override_tflops):
   if override_tflops:
     return override_tflops * 1e12
-  return hardware.peak_flops(
-      device.device_kind) if dtype == "bfloat16" else None
+  per_chip = hardware.layout(jax.devices()).devices_per_chip
+  return hardware.peak_flops(device.device_kind,
+                             per_chip) if dtype == "bfloat16" else None
 
 
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,

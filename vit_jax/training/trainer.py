@@ -31,6 +31,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import NonFiniteLossError
+from vit_jax.performance import hardware
 from vit_jax.performance import planning
 from vit_jax.training import checkpoint
 from vit_jax.training import optim
@@ -136,11 +137,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
   learns = (f"{info.num_classes} classes" if config.objective == "supervised"
             else f"{config.objective}: {config.masked_patch.target}")
+  placed = hardware.layout(jax.devices()).describe()
   console.say(
-      "Training %s on %s from step %d to %d (%s) on %d devices in %d "
-      "processes, mesh %s.", config.model.variant, config.dataset, start_step,
-      num_steps, learns, jax.device_count(), jax.process_count(),
-      dict(mesh.shape))
+      "Training %s on %s from step %d to %d (%s) on %d devices%s in %d "
+      "processes, mesh %s, %d images per device of each batch of %d.",
+      config.model.variant, config.dataset, start_step, num_steps, learns,
+      jax.device_count(), f" ({placed})" if placed else "", jax.process_count(),
+      dict(mesh.shape), config.batch_size // mesh.shape[sharding.DATA_AXIS],
+      config.batch_size)
   preemption = checkpoint.Preemption()
   saver = checkpoint.Saver(manager)
   try:
