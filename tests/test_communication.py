@@ -111,6 +111,42 @@ def test_an_async_collective_overlaps_the_compute_before_its_done(
   assert t["est_step_s"] == pytest.approx(1.0 + seconds_to_send)
 
 
+# TPU7x's form of the same all-reduce: an asynchronous call on the
+# SparseCore thread whose computation holds the collective.
+_SPARSECORE = "\n".join([
+    "HloModule m, is_scheduled=true",
+    "%offloaded (a: f32[1024]) -> f32[1024] {",
+    "  %a = f32[1024]{0} parameter(0)",
+    ("  ROOT %ar = f32[1024]{0} all-reduce(%a), channel_id=1, "
+     "replica_groups={{0,1,2,3}}, to_apply=%sum"),
+    "}",
+    "%sum (x: f32[], y: f32[]) -> f32[] {",
+    "  %x = f32[] parameter(0)",
+    "  %y = f32[] parameter(1)",
+    "  ROOT %s = f32[] add(%x, %y)",
+    "}",
+    "ENTRY %main (p0: f32[256,256], p1: f32[1024]) -> f32[256,256] {",
+    "  %p0 = f32[256,256]{1,0} parameter(0)",
+    "  %p1 = f32[1024]{0} parameter(1)",
+    ("  %start = ((f32[1024]{0}), f32[1024]{0}) call-start(%p1), "
+     'async_execution_thread="sparsecore", to_apply=%offloaded'),
+    "  %dot = f32[256,256]{1,0} dot(%p0, %p0), lhs_contracting_dims={1}",
+    "  %done = f32[1024]{0} call-done(%start)",
+    "  ROOT %out = f32[256,256]{1,0} negate(%dot)",
+    "}",
+])
+
+
+def test_an_all_reduce_offloaded_to_sparsecores_is_counted_and_overlaps():
+  found = communication.collectives(_SPARSECORE, {"data": 4})
+  assert [(c.kind, c.bytes, c.runs) for c in found] == [("all-reduce", 6144, 1)]
+  rates = roofline.Rates(flops=2 * 256**3, hbm=1e30, ici=6144 / 0.5)
+  t = roofline.step_time(_SPARSECORE, {"data": 4}, rates)
+  assert t["interconnect_s"] == pytest.approx(0.5)
+  assert t["exposed_communication_s"] == pytest.approx(0.0)
+  assert t["est_step_s"] == pytest.approx(1.0)
+
+
 def test_matmul_flops_are_exact_and_counted_once_per_loop_iteration():
   mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
 

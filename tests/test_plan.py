@@ -140,6 +140,10 @@ def test_every_generation_plans_chips_cores_and_devices(digits_config,
   assert r["mesh"] == {"data": devices, "model": 1}
   assert r["batch_per_device"] == 32 // devices
   _sum_check(r)
+  # Replicated: the gradients' all-reduce, about the least (on TPU7x it runs
+  # on the SparseCores, as an asynchronous call).
+  moved = r["communication"]
+  assert 0.99 < moved["bytes"] / moved["minimum_bytes"] < 1.1
   text = planning.format_report(r)
   how = "core" if per_chip == 2 else "chip (megacore)"
   assert (f"on {topology}: {devices} x {kind} ({gib:.2f} GiB each) on "

@@ -176,13 +176,13 @@ def trip_count(loop: Instruction,
 def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
   """{computation: times it runs per execution of the program}. A while
   body runs trip-count times per run of its caller (once where the count is
-  unknown); fusions and calls once; an async operation's
+  unknown); fusions and calls once; an async operation's or async call's
   computation once (at its start); each branch of a conditional once (an
   upper bound). Reducers (`to_apply`) are not counted."""
   callers: dict[str, list[tuple[str, int]]] = {}
   for computation in computations.values():
     for instruction in computation.instructions:
-      if instruction.opcode in ("async-done", "async-update"):
+      if instruction.opcode in ("async-done", "async-update", "call-done"):
         continue  # Its computation is counted at the start.
       called = dict(_CALLED.findall(instruction.attributes))
       times = 1
@@ -192,7 +192,9 @@ def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
             (computation.name, times + 1))
         called.pop("condition")
       for key, callee in called.items():
-        if key != "to_apply" or instruction.opcode == "call":
+        # A call-start runs its computation on another thread (TPU7x
+        # offloads all-reduces to its SparseCores that way).
+        if key != "to_apply" or instruction.opcode in ("call", "call-start"):
           callers.setdefault(callee, []).append((computation.name, times))
       branches = _BRANCHES.search(instruction.attributes)
       for callee in re.findall(r"%([\w.\-]+)",

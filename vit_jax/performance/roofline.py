@@ -31,8 +31,8 @@ _FREE = {
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast",
     "after-all", "partition-id", "replica-id", "opt-barrier", "while", "call",
     "conditional", "add-dependency", "domain", "copy-done", "async-done",
-    "all-gather-done", "all-reduce-done", "collective-permute-done",
-    "send-done", "recv-done"
+    "call-start", "call-done", "all-gather-done", "all-reduce-done",
+    "collective-permute-done", "send-done", "recv-done"
 }
 _DIM_LABELS = re.compile(r"dim_labels=(\w+)_(\w+)->(\w+)")
 _WINDOW = re.compile(r"window=\{([^}]*)\}")
@@ -249,6 +249,14 @@ class Walk:
     if measured:
       return [(communication.channel(instruction,
                                      computation.name), measured[1])]
+    if instruction.opcode == "call-start":  # An async call (a SparseCore
+      # all-reduce on TPU7x): one transfer, from its start to its done.
+      sent = sum(piece[1]
+                 for callee in re.findall(r"\bto_apply=%([\w.\-]+)",
+                                          instruction.attributes)
+                 for piece in self.collectives_in(callee))
+      return [(communication.channel(instruction, computation.name),
+               sent)] if sent else []
     if instruction.opcode in ("fusion", "async-start", "async-done"):
       return [
           piece for callee in _called(instruction)
