@@ -112,12 +112,12 @@ class Layout:
 
 def layout(devices: Sequence) -> Layout:
   """Chips, cores per chip and hosts of `devices`. TPU devices name their
-  chip's place (`coords`, and `slice_index` across slices); a device that
-  does not is a chip of its own."""
-  places = {(getattr(d, "slice_index", 0),
-             tuple(d.coords)) if hasattr(d, "coords") else id(d)
+  chip's place (`coords`, and `slice_index` across slices); any other
+  device is a chip of its own."""
+  tpu = devices[0].platform == "tpu"
+  places = {(getattr(d, "slice_index", 0), tuple(d.coords)) if tpu else id(d)
             for d in devices}
   per_chip = max(len(devices) // len(places), 1)
-  cores = per_chip * max(getattr(devices[0], "num_cores", 1) or 1, 1)
+  cores = per_chip * (getattr(devices[0], "num_cores", 1) if tpu else 1)
   return Layout(len(devices), len(places), cores, per_chip,
                 len({d.process_index for d in devices}))
