@@ -20,7 +20,7 @@ class Chip:
   hbm_gib: float  # High-bandwidth memory per chip.
   bf16_tflops: float  # Dense bf16 peak per chip.
   hbm_gbps: float  # Memory bandwidth, GB/s.
-  # Chip-to-chip bandwidth (ICI; NVLink on GPUs), GB/s; None: not public.
+  # Chip-to-chip bandwidth (ICI; NVLink on GPUs), GB/s; None: unpublished.
   link_gbps: Optional[float]
 
 
@@ -72,7 +72,7 @@ def peak_flops(device_kind: str, devices_per_chip: int = 1) -> Optional[float]:
 def bandwidths(device_kind: str,
                devices_per_chip: int = 1) -> Optional[tuple[float, float]]:
   """(HBM, chip-to-chip) bytes/s per device; None for an unknown chip or
-  one whose interconnect bandwidth is not public."""
+  one whose interconnect bandwidth per chip is not published."""
   chip = chip_of(device_kind)
   if chip is None or chip.link_gbps is None:
     return None
@@ -86,7 +86,8 @@ def missing_rates(device_kind: str) -> str:
   if chip is None:
     return "no rates known for this device"
   if chip.link_gbps is None:
-    return f"the chip-to-chip bandwidth of a {device_kind} is not public"
+    return (f"Google publishes no chip-to-chip bandwidth per chip for a "
+            f"{device_kind}")
   return ""
 
 
@@ -98,16 +99,19 @@ class Layout:
   cores_per_chip: int  # TensorCores (1 where a chip does not say).
   devices_per_chip: int
   hosts: int
+  tpu: bool = False
 
   def describe(self) -> str:
     """E.g. '4 chips x 2 cores, a device per core' (empty for devices
     that are not TPU chips)."""
-    if self.cores_per_chip == 1:
+    if not self.tpu:
       return ""
-    cores = f"{self.chips} chips x {self.cores_per_chip} cores"
-    if self.devices_per_chip == self.cores_per_chip:
-      return f"{cores}, a device per core"
-    return f"{cores}, a device per chip (megacore)"
+    cores = (f"{self.chips} chips x {self.cores_per_chip} "
+             f"core{'s' if self.cores_per_chip > 1 else ''}")
+    if self.devices_per_chip == 1:
+      return f"{cores}, a device per chip" + (" (megacore)" if
+                                              self.cores_per_chip > 1 else "")
+    return f"{cores}, a device per core"
 
 
 def layout(devices: Sequence) -> Layout:
@@ -120,4 +124,4 @@ def layout(devices: Sequence) -> Layout:
   per_chip = max(len(devices) // len(places), 1)
   cores = per_chip * (getattr(devices[0], "num_cores", 1) if tpu else 1)
   return Layout(len(devices), len(places), cores, per_chip,
-                len({d.process_index for d in devices}))
+                len({d.process_index for d in devices}), tpu)

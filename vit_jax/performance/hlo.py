@@ -193,7 +193,7 @@ def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
         called.pop("condition")
       for key, callee in called.items():
         # A call-start runs its computation on another thread (TPU7x
-        # offloads all-reduces to its SparseCores that way).
+        # offloads its large collectives to its SparseCores that way).
         if key != "to_apply" or instruction.opcode in ("call", "call-start"):
           callers.setdefault(callee, []).append((computation.name, times))
       branches = _BRANCHES.search(instruction.attributes)

@@ -11,8 +11,9 @@ must (`communication.py`) and where its time goes (`roofline.py`). The
 target is any TPU topology libtpu describes, such as `v3:4x4`, `v5e:4x4`,
 `v5p:2x2x4` or `tpu7x:2x2x1` (compiled here by libtpu, from the `tpu`
 extra; no TPU needed; `targets.py`), or `cpu:N` (N host devices). A step
-the TPU compiler refuses for want of memory is reported as not fitting,
-with the compiler's lower bound of its need.
+the TPU compiler refuses for want of memory is reported as not fitting
+(as unknown where a v4 core's memory refused what its megacore chip may
+hold), with the compiler's lower bound of its need.
 """
 
 import math
@@ -105,8 +106,8 @@ def plan(config: ml_collections.ConfigDict, topology: str,
     fits, why = False, ""
     if (devices[0].device_kind in targets.MEGACORE_ONLY and
         needed <= FIT_FRACTION * result["hbm_bytes_per_device"]):
-      fits, why = None, ("unknown: libtpu compiles for one core's memory, "
-                         "the megacore chip has twice that")
+      fits, why = None, ("unknown (libtpu compiled for one core's memory; "
+                         "the megacore chip has twice that)")
     return {
         **result, "fits": fits,
         "fit_unknown_because": why,
@@ -310,7 +311,8 @@ def _devices_line(r: dict, hbm: str) -> str:
   """E.g. 'on v3:4x4: 32 x TPU v3 (16.00 GiB each) on 16 chips x 2 cores,
   a device per core; 4 hosts; mesh {...}'."""
   placed = hardware.Layout(r["num_devices"], r["chips"], r["cores_per_chip"],
-                           r["devices_per_chip"], r["hosts"]).describe()
+                           r["devices_per_chip"], r["hosts"],
+                           r["device_kind"].startswith("TPU")).describe()
   hosts = f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}"
   return (f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
           f"({hbm} each){' on ' + placed if placed else ''}; {hosts}; "

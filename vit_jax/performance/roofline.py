@@ -242,15 +242,18 @@ class Walk:
     or ends: itself, a `-done` (its start's channel), or fused ones."""
     if instruction.opcode.endswith("-done"):
       start = computation.by_name.get(instruction.operands[0])
-      if start is not None:
+      # A done ends its start's transfer; one that moved nothing, nothing.
+      if start is not None and self._collective_pieces(start, computation):
         return [(communication.channel(start, computation.name), 0.0)]
+      if start is not None:
+        return []
     measured = communication.measure(instruction, computation, self.mesh_shape,
                                      self.num_devices)
     if measured:
       return [(communication.channel(instruction,
                                      computation.name), measured[1])]
-    if instruction.opcode == "call-start":  # An async call (a SparseCore
-      # all-reduce on TPU7x): one transfer, from its start to its done.
+    if instruction.opcode == "call-start":  # An async call (TPU7x runs its
+      # large collectives on its SparseCores so): one transfer, start to done.
       sent = sum(piece[1]
                  for callee in re.findall(r"\bto_apply=%([\w.\-]+)",
                                           instruction.attributes)

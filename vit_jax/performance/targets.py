@@ -17,9 +17,6 @@ import jax
 from vit_jax.errors import UserError
 from vit_jax.performance import hardware
 
-# A TPU topology as libtpu names it: generation, then the chips along each
-# axis. Which generations and shapes exist is libtpu's to say.
-_TOPOLOGY = re.compile(r"^([a-z0-9]+):(\d+(?:x\d+){1,2})$")
 # libtpu describes a v4 by its two cores, but JAX lays out meshes on a v4
 # only as one device per chip (megacore), as v4 TPU VMs run: such a device
 # is planned as its chip, its first core standing for both.
@@ -49,11 +46,11 @@ def target_devices(topology: str) -> list:
           f"{jax.device_count()}; start a new process for it (the plan "
           "command sets them up itself).")
     return jax.devices()[:count]
-  match = _TOPOLOGY.match(topology)
-  if not match:
-    raise UserError(f"--topology={topology!r} is not GENERATION:AxB or "
-                    f"GENERATION:AxBxC (chips along each axis), or cpu:N; "
-                    f"{_known_generations()}.")
+  not_a_name = lambda: UserError(
+      f"--topology={topology!r} is not GENERATION:AxB or GENERATION:AxBxC "
+      f"(chips along each axis), or cpu:N; {_known_generations()}.")
+  if not topology.strip():  # libtpu would describe a default slice.
+    raise not_a_name()
   try:
     devices = list(_describe(topology))
   except UserError:
@@ -61,9 +58,12 @@ def target_devices(topology: str) -> list:
   except Exception as e:  # noqa: BLE001 libtpu says why in its message.
     why = str(e).splitlines()[0] if str(e) else type(e).__name__
     if "Invalid TPU external name" in why:
+      generation = re.split(r"[:_=]", topology)[0]
       raise UserError(f"--topology={topology!r}: libtpu knows no TPU "
-                      f"generation {match.group(1)!r}; "
+                      f"generation {generation!r}; "
                       f"{_known_generations()}.") from e
+    if "does not match" in why:  # Not GENERATION:AxB[xC] at all.
+      raise not_a_name() from e
     raise UserError(f"--topology={topology!r}: libtpu cannot describe it "
                     f"({why}).") from e
   if devices[0].device_kind in MEGACORE_ONLY:
@@ -96,7 +96,11 @@ def _known_generations() -> str:
       known.append(generation)
     except Exception:  # noqa: BLE001, S112 Not known to this libtpu.
       continue
-  return (f"libtpu {importlib.metadata.version('libtpu')} knows "
+  try:
+    version = f"libtpu {importlib.metadata.version('libtpu')}"
+  except importlib.metadata.PackageNotFoundError:  # Installed another way.
+    version = "this libtpu"
+  return (f"{version} knows "
           f"{', '.join(known) or 'none of ' + ', '.join(_GENERATIONS)} "
           "(e.g. v3:4x4, v5e:4x4, v5p:2x2x4, tpu7x:2x2x1)")
 
