@@ -246,6 +246,7 @@ def report(memory, devices, placed: hardware.Layout, topology, mesh, model,
       "cores_per_chip": placed.cores_per_chip,
       "devices_per_chip": placed.devices_per_chip,
       "hosts": placed.hosts,
+      "layout": placed.describe(),
       "mesh": {
           k: int(v) for k, v in mesh.shape.items()
       },
@@ -310,9 +311,7 @@ def _time_line(r: dict) -> str:
 def _devices_line(r: dict, hbm: str) -> str:
   """E.g. 'on v3:4x4: 32 x TPU v3 (16.00 GiB each) on 16 chips x 2 cores,
   a device per core; 4 hosts; mesh {...}'."""
-  placed = hardware.Layout(r["num_devices"], r["chips"], r["cores_per_chip"],
-                           r["devices_per_chip"], r["hosts"],
-                           r["device_kind"].startswith("TPU")).describe()
+  placed = r["layout"]
   hosts = f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}"
   return (f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
           f"({hbm} each){' on ' + placed if placed else ''}; {hosts}; "
