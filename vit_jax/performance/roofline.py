@@ -242,11 +242,10 @@ class Walk:
     or ends: itself, a `-done` (its start's channel), or fused ones."""
     if instruction.opcode.endswith("-done"):
       start = computation.by_name.get(instruction.operands[0])
-      # A done ends its start's transfer; one that moved nothing, nothing.
-      if start is not None and self._collective_pieces(start, computation):
-        return [(communication.channel(start, computation.name), 0.0)]
-      if start is not None:
-        return []
+      if start is not None:  # Ends its start's transfer, if it had one.
+        moved = self._collective_pieces(start, computation)
+        return [(communication.channel(start, computation.name),
+                 0.0)] if moved else []
     measured = communication.measure(instruction, computation, self.mesh_shape,
                                      self.num_devices)
     if measured:
