@@ -1,6 +1,7 @@
 # vit_jax in a container: TPU VMs and GKE TPU nodes (EXTRA=tpu, the
 # default: JAX's TPU build with its libtpu) or NVIDIA GPUs (EXTRA=cuda:
 # JAX's CUDA 12 build with its CUDA libraries; the host gives the driver).
+# Python 3.13, the version CI tests constraints.txt on.
 #
 #   docker build -t vit-jax:tpu .
 #   docker build --build-arg EXTRA=cuda -t vit-jax:cuda .
@@ -8,12 +9,12 @@
 #       --workdir=/tmp/run
 #
 # (on a TPU VM add --privileged --net=host for the TPU devices; on GPU
-# hosts --gpus=all.)
+# hosts --gpus=all. EXTRA=cuda13 builds on CUDA 13, for drivers 580+.)
 # The entry point is `vit-jax`; our configs are in the working directory
 # (configs/...). The package is installed with the versions the tests ran
 # (constraints.txt) on the Python they ran on; the build stage's tools and
 # pip's cache stay behind, and it runs as an unprivileged user.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ARG EXTRA=tpu

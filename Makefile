@@ -1,20 +1,31 @@
 # Two entry points: `make demo` (set up + main job) and `make test` (set up + tests).
 # Each creates .venv from the pinned constraints on first use: the demo
-# installs the package alone, the tests add their extras (PyTorch, timm,
-# transformers, libtpu, the GCS emulator).
-PYTHON ?= python3
+# installs the package alone, the tests add their extras (libtpu, the GCS
+# emulator, the linters) and, where it comes without a large download, the
+# PyTorch environment of the timm side of benchmarks/gpu_check.sh.
+#
+# The venv's Python: PYTHON=... if given, else what launch/find_python.sh
+# finds (python3 if it is 3.12+, else the newest python3.13 / python3.12 that
+# runs, on PATH or under pyenv). A change of setup.py or constraints.txt
+# rebuilds .venv from nothing, so it holds exactly the pinned versions.
+ifndef PYTHON
+PYTHON := $(shell launch/find_python.sh 2>/dev/null)
+endif
 VENV := .venv
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+TORCH_VENV := .venv-torch
 WORKDIR ?= workdirs/demo
 VIT_JAX := $(VENV)/bin/vit-jax
 
 # Where the code style (pyproject.toml: yapf formats, ruff lints) applies.
 STYLED := setup.py vit_jax configs tests benchmarks launch
 
-.PHONY: setup demo test lint format clean
+.PHONY: setup demo test lint format clean torch-env references
 
 $(STAMP): setup.py constraints.txt
+	@test -n "$(PYTHON)" || launch/find_python.sh  # Says what to install.
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -c constraints.txt -e .
@@ -25,6 +36,17 @@ $(TEST_STAMP): $(STAMP)
 	touch $(TEST_STAMP)
 
 setup: $(STAMP)
+
+# PyTorch's CPU build for the timm side of the GPU check's dry run and for
+# regenerating tests/references (tests/references/torch_env.sh says where
+# it comes from; without it those parts of the suite are skipped, naming it).
+torch-env:
+	tests/references/torch_env.sh $(TORCH_VENV)
+
+# What timm and transformers compute, stored for the suite (which runs
+# without PyTorch): tests/references/stored.py.
+references: torch-env
+	$(TORCH_VENV)/bin/python -m tests.references.generate
 
 # Pre-trains on digits at 16 px, then fine-tunes that checkpoint at 32 px
 # (position embeddings resized, new head); each prints its test accuracy.
@@ -47,9 +69,11 @@ demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	@echo "== 5/5 What the pre-trained model learnt: the paper's figures"
 	$(VIT_JAX) analyze --checkpoint=$(WORKDIR)/pretrain
 
-# The style first (seconds), then the suite.
-test: lint
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup tests
+# The style first (seconds), then the suite. Three workers on two cores: the
+# storage-fault, heartbeat and multi-process tests leave a core idle while
+# they wait, which a third worker fills.
+test: lint torch-env
+	$(VENV)/bin/python -m pytest -n 3 --dist loadgroup tests
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/yapf --diff --recursive --parallel $(STYLED)
@@ -60,4 +84,4 @@ format: $(TEST_STAMP)
 	$(VENV)/bin/yapf --in-place --recursive --parallel $(STYLED)
 
 clean:
-	rm -rf $(VENV) workdirs
+	rm -rf $(VENV) $(TORCH_VENV) workdirs

@@ -7,10 +7,12 @@ r"""Training speed of ours against timm on this machine, in one run.
 Each run is a fresh process: ours is `python3 -m vit_jax benchmark` (the
 train step of `vit-jax train`: fp32, Adam, softmax cross-entropy, synthetic
 data), timm's the same model (`vit_tiny_patch16_224` and kin, erf GELU as
-timm has it) with torch.optim.Adam. The two alternate, `--runs` times each,
-so both see the same machine state; each run's figure is the median step
-time of `--steps` steps after one warm-up step, and the result is the
-median over runs. timm and torch come with the test extra (`make test`).
+timm has it) with torch.optim.Adam, eager. The two alternate, `--runs` times
+each, so both see the same machine state; each run's figure is the median
+step time of `--steps` steps after one warm-up step, and the result is the
+median over runs. timm runs in `--torch_python` (default `.venv-torch`,
+which `make test` builds where torch's CPU build is at hand:
+tests/references/torch_env.sh).
 """
 
 import argparse
@@ -68,7 +70,7 @@ def run_ours(args, env) -> float:
 
 def run_timm(args) -> float:
   done = subprocess.run([
-      sys.executable, "-c", _TIMM_STEP, TIMM_NAMES[args.variant],
+      args.torch_python, "-c", _TIMM_STEP, TIMM_NAMES[args.variant],
       str(args.batch),
       str(args.image_size),
       str(args.steps), REPO
@@ -88,6 +90,10 @@ def main():
   parser.add_argument("--ours_flag", action="append", default=[],
                       help="An extra flag of vit-jax benchmark.")
   parser.add_argument("--skip_timm", action="store_true")
+  parser.add_argument(
+      "--torch_python", default=os.path.join(REPO, ".venv-torch", "bin",
+                                             "python"),
+      help="A Python with torch and timm.")
   parser.add_argument("--out", help="Also write the result as JSON here.")
   args = parser.parse_args()
   env = dict(os.environ, **dict(e.split("=", 1) for e in args.ours_env))

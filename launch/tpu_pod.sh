@@ -10,8 +10,8 @@
 # Needs gcloud, authenticated, with the TPU's project set (gcloud config set
 # project PROJECT). `setup` copies this repository's committed files to
 # ~/vit_jax on every worker (keeping its .venv and logs) and runs
-# launch/setup_host.sh tpu there, which brings its own CPython 3.11 where the
-# image's python3 is older (Ubuntu 22.04 images: 3.10); then every worker
+# launch/setup_host.sh tpu there, which brings its own CPython 3.13 where the
+# image has no Python 3.12+ (Ubuntu 22.04 images: 3.10); then every worker
 # prints its Python, JAX and devices, found together through
 # jax.distributed.initialize. `train` starts `vit-jax train --distributed
 # FLAGS` detached on every worker (launch/tpu_worker.sh), so it survives a

@@ -1,6 +1,8 @@
-"""Test set-up: 8 simulated CPU devices, quiet TensorFlow, a local TFDS dir."""
+"""Test set-up: 8 simulated CPU devices, quiet TensorFlow, a local TFDS dir,
+and deprecations as errors."""
 
 import os
+import re
 
 # Must happen before JAX initialises its backends.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -18,7 +20,36 @@ os.environ.setdefault(
     os.path.join("/tmp", f"vit_jax_tests_jax_cache_{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
+# Every deprecation is an error, in the tests and in the commands they start
+# (PYTHONWARNINGS, which the subprocesses inherit): what JAX, Flax, Optax,
+# Orbax, TFDS or this package announce fails here before an upgrade breaks
+# it. Noise from code we cannot change is let through by the start of its
+# exact message, each with the reason:
+THIRD_PARTY_DEPRECATIONS = [
+    # ml_collections 1.1.0 (its latest release) loads config files with
+    # SourceFileLoader.load_module(), which Python deprecated in 3.4.
+    ("the load_module() method is deprecated and slated for removal in "
+     "Python 3.12; use exec_module() instead", "DeprecationWarning"),
+]
+_AS_ERRORS = ("DeprecationWarning", "PendingDeprecationWarning",
+              "FutureWarning")
+# PYTHONWARNINGS splits on commas and colons and matches the start of a
+# message literally.
+assert not any("," in m or ":" in m for m, _ in THIRD_PARTY_DEPRECATIONS)
+os.environ["PYTHONWARNINGS"] = ",".join(
+    [f"error::{c}" for c in _AS_ERRORS] +
+    [f"ignore:{m}:{c}" for m, c in THIRD_PARTY_DEPRECATIONS])
+
 import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+  """The same policy in this process (pytest's filters, later ones win)."""
+  for category in _AS_ERRORS:
+    config.addinivalue_line("filterwarnings", f"error::{category}")
+  for message, category in THIRD_PARTY_DEPRECATIONS:
+    config.addinivalue_line("filterwarnings",
+                            f"ignore:{re.escape(message)}:{category}")
 
 
 @pytest.fixture(scope="session")

@@ -138,7 +138,7 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   config.variant = "testing-hybrid"
   model = models.build_model(config, num_classes=5)
   x = jnp.zeros((1, 32, 32, 3))
-  params = model.init(jax.random.key(0), x)["params"]
+  params = jax.jit(model.init)(jax.random.key(0), x)["params"]
   path = str(tmp_path / "hybrid.npz")
   writers.save_npz(params, path)
   assert architecture.read(path) == architecture.Architecture(
@@ -168,7 +168,8 @@ def test_models_without_a_class_token(tmp_path, classifier):
   config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
   model = models.build_model(config, num_classes=3)
-  params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))["params"]
+  params = jax.jit(model.init)(jax.random.key(0), jnp.zeros(
+      (1, 16, 16, 3)))["params"]
   path = str(tmp_path / f"{classifier}.npz")
   writers.save_npz(params, path)
   loaded = inference.load(path)

@@ -166,17 +166,17 @@ def test_batched_matmuls_written_as_convolutions_count_only_real_work(
   FLOPs several times. The compiled step's count is the same whether the
   layers are scanned or not, and close to XLA's own count of the unrolled
   program (which adds the elementwise work)."""
-  counted = {}
+  plans = {}
   for scan in (False, True):
     with digits_config.unlocked():
       digits_config.model.variant = "ViT-Ti/16"
       digits_config.image_size = 32
       digits_config.batch_size = 8
       digits_config.model.scan_layers = scan
-    counted[scan] = planning.plan(digits_config, "v5e:2x2")["flops_per_step"]
-  assert counted[True] == pytest.approx(counted[False], rel=1e-6)
-  model_flops = planning.plan(digits_config, "v5e:2x2")["model_flops_per_step"]
-  assert 0.9 < counted[True] / model_flops < 1.2
+    plans[scan] = planning.plan(digits_config, "v5e:2x2")
+  counted = plans[True]["flops_per_step"]
+  assert counted == pytest.approx(plans[False]["flops_per_step"], rel=1e-6)
+  assert 0.9 < counted / plans[True]["model_flops_per_step"] < 1.2
 
 
 def test_the_least_a_sharding_must_move(digits_config):

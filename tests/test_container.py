@@ -121,7 +121,7 @@ def test_the_final_stage_installs_nothing_and_runs_vit_jax_unprivileged():
   assert user.split(":")[0].isdigit() and int(user.split(":")[0]) > 0
   assert _values(final, "ENTRYPOINT") == ['["vit-jax"]']
   with open(DOCKERFILE) as f:  # Both stages' base: the tests' Python.
-    assert "\nARG PYTHON_IMAGE=python:3.11-slim" in f.read()
+    assert "\nARG PYTHON_IMAGE=python:3.13-slim" in f.read()
 
 
 def test_the_images_files_run_its_entry_point(tmp_path, tfds_data_dir):

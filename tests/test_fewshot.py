@@ -219,7 +219,7 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
   config.model.variant = "digits"
   # A second checkpoint: the same model at random init, as a released .npz.
   model = models.build_model(config.model, 10)
-  random_init = model.init(jax.random.key(3), np.zeros((1, 16, 16, 3)))
+  random_init = jax.jit(model.init)(jax.random.key(3), np.zeros((1, 16, 16, 3)))
   random_path = str(tmp_path / "random.npz")
   writers.save_npz(random_init["params"], random_path)
   folder = _image_folder(tmp_path / "images")
@@ -251,7 +251,8 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
 def test_checkpoint_of_another_model_is_refused(tfds_data_dir, tmp_path):
   config = _config(tfds_data_dir)
   other = models.build_model(config.model, 10).clone(hidden_size=32)
-  params = other.init(jax.random.key(0), np.zeros((1, 16, 16, 3)))["params"]
+  params = jax.jit(other.init)(jax.random.key(0), np.zeros(
+      (1, 16, 16, 3)))["params"]
   path = str(tmp_path / "wide.npz")
   writers.save_npz(params, path)
   with pytest.raises(weights.WeightsError, match="SHAPE MISMATCH"):

@@ -81,20 +81,21 @@ def make_slice(tmp_path):
     fake.kill_runs()
 
 
-def test_setup_on_a_python_3_10_image_fetches_python_3_11_with_uv(make_slice):
+def test_setup_on_a_python_3_10_image_fetches_python_3_13_with_uv(make_slice):
   fake = make_slice(workers=2, python_version="3.10.12")
   done = fake.run("setup", "my-tpu", "us-central2-b")
   assert "my-tpu: 2 workers." in done.stdout
   for w in range(2):
     # The install's line, then the device check every worker ran at once.
-    assert f"worker {w}: Python 3.11.14, JAX 0.10.2\n" in done.stdout
-    assert (f"worker {w}: Python 3.11.14, JAX 0.10.2, 4 TPU v5 lite devices "
+    assert f"worker {w}: Python 3.13.14, JAX 0.12.0.1\n" in done.stdout
+    assert (f"worker {w}: Python 3.13.14, JAX 0.12.0.1, 4 TPU v5 lite devices "
             "here, 8 in 2 processes") in done.stdout
     assert fake.calls(f"worker{w}: ") == [
-        f"worker{w}: python3 --version",
+        f"worker{w}: python3 --version",  # launch/find_python.sh's question,
+        f"worker{w}: python3 --version",  # then for the line it prints.
         f"worker{w}: python3 -m pip install --quiet --user uv",
-        f"worker{w}: uv python install 3.11",
-        f"worker{w}: uv venv --seed --python 3.11 .venv",
+        f"worker{w}: uv python install 3.13",
+        f"worker{w}: uv venv --seed --python 3.13 .venv",
         f"worker{w}: pip install --quiet --upgrade pip",
         f"worker{w}: pip install --quiet -c constraints.txt -e .[tpu]"
     ]
@@ -117,7 +118,7 @@ def test_setup_on_a_new_enough_python_uses_it_and_a_rerun_keeps_the_venv(
     make_slice):
   fake = make_slice(workers=1, python_version="3.12.3")
   done = fake.run("setup", "my-tpu", "europe-west4-a")
-  assert "worker 0: Python 3.12.3, JAX 0.10.2\n" in done.stdout
+  assert "worker 0: Python 3.12.3, JAX 0.12.0.1\n" in done.stdout
   assert fake.calls("worker0: ") == [
       "worker0: python3 --version", "worker0: python3 -m venv .venv",
       "worker0: pip install --quiet --upgrade pip",
@@ -126,7 +127,7 @@ def test_setup_on_a_new_enough_python_uses_it_and_a_rerun_keeps_the_venv(
   stale = fake.home(0) / "vit_jax" / "stale_file.py"
   stale.write_text("")
   again = fake.run("setup", "my-tpu", "europe-west4-a")
-  assert "worker 0: Python 3.12.3, JAX 0.10.2, 4 TPU v5 lite" in again.stdout
+  assert "worker 0: Python 3.12.3, JAX 0.12.0.1, 4 TPU v5 lite" in again.stdout
   assert "python3 -m venv" not in "".join(fake.calls("worker0: ")[4:])
   assert not stale.exists()  # The copy is replaced; .venv is kept.
 
@@ -140,11 +141,11 @@ def test_a_worker_that_fails_to_install_is_named_in_one_line(make_slice):
   assert len(errors) == 1, done.stderr
   assert errors[0].startswith(
       "error: setup failed on worker 2 of 4 (worker 2: ERROR: No matching "
-      "distribution found for jax[tpu]==0.10.2); each worker's output is in ")
+      "distribution found for jax[tpu]==0.12.0.1); each worker's output is in ")
   kept = errors[0].rsplit(" ", 1)[1]
   with open(os.path.join(kept, "worker2.txt")) as output:
     assert "No matching distribution" in output.read()
-  assert "worker 0: Python 3.11.14, JAX 0.10.2" in done.stdout
+  assert "worker 0: Python 3.13.14, JAX 0.12.0.1" in done.stdout
   assert not any("tpu_worker.sh check" in c for c in fake.calls("gcloud "))
 
 
@@ -277,4 +278,4 @@ def test_slurm_runs_one_distributed_process_per_node(tmp_path):
       "--workdir=/shared/run one"
   ]
   header = open(os.path.join(REPO, "launch", "slurm.sbatch")).read()
-  assert "launch/setup_host.sh cuda" in header  # How to get Python 3.11+.
+  assert "launch/setup_host.sh cuda" in header  # How to get Python 3.12+.

@@ -387,7 +387,7 @@ def test_fused_attention_paths_equal_the_explicit_one():
   same attention in another order (about 1e-6 relative in fp32)."""
   x = jax.random.normal(jax.random.key(1), (3, 16, 16, 3))
   explicit = _attention_model("explicit")
-  params = explicit.init(jax.random.key(0), x)["params"]
+  params = jax.jit(explicit.init)(jax.random.key(0), x)["params"]
   params["head"]["kernel"] = jax.random.normal(jax.random.key(2),
                                                params["head"]["kernel"].shape)
 

@@ -132,7 +132,7 @@ def _testing_model(num_classes, classifier="token"):
   config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
   model = models.build_model(config, num_classes)
-  return model, model.init(jax.random.key(0), jnp.zeros(
+  return model, jax.jit(model.init)(jax.random.key(0), jnp.zeros(
       (1, 24, 24, 3)))["params"]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from tests.helpers import torch_reference
+from tests.references import stored
 from vit_jax import models
 from vit_jax import weights
 from vit_jax.config import defaults
@@ -24,7 +24,7 @@ from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_LIKE = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
-                  patch_size=8)  # The shape of torch_reference's models.
+                  patch_size=8)  # The shape of the stored tiny models.
 ERF = dict(gelu_approximate=False)  # timm's and Hugging Face's GELU.
 
 
@@ -34,15 +34,13 @@ def images(size=32, batch=3, seed=0, width=None):
 
 
 def init(model, size=32, width=None, seed=0, scale=0.2):
-  """Random parameters everywhere (the head and biases too)."""
-  params = model.init(jax.random.key(seed),
-                      jnp.zeros((1, size, width or size, 3)))["params"]
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-  return jax.tree.unflatten(tree, [
-      np.array(scale * jax.random.normal(k, x.shape))
-      for k, x in zip(keys, leaves)
-  ])
+  """Random parameters everywhere (the head and biases too), drawn by numpy
+  (an eager JAX draw per leaf compiles a program per shape)."""
+  shapes = jax.eval_shape(model.init, jax.random.key(seed),
+                          jnp.zeros((1, size, width or size, 3)))["params"]
+  rng = np.random.default_rng(seed + 1)
+  return jax.tree.map(
+      lambda x: (scale * rng.normal(size=x.shape)).astype(np.float32), shapes)
 
 
 def load_params(path, model, size=32, width=None, **kwargs):
@@ -74,37 +72,52 @@ def logits(model, params, x):
 # ------------------------------------------------------------ parity --
 
 
-@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
-def test_timm_weights_give_timm_logits(tmp_path, suffix):
-  reference = torch_reference.timm_vit()
-  path = str(tmp_path / f"timm{suffix}")
-  torch_reference.save_state_dict(reference, path)
+def test_timm_weights_give_timm_logits():
+  """timm's own state dict (tests/references: what timm computed)."""
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
+  params, report = load_params(stored.path("tiny_timm.safetensors"), model,
+                               grid=(4, 4), gelu_approximate=False)
   assert report.layout == "timm" and not report.reinitialised
   assert report.gelu == "model exact erf, file's origin (timm) exact erf"
   assert not report.warnings
-  x = images()
-  error = np.abs(
-      logits(model, params, x) -
-      torch_reference.torch_logits(reference, x)).max()
+  x = stored.tiny_images()
+  error = np.abs(logits(model, params, x) - stored.tiny_logits("timm")).max()
   assert error < 1e-4, error
 
 
-def test_timm_hybrid_weights_give_timm_logits(tmp_path):
+def test_a_pytorch_pickle_is_read_with_torch_or_refused_in_one_line():
+  """torch.save's file of the same state dict: read by torch.load where
+  PyTorch is installed, else an error naming the fix (the suite's Python
+  has no CPU build of torch; tests/references/stored.py)."""
+  path = stored.path("tiny_timm.pth")
+  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
+  try:
+    import torch  # noqa: F401
+  except ImportError:
+    with pytest.raises(
+        weights.WeightsError, match=r"needs PyTorch \(pip install torch\), or "
+        r"convert it to \.safetensors first"):
+      load_params(path, model, grid=(4, 4), gelu_approximate=False)
+    return
+  params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
+  assert report.layout == "timm" and not report.warnings
+  error = np.abs(
+      logits(model, params, stored.tiny_images()) -
+      stored.tiny_logits("timm")).max()
+  assert error < 1e-4, error
+
+
+def test_timm_hybrid_weights_give_timm_logits():
   from vit_jax.models.variants import ResNetSpec
-  reference = torch_reference.timm_hybrid_vit()
-  path = str(tmp_path / "hybrid.safetensors")
-  torch_reference.save_state_dict(reference, path)
   model = VisionTransformer(num_classes=5, hidden_size=16, mlp_dim=32,
                             num_heads=2, num_layers=1, patch_size=1,
                             resnet=ResNetSpec(num_layers=(1, 1)), **ERF)
-  params, report = load_params(path, model, grid=(4, 4))
+  params, report = load_params(stored.path("tiny_hybrid.safetensors"), model,
+                               grid=(4, 4))
   assert report.ok and not report.reinitialised
-  x = images()
   error = np.abs(
-      logits(model, params, x) -
-      torch_reference.torch_logits(reference, x)).max()
+      logits(model, params, stored.tiny_images()) -
+      stored.tiny_logits("hybrid")).max()
   # The conventions differ: weight standardisation (w - m) / sqrt(var +
   # 1e-8) in timm, (w - m) / (std + 1e-5) here as in the released code;
   # GroupNorm eps 1e-5 vs 1e-6. With the unit-variance stem kernels of
@@ -116,8 +129,8 @@ def test_timm_hybrid_weights_give_timm_logits(tmp_path):
 
 @pytest.mark.parametrize("legacy_names", [False, True])
 def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
-  reference = torch_reference.hugging_face_vit()
-  state = {k: v.contiguous() for k, v in reference.state_dict().items()}
+  from safetensors import numpy as st_numpy
+  state = st_numpy.load_file(stored.path("tiny_hf.safetensors"))
   if legacy_names:  # The names of transformers 4, which the Hub's files use.
     renames = (("vit.layers.", "vit.encoder.layer."),
                ("attention.q_proj", "attention.attention.query"),
@@ -127,34 +140,33 @@ def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
                ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output.dense"))
     for old, new in renames:
       state = {k.replace(old, new): v for k, v in state.items()}
-  from safetensors.torch import save_file
   path = str(tmp_path / "hf.safetensors")
-  save_file(state, path)
+  st_numpy.save_file(state, path)
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
   assert report.layout == "hugging_face" and report.ok and not report.warnings
-  x = images()
   error = np.abs(
-      logits(model, params, x) -
-      torch_reference.torch_logits(reference, x)).max()
+      logits(model, params, stored.tiny_images()) -
+      stored.tiny_logits("hf")).max()
   # Hugging Face's LayerNorm epsilon is 1e-12 (ours and the paper's 1e-6).
   assert error < 1e-4, error
 
 
-def test_export_to_timm_loads_into_timm(tmp_path):
-  """Models move both ways: our weights, exported, run in timm itself."""
-  from safetensors.torch import load_file
+def test_export_to_timm_is_timms_own_state_dict(tmp_path):
+  """Models move both ways: timm's weights, loaded here and exported, come
+  back as timm's own state dict (names, shapes, values), which its
+  `load_state_dict` takes strictly and which gave timm's logits."""
+  from safetensors import numpy as st_numpy
+  timm_file = stored.path("tiny_timm.safetensors")
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  params = init(model)
+  params, _ = load_params(timm_file, model, grid=(4, 4), gelu_approximate=False)
   path = str(tmp_path / "ours.safetensors")
   writers.save_timm(params, path)
-  reference = torch_reference.timm_vit()
-  reference.load_state_dict(load_file(path))
-  x = images()
-  error = np.abs(
-      logits(model, params, x) -
-      torch_reference.torch_logits(reference, x)).max()
-  assert error < 1e-4, error
+  exported, theirs = st_numpy.load_file(path), st_numpy.load_file(timm_file)
+  assert sorted(exported) == sorted(theirs)
+  for name, value in theirs.items():
+    assert exported[name].dtype == value.dtype, name
+    np.testing.assert_array_equal(exported[name], value, err_msg=name)
 
 
 # -------------------------------------------------------- round trips --
@@ -287,8 +299,7 @@ def _config_for(path, gelu=None):
 
 
 def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
-  timm_path = str(tmp_path / "timm.safetensors")
-  torch_reference.save_state_dict(torch_reference.timm_vit(), timm_path)
+  timm_path = stored.path("tiny_timm.safetensors")
   npz = str(tmp_path / "released.npz")
   writers.save_npz(init(VisionTransformer(num_classes=4, **TORCH_LIKE)), npz)
   assert weights.file_origin(timm_path) == ("timm", False)

@@ -1,12 +1,15 @@
 """Independent PyTorch ViTs (timm, Hugging Face) built locally, random weights.
 
-Nothing is downloaded: the models are constructed from their classes. The
-package registry's torchvision does not load beside the CPU build of torch
-that CI installs, and timm imports torchvision at import time (for data
-transforms and a frozen batch norm that a ViT never uses). When the real
-torchvision fails to import, a placeholder package stands in for it (for
-timm, and for transformers, which also imports it when installed), so that
-their own ViT code, which is what the tests compare against, runs unchanged.
+Used where torch is installed, never by the suite itself:
+tests/references/generate.py stores what these models compute, and
+benchmarks/timm_speed.py imports timm through here. Nothing is downloaded:
+the models are constructed from their classes. The package registry's
+torchvision does not load beside torch's CPU build (.venv-torch), and timm
+imports torchvision at import time (for data transforms and a frozen batch
+norm that a ViT never uses). When the real torchvision fails to import, a
+placeholder package stands in for it (for timm, and for transformers, which
+also imports it when installed), so that their own ViT code, which is what
+the references record, runs unchanged.
 """
 
 import importlib.abc

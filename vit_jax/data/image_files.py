@@ -76,7 +76,9 @@ class ImageFiles:
         self.files)), self.files))
     # A file that fails to read or decode is dropped here; `__iter__`
     # finds which by the indices that never arrive.
-    ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE,
+    # As written (AutoGraph off), as input_pipeline's functions.
+    ds = ds.map(tf.autograph.experimental.do_not_convert(load),
+                num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True).ignore_errors()
     return ds.batch(self.batch_size).prefetch(tf.data.AUTOTUNE)
 

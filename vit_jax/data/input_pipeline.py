@@ -31,6 +31,12 @@ from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 
+# tf.data traces our functions as written (AutoGraph off): they branch with
+# tf.cond / tf.switch_case, so AutoGraph's rewriting of their source would
+# only cost time at every start (about a second) and deprecation warnings of
+# its AST library on Python 3.13.
+_as_written = tf.autograph.experimental.do_not_convert
+
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source
 
@@ -129,7 +135,10 @@ _RECORD = "record_in_share"  # A record's place in this process's share.
 def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
   """Records numbered in their share's order (before any shuffle), which
   names one that cannot be decoded the same way in every epoch."""
-  return records.enumerate().map(lambda i, record: {**record, _RECORD: i})
+  return records.enumerate().map(
+      _as_written(lambda i, record: {
+          **record, _RECORD: i
+      }))
 
 
 def _unreadable_log(spec: specs.DataSpec, source,
@@ -161,12 +170,12 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
     ])
 
   fetch = getattr(source, "fetch", lambda record: record)
-  records = records.map(lambda i, record: (i, fetch(record)),
+  records = records.map(_as_written(lambda i, record: (i, fetch(record))),
                         num_parallel_calls=tf.data.AUTOTUNE)
   examples = unreadable.map_skipping_unreadable(
       records, lambda i, record: example_fn(i, source.decode(record)), name,
       log)
-  return examples.map(_checked_labels(source))
+  return examples.map(_as_written(_checked_labels(source)))
 
 
 def _options() -> tf.data.Options:
@@ -208,8 +217,9 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
 
   first_example = start_step * local_batch
   first_epoch, offset = divmod(first_example, per_epoch)
+  later_epochs = tf.data.Dataset.range(first_epoch + 1, 2**62)
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
-      tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch))
+      later_epochs.flat_map(_as_written(epoch)))
   ds = _examples(ds.enumerate(start=first_example), spec, source,
                  tf.constant([seed, 0], tf.int64), labels, split,
                  unreadable_log)

@@ -31,6 +31,12 @@ from vit_jax import paths
 from vit_jax.data import image_folder
 from vit_jax.errors import UserError
 
+# tf.data traces our functions as written (AutoGraph off): they branch with
+# tf.cond / tf.switch_case, so AutoGraph's rewriting of their source would
+# only cost time at every start (about a second) and deprecation warnings of
+# its AST library on Python 3.13.
+_as_written = tf.autograph.experimental.do_not_convert
+
 DEFAULT_MAX_SHARE = 0.01
 
 
@@ -104,6 +110,7 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
   keeps the cost small. `name_fn` takes a chunk of elements (batched) and
   returns their names.
   """
+  example_fn = _as_written(example_fn)
   examples = records.map(example_fn)
   for name, spec in examples.element_spec.items():
     if not spec.shape.is_fully_defined():
@@ -115,14 +122,15 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
 
   def one_chunk(*elements):
     size = tf.shape(tf.nest.flatten(elements)[0])[0]
-    made = tf.data.Dataset.from_tensor_slices(
-        (tf.range(size, dtype=tf.int64),
-         elements)).map(lambda place, element: (place, example_fn(*element)))
+    made = tf.data.Dataset.from_tensor_slices((tf.range(
+        size, dtype=tf.int64), elements)).map(
+            _as_written(lambda place, element: (place, example_fn(*element))))
     made = made.ignore_errors().batch(chunk).concatenate(
         tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), {
             k: tf.zeros((0,) + v.shape, v.dtype) for k, v in placeholder.items()
         }))).take(1)  # All failed: the empty batch.
-    return made.map(lambda places, good: ((places, good), name_fn(*elements)))
+    return made.map(
+        _as_written(lambda places, good: ((places, good), name_fn(*elements))))
 
   def into_places(made, names):
     places, good = made
@@ -149,9 +157,10 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
     return full
 
   return records.ragged_batch(chunk).interleave(
-      one_chunk, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True).map(into_places, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=True).unbatch()
+      _as_written(one_chunk), block_length=1,
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).map(
+          _as_written(into_places), num_parallel_calls=tf.data.AUTOTUNE,
+          deterministic=True).unbatch()
 
 
 def why_unreadable(path: str, image_fn) -> str:

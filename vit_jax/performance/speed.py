@@ -85,8 +85,19 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   peak = peak_flops(device, dtype, peak_tflops)
   model_flops_per_sec = images_per_sec * 6 * macs
   memory = device.memory_stats() or {}
+  spec = models.get_variant(variant)
   return {
       "variant": variant,
+      # The architecture, so another code base can build the same model
+      # (benchmarks/timm_speed.py).
+      "hidden_size": spec.hidden_size,
+      "mlp_dim": spec.mlp_dim,
+      "num_heads": spec.num_heads,
+      "num_layers": spec.num_layers,
+      "patch_size": spec.patch_size,
+      "hybrid": spec.resnet is not None,
+      "num_classes": num_classes,
+      "parameters": sum(x.size for x in jax.tree.leaves(state.params)),
       "batch": batch,
       "image_size": image_size,
       "dtype": dtype,
@@ -95,12 +106,14 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "attention": attention,
       "device": device.device_kind,
       "num_devices": jax.device_count(),
+      "jax_version": jax.__version__,
       "compile_s": compile_s,
       "step_s": step_s,
       "images_per_sec": images_per_sec,
       "images_per_sec_per_device": images_per_sec / jax.device_count(),
       "forward_gmacs_per_image": macs / 1e9,
       "model_tflops_per_sec": model_flops_per_sec / 1e12,
+      "peak_tflops_per_device": peak / 1e12 if peak else None,
       "mfu": (
           model_flops_per_sec / (peak * jax.device_count()) if peak else None),
       "peak_device_memory_gib": (

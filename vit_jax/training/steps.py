@@ -294,8 +294,8 @@ def make_train_step(model, tx, objective: Objective, schedule, mesh: Mesh,
     metrics = {
         "loss": loss_value,
         "learning_rate": schedule(state.step),
-        "grad_norm": optax.global_norm(grads),
-        "param_norm": optax.global_norm(params),
+        "grad_norm": optax.tree.norm(grads),
+        "param_norm": optax.tree.norm(params),
         **objective_metrics
     }
     ema_params = state.ema_params

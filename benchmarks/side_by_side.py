@@ -1,0 +1,70 @@
+"""The table of benchmarks/gpu_check.sh: ours and timm's runs side by side.
+
+    python3 benchmarks/side_by_side.py DIR ROW...
+
+Each ROW (e.g. ViT-B_16) has DIR/ROW.ours.json and DIR/ROW.timm.json when
+its run finished; a run that did not gets its log's last line instead
+(DIR/ROW.ours.log, DIR/ROW.timm.log). Needs only Python.
+"""
+
+import json
+import os
+import sys
+
+COLUMNS = ("model", "batch", "code", "images/s", "MFU", "peak GiB", "compile s",
+           "loss")
+
+
+def _result(folder: str, row: str, code: str):
+  """(the JSON result or None, the log's last line)."""
+  stem = os.path.join(folder, f"{row}.{code}")
+  result = None
+  if os.path.exists(stem + ".json"):
+    with open(stem + ".json") as f:
+      result = json.load(f)
+  last = ""
+  if os.path.exists(stem + ".log"):
+    with open(stem + ".log", errors="replace") as f:
+      lines = [line.strip() for line in f if line.strip()]
+    last = lines[-1] if lines else ""
+  return result, last
+
+
+def _cells(result: dict) -> list:
+  mfu, memory = result["mfu"], result["peak_device_memory_gib"]
+  return [
+      f"{result['images_per_sec']:,.1f}",
+      f"{100 * mfu:.1f}%" if mfu is not None else "-",
+      f"{memory:.1f}" if memory is not None else "-",
+      f"{result['compile_s']:.0f}", f"{result['final_loss']:.3f}"
+  ]
+
+
+def table(folder: str, rows: list) -> str:
+  lines, about = [], {}
+  body = []
+  for row in rows:
+    for code in ("ours", "timm"):
+      result, last = _result(folder, row, code)
+      name = row.replace("_", "/")
+      if result is None:
+        body.append([name, "", code, f"failed: {last[:100]}"])
+        continue
+      about.update({
+          k: v
+          for k, v in result.items()
+          if k.endswith("_version") or (k == "device" and code == "ours")
+      })
+      body.append([name, str(result["batch"]), code] + _cells(result))
+  lines.append("gpu_check: " + ", ".join(
+      f"{k.replace('_version', '')} {v}" for k, v in sorted(about.items())))
+  full = [list(COLUMNS)] + [r for r in body if len(r) == len(COLUMNS)]
+  widths = [max(len(r[i]) for r in full) for i in range(len(COLUMNS))]
+  for cells in [list(COLUMNS)] + body:  # A failed run's message runs on.
+    padded = [c.ljust(w) for c, w in zip(cells, widths)]
+    lines.append("  ".join(padded[:len(cells) - 1] + cells[-1:]).rstrip())
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  print(table(sys.argv[1], sys.argv[2:]))

@@ -1,0 +1,99 @@
+"""Writes the stored timm / Hugging Face references (see `stored.py`).
+
+    make references     # = the torch environment, then:
+    .venv-torch/bin/python -m tests.references.generate
+
+Runs where torch, timm and transformers are installed (the pins of
+`requirements.txt`; `make torch-env` builds that environment on Python 3.11
+with torch's CPU build), not where vit_jax is: nothing of ours is imported,
+so what is stored is what those libraries compute. Nothing is downloaded:
+the models are built from their classes, with random weights.
+"""
+
+import json
+import platform
+
+import numpy as np
+
+from tests.helpers import torch_reference
+from tests.references import stored
+
+
+def _state_dict(model) -> dict:
+  return {k: v.contiguous() for k, v in model.state_dict().items()}
+
+
+def write_tiny(versions: dict):
+  """The tiny models' weights (safetensors, and a .pth for timm's) and
+  their logits of the images the tests use."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  images = np.random.default_rng(0).uniform(
+      -1, 1, (3, stored.TINY_IMAGE_SIZE, stored.TINY_IMAGE_SIZE, 3)).astype(
+          np.float32)
+  outputs = {"images": images}
+  for name, model in (("timm", torch_reference.timm_vit()),
+                      ("hybrid", torch_reference.timm_hybrid_vit()),
+                      ("hf", torch_reference.hugging_face_vit())):
+    torch_reference.save_state_dict(model,
+                                    stored.path(f"tiny_{name}.safetensors"))
+    outputs[name] = torch_reference.torch_logits(model, images)
+  torch_reference.save_state_dict(torch_reference.timm_vit(),
+                                  stored.path("tiny_timm.pth"))
+  st_numpy.save_file(outputs, stored.path("tiny_logits.safetensors"),
+                     metadata=versions)
+
+
+def full_size_models():
+  """(name, library's description, module) of the full-size models."""
+  timm = torch_reference.import_timm()
+  from transformers import ViTConfig  # pylint: disable=g-import-not-at-top
+  from transformers import ViTForImageClassification  # pylint: disable=g-import-not-at-top
+  size = stored.FULL_SIZE_IMAGE_SIZE
+  for name in ("vit_base_patch16_224", "vit_base_r50_s16_224"):
+    yield name, f"timm {name} (erf GELU)", timm.create_model(
+        name, pretrained=False, num_classes=1000)
+  yield ("hf_vit_base", "Hugging Face ViTForImageClassification (erf GELU)",
+         ViTForImageClassification(ViTConfig(image_size=size, num_labels=1000)))
+
+
+def write_full_size(versions: dict):
+  """Each model's parameter names and shapes, and its logits of
+  `stored.full_size_images()` with `stored.trained_like_state` weights."""
+  import torch  # pylint: disable=g-import-not-at-top
+  images = stored.full_size_images()
+  models = {}
+  for name, description, module in full_size_models():
+    parameters = [[n, list(p.shape)] for n, p in module.named_parameters()]
+    # The parameters are the whole state: nothing else would be loaded.
+    assert sorted(module.state_dict()) == sorted(n for n, _ in parameters)
+    state = stored.trained_like_state(parameters)
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    logits = torch_reference.torch_logits(module.eval(), images)
+    models[name] = {
+        "description": description,
+        "parameters": parameters,
+        "logits": logits.tolist()
+    }
+  with open(stored.path("full_size.json"), "w") as f:
+    json.dump({"versions": versions, "models": models}, f)
+    f.write("\n")
+
+
+def main():
+  import timm  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  versions = {
+      "python": platform.python_version(),
+      "torch": torch.__version__,
+      "timm": timm.__version__,
+      "transformers": transformers.__version__
+  }
+  write_tiny(versions)
+  write_full_size(versions)
+  print("Wrote tests/references with " +
+        ", ".join(f"{k} {v}" for k, v in versions.items()))
+
+
+if __name__ == "__main__":
+  main()
