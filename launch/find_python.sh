@@ -11,10 +11,12 @@
 # 3.13 and 3.12 are the versions constraints.txt is tested with. Finding
 # none, it prints one line naming what to install on stderr and exits 1.
 set -uo pipefail
+python3_version=""
 
 runs_and_is_new_enough() {  # A command or path that runs and is 3.12+.
   local version major minor
   version=$("$1" --version 2>/dev/null) || return 1  # "Python 3.12.3"
+  [[ $1 == python3 ]] && python3_version=$version
   IFS=. read -r major minor _ <<<"${version#Python }"
   [[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] &&
     ((major > 3 || (major == 3 && minor >= 12)))
@@ -42,7 +44,7 @@ for minor in 13 12; do
   done
 done
 echo "error: vit_jax needs Python 3.12 or newer and found none here" \
-  "(python3 is $(python3 --version 2>&1 | head -n 1 || echo missing));" \
+  "(python3 is ${python3_version:-missing});" \
   "install python3.13 or python3.12 (e.g. 'uv python install 3.13'," \
   "'pyenv install 3.13', or 'apt-get install python3.12-venv')," \
   "or name one with PYTHON=/path/to/python3." >&2
