@@ -5,7 +5,8 @@
 # and timm versions. Whoever next works on a GPU runs this first.
 #
 #   benchmarks/gpu_check.sh          # an H100/H200 machine: about 6 minutes
-#   benchmarks/gpu_check.sh --dry    # any CPU: the tiny `testing` model, 2 steps
+#   benchmarks/gpu_check.sh --dry    # any CPU: the tiny `testing` model, 2 steps,
+#                                    # torch.compile's graph capture only (eager)
 #
 # Ours is `python3 -m vit_jax benchmark` from this checkout (JAX, Flax,
 # Optax, Orbax; no TensorFlow); timm's is benchmarks/timm_speed.py on the
@@ -27,10 +28,10 @@ PYTHON=${PYTHON:-python3}
 TORCH_PYTHON=${TORCH_PYTHON:-$PYTHON}
 out=${OUT:-$(mktemp -d -t gpu_check.XXXXXX)}
 mkdir -p "$out"
-if [[ ${1:-} == --dry ]]; then
-  rows=("testing 8 32") steps=2
+if [[ ${1:-} == --dry ]]; then  # torch.compile captures the graph only.
+  rows=("testing 8 32") steps=2 backend=eager
 else
-  rows=("ViT-B/16 256 224" "ViT-L/16 128 224") steps=20
+  rows=("ViT-B/16 256 224" "ViT-L/16 128 224") steps=20 backend=inductor
 fi
 deadline=$((SECONDS + ${BUDGET:-470}))
 limit() {  # Seconds the next run may take: 200, or what the budget has left.
@@ -53,7 +54,7 @@ for row in "${rows[@]}"; do
     echo "(exit status $?)" >>"$out/$name.ours.log"
   if [[ -f $out/$name.ours.json ]]; then
     timeout "$(limit)" "$TORCH_PYTHON" benchmarks/timm_speed.py \
-      --like="$out/$name.ours.json" --steps="$steps" \
+      --like="$out/$name.ours.json" --steps="$steps" --compile_backend="$backend" \
       --out="$out/$name.timm.json" >"$out/$name.timm.log" 2>&1 ||
       echo "(exit status $?)" >>"$out/$name.timm.log"
   else

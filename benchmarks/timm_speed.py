@@ -45,7 +45,7 @@ def build(like: dict, device: str):
   return model.to(device).train(), timm.__version__
 
 
-def run(like: dict, steps: int) -> dict:
+def run(like: dict, steps: int, compile_backend: str = "inductor") -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   import torch.nn.functional as F  # pylint: disable=g-import-not-at-top
   cuda = torch.cuda.is_available()
@@ -54,7 +54,7 @@ def run(like: dict, steps: int) -> dict:
   torch.set_float32_matmul_precision("high")  # TF32, as JAX's default.
   model, timm_version = build(like, device)
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-  compiled = torch.compile(model)
+  compiled = torch.compile(model, backend=compile_backend)
   batch, size = like["batch"], like["image_size"]
   images = torch.rand(batch, 3, size, size, device=device) * 2 - 1
   labels = torch.randint(0, like["num_classes"], (batch,), device=device)
@@ -94,6 +94,7 @@ def run(like: dict, steps: int) -> dict:
       "device": torch.cuda.get_device_name() if cuda else platform.processor(),
       "torch_version": torch.__version__,
       "timm_version": timm_version,
+      "compile_backend": compile_backend,
       "compile_s": compile_s,
       "step_s": statistics.median(times),
       "images_per_sec": images_per_sec,
@@ -111,13 +112,17 @@ def main():
                       help="JSON of `vit-jax benchmark --out`.")
   parser.add_argument("--steps", type=int, default=20, help="Timed steps.")
   parser.add_argument("--out", help="Also write the JSON result here.")
+  parser.add_argument(
+      "--compile_backend", default="inductor",
+      help="torch.compile's backend; the dry run on CPU uses 'eager' (its "
+      "graph capture without a minute of C++ code generation).")
   args = parser.parse_args()
   with open(args.like) as f:
     like = json.load(f)
   if like["num_devices"] != 1:
     raise SystemExit("error: timm_speed.py compares one device; "
                      f"{args.like} ran on {like['num_devices']}.")
-  text = json.dumps(run(like, args.steps), indent=1)
+  text = json.dumps(run(like, args.steps, args.compile_backend), indent=1)
   print(text)
   if args.out:
     with open(args.out, "w") as f:

@@ -89,3 +89,23 @@ def test_mistakes_exit_2_and_storage_errors_that_may_pass_exit_75(
     error, status):
   """A scheduler retries 75 (EX_TEMPFAIL), not 2: a mistake recurs."""
   assert cli.exit_status(error) == status
+
+
+@pytest.mark.parametrize("plugin, platforms",
+                         [(None, "cpu"), ("jax_cuda12_plugin", "cuda,cpu"),
+                          ("jax_cuda13_plugin", "cuda,cpu")])
+def test_libtpu_without_tpu_chips_is_left_out(monkeypatch, plugin, platforms):
+  """libtpu installed (the `tpu` extra) on a host without TPU chips: JAX
+  uses the CPU, or the GPU of either CUDA extra, instead of starting it."""
+  installed = {"libtpu", plugin}
+
+  def find_spec(name):
+    return object() if name in installed else None
+
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+  monkeypatch.setattr(cli.importlib.util, "find_spec", find_spec)
+  monkeypatch.setattr(cli.glob, "glob", lambda pattern: [])  # No chips.
+  updates = {}
+  monkeypatch.setattr(cli.jax.config, "update", updates.__setitem__)
+  cli.skip_absent_tpu()
+  assert updates == {"jax_platforms": platforms}

@@ -235,7 +235,9 @@ def skip_absent_tpu():
       importlib.util.find_spec("libtpu") is None or glob.glob("/dev/accel*") or
       glob.glob("/dev/vfio/[0-9]*")):
     return
-  cuda = importlib.util.find_spec("jax_cuda12_plugin") is not None
+  cuda = any(
+      importlib.util.find_spec(f"jax_cuda{version}_plugin") is not None
+      for version in (12, 13))  # The `cuda` / `cuda12` and `cuda13` extras.
   jax.config.update("jax_platforms", "cuda,cpu" if cuda else "cpu")
 
 

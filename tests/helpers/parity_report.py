@@ -66,6 +66,7 @@ def against_stored(name, variant, images, gelu_approximate):
 
 
 def main():
+  jax.config.update("jax_platforms", "cpu")  # libtpu may be installed.
   images = stored.full_size_images()
   rows = []
   for variant in ("ViT-B/16", "R50+ViT-B/16"):
