@@ -1,5 +1,6 @@
-"""Weights from every format: parity with timm and Hugging Face, round trips,
-position-embedding resizing, head policy, inspection and bad files."""
+"""Weights from every format: round trips, released and big_vision layouts,
+position-embedding resizing, head policy, inspection and bad files (parity
+with timm and Hugging Face: tests/test_parity.py)."""
 
 import os
 import subprocess
@@ -67,106 +68,6 @@ def tiny_hybrid():
 
 def logits(model, params, x):
   return np.asarray(model.apply({"params": params}, x)[0])
-
-
-# ------------------------------------------------------------ parity --
-
-
-def test_timm_weights_give_timm_logits():
-  """timm's own state dict (tests/references: what timm computed)."""
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  params, report = load_params(stored.path("tiny_timm.safetensors"), model,
-                               grid=(4, 4), gelu_approximate=False)
-  assert report.layout == "timm" and not report.reinitialised
-  assert report.gelu == "model exact erf, file's origin (timm) exact erf"
-  assert not report.warnings
-  x = stored.tiny_images()
-  error = np.abs(logits(model, params, x) - stored.tiny_logits("timm")).max()
-  assert error < 1e-4, error
-
-
-def test_a_pytorch_pickle_is_read_with_torch_or_refused_in_one_line():
-  """torch.save's file of the same state dict: read by torch.load where
-  PyTorch is installed, else an error naming the fix (the suite's Python
-  has no CPU build of torch; tests/references/stored.py)."""
-  path = stored.path("tiny_timm.pth")
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  try:
-    import torch  # noqa: F401
-  except ImportError:
-    with pytest.raises(
-        weights.WeightsError, match=r"needs PyTorch \(pip install torch\), or "
-        r"convert it to \.safetensors first"):
-      load_params(path, model, grid=(4, 4), gelu_approximate=False)
-    return
-  params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
-  assert report.layout == "timm" and not report.warnings
-  error = np.abs(
-      logits(model, params, stored.tiny_images()) -
-      stored.tiny_logits("timm")).max()
-  assert error < 1e-4, error
-
-
-def test_timm_hybrid_weights_give_timm_logits():
-  from vit_jax.models.variants import ResNetSpec
-  model = VisionTransformer(num_classes=5, hidden_size=16, mlp_dim=32,
-                            num_heads=2, num_layers=1, patch_size=1,
-                            resnet=ResNetSpec(num_layers=(1, 1)), **ERF)
-  params, report = load_params(stored.path("tiny_hybrid.safetensors"), model,
-                               grid=(4, 4))
-  assert report.ok and not report.reinitialised
-  error = np.abs(
-      logits(model, params, stored.tiny_images()) -
-      stored.tiny_logits("hybrid")).max()
-  # The conventions differ: weight standardisation (w - m) / sqrt(var +
-  # 1e-8) in timm, (w - m) / (std + 1e-5) here as in the released code;
-  # GroupNorm eps 1e-5 vs 1e-6. With the unit-variance stem kernels of
-  # torch_reference that is about 3e-6 here; at trained kernel scales
-  # (std 0.01-0.05) R50+ViT-B/16 differs by 3.6e-4
-  # (tests/helpers/parity_report.py).
-  assert error < 1e-4, error
-
-
-@pytest.mark.parametrize("legacy_names", [False, True])
-def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
-  from safetensors import numpy as st_numpy
-  state = st_numpy.load_file(stored.path("tiny_hf.safetensors"))
-  if legacy_names:  # The names of transformers 4, which the Hub's files use.
-    renames = (("vit.layers.", "vit.encoder.layer."),
-               ("attention.q_proj", "attention.attention.query"),
-               ("attention.k_proj", "attention.attention.key"),
-               ("attention.v_proj", "attention.attention.value"),
-               ("attention.o_proj", "attention.output.dense"),
-               ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output.dense"))
-    for old, new in renames:
-      state = {k.replace(old, new): v for k, v in state.items()}
-  path = str(tmp_path / "hf.safetensors")
-  st_numpy.save_file(state, path)
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
-  assert report.layout == "hugging_face" and report.ok and not report.warnings
-  error = np.abs(
-      logits(model, params, stored.tiny_images()) -
-      stored.tiny_logits("hf")).max()
-  # Hugging Face's LayerNorm epsilon is 1e-12 (ours and the paper's 1e-6).
-  assert error < 1e-4, error
-
-
-def test_export_to_timm_is_timms_own_state_dict(tmp_path):
-  """Models move both ways: timm's weights, loaded here and exported, come
-  back as timm's own state dict (names, shapes, values), which its
-  `load_state_dict` takes strictly and which gave timm's logits."""
-  from safetensors import numpy as st_numpy
-  timm_file = stored.path("tiny_timm.safetensors")
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  params, _ = load_params(timm_file, model, grid=(4, 4), gelu_approximate=False)
-  path = str(tmp_path / "ours.safetensors")
-  writers.save_timm(params, path)
-  exported, theirs = st_numpy.load_file(path), st_numpy.load_file(timm_file)
-  assert sorted(exported) == sorted(theirs)
-  for name, value in theirs.items():
-    assert exported[name].dtype == value.dtype, name
-    np.testing.assert_array_equal(exported[name], value, err_msg=name)
 
 
 # -------------------------------------------------------- round trips --
