@@ -135,10 +135,11 @@ _RECORD = "record_in_share"  # A record's place in this process's share.
 def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
   """Records numbered in their share's order (before any shuffle), which
   names one that cannot be decoded the same way in every epoch."""
-  return records.enumerate().map(
-      _as_written(lambda i, record: {
-          **record, _RECORD: i
-      }))
+
+  def numbered(i, record):
+    return {**record, _RECORD: i}
+
+  return records.enumerate().map(_as_written(numbered))
 
 
 def _unreadable_log(spec: specs.DataSpec, source,

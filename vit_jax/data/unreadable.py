@@ -31,10 +31,7 @@ from vit_jax import paths
 from vit_jax.data import image_folder
 from vit_jax.errors import UserError
 
-# tf.data traces our functions as written (AutoGraph off): they branch with
-# tf.cond / tf.switch_case, so AutoGraph's rewriting of their source would
-# only cost time at every start (about a second) and deprecation warnings of
-# its AST library on Python 3.13.
+# Functions traced as written, AutoGraph off (input_pipeline.py says why).
 _as_written = tf.autograph.experimental.do_not_convert
 
 DEFAULT_MAX_SHARE = 0.01
