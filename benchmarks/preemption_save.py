@@ -24,11 +24,12 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
+from vit_jax import models
 from vit_jax import paths
 from vit_jax import sharding
 from vit_jax.training import checkpoint
 from vit_jax.training import optim
-from vit_jax.training import steps
+from vit_jax.training import train_state
 
 config_flags.DEFINE_config_file("config", None, "Config file[:ARG].",
                                 lock_config=True)
@@ -52,11 +53,11 @@ def main(argv):
   del argv
   config = FLAGS.config
   mesh = sharding.mesh_from_config(config)
-  model = steps.model_for_config(config, FLAGS.num_classes)
+  model = models.from_config(config, FLAGS.num_classes)
   tx, _ = optim.make_optimizer(config, total_steps=1000)
-  state, _ = steps.create_train_state(model, tx, config.image_size, config.seed,
-                                      mesh, config.sharding,
-                                      ema=config.ema_decay > 0)
+  state, _ = train_state.create_train_state(model, tx, config.image_size,
+                                            config.seed, mesh, config.sharding,
+                                            ema=config.ema_decay > 0)
   size = sum(x.nbytes for x in jax.tree.leaves(state))
   _empty(FLAGS.dir)
   manager = checkpoint.make_manager(FLAGS.dir, config)

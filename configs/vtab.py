@@ -11,7 +11,7 @@ All 19 (or `--tasks=a,b`), one sub-workdir each, with the group means:
     vit-jax vtab --config=configs/vtab.py --checkpoint=PATH \
         --workdir=workdirs/vtab --config.data_dir=~/tensorflow_datasets
 
-Argument: `TASK` (a name of `vit_jax/vtab/tasks.py`, default
+Argument: `TASK` (a name of `vit_jax/data/vtab_tasks.py`, default
 cifar100; the `vtab` command replaces it by each task), `split=test`
 (default: train on train800val200, the task's 1,000 training images,
 evaluate on its test split: the reported protocol) or `split=val` (train
@@ -34,8 +34,8 @@ and RESISC45 need manual downloads, see TFDS).
 """
 
 from vit_jax.config import defaults
+from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
-from vit_jax.vtab import tasks as vtab_tasks
 
 
 def get_config(arg=None):

@@ -80,7 +80,7 @@ def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
   so it is trained once per run.
   """
   from configs import digits
-  from vit_jax.training import trainer
+  from vit_jax.loop import trainer
   config = digits.get_config("runlocal")
   config.data_dir = tfds_data_dir
   config.model.variant = "digits"

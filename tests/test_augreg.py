@@ -14,14 +14,14 @@ from tests.test_models import images
 from tests.test_models import random_params
 from tests.test_models import tiny_model
 from vit_jax import sharding
-from vit_jax.config import checks
 from vit_jax.data import input_pipeline
 from vit_jax.data import preprocess
 from vit_jax.data import randaug
 from vit_jax.data import specs
 from vit_jax.errors import UserError
+from vit_jax.loop import checks
 from vit_jax.training import mixup
-from vit_jax.training import steps
+from vit_jax.training import objectives
 
 # ------------------------------------------------------------------ mixup --
 
@@ -75,13 +75,14 @@ def test_the_train_step_mixes_only_when_configured():
   apply = lambda images, **kw: model.apply({"params": params}, images, train=
                                            True, **kw)
   rng = jax.random.key(3)
-  plain = steps.supervised(steps.softmax_xent)
-  mixed = steps.supervised(steps.softmax_xent, mixup_alpha=0.5, mixup_p=1.0)
+  plain = objectives.supervised(objectives.softmax_xent)
+  mixed = objectives.supervised(objectives.softmax_xent, mixup_alpha=0.5,
+                                mixup_p=1.0)
   loss_plain, _ = plain(apply, {"image": x, "labels": y}, rng)
   loss_mixed, _ = mixed(apply, {"image": x, "labels": y}, rng)
   mixup_rng, _ = jax.random.split(rng)
   mx, my, _ = mixup.mix(mixup_rng, x, y, 0.5, 1.0)
-  expected = jnp.mean(steps.softmax_xent(apply(mx)[0], my))
+  expected = jnp.mean(objectives.softmax_xent(apply(mx)[0], my))
   np.testing.assert_allclose(loss_mixed, expected, rtol=1e-6)
   assert abs(float(loss_mixed) - float(loss_plain)) > 1e-4
 
@@ -326,7 +327,7 @@ def test_augreg_presets(setting, magnitude, alpha, data, bias):
 
 def test_augreg_preset_trains_locally(tfds_data_dir, tmp_path):
   """randaug, mixup and drop-path together, end to end on digits."""
-  from vit_jax.training import trainer  # pylint: disable=g-import-not-at-top
+  from vit_jax.loop import trainer  # pylint: disable=g-import-not-at-top
   config = pretrain.get_config("augreg_i1k,aug=strong2,reg=0.1,runlocal")
   assert "randaug" in config.pp_train and config.mixup.alpha > 0
   assert config.model.drop_path_rate > 0

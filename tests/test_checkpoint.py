@@ -16,7 +16,7 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax.training import checkpoint
 from vit_jax.training import optim
-from vit_jax.training import steps
+from vit_jax.training import train_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOTAL_STEPS = 100
@@ -96,8 +96,8 @@ def _state(config, mesh, variant="testing"):
   config.model.variant = variant
   model = models.build_model(config.model, 10)
   tx, _ = optim.make_optimizer(config, 10)
-  return steps.create_train_state(model, tx, config.image_size, config.seed,
-                                  mesh)
+  return train_state.create_train_state(model, tx, config.image_size,
+                                        config.seed, mesh)
 
 
 @pytest.mark.parametrize("save_on, load_on", [(8, 1), (1, 8)])

@@ -11,12 +11,14 @@ import numpy as np
 import optax
 import pytest
 
+from vit_jax import models
 from vit_jax import sharding
 from vit_jax.performance import communication
 from vit_jax.performance import hlo
 from vit_jax.performance import planning
 from vit_jax.performance import roofline
-from vit_jax.training import steps
+from vit_jax.training import fsdp
+from vit_jax.training import train_state
 
 MESH_2x2 = {"data": 2, "model": 2}
 
@@ -185,13 +187,13 @@ def test_the_least_a_sharding_must_move(digits_config):
   gradient reduce-scattered (3/4 of the bytes each time); this config
   computes in float32, so nothing is cast."""
   mesh = sharding.make_mesh(4, 1, jax.devices()[:4])
-  model = steps.model_for_config(digits_config, 10)
+  model = models.from_config(digits_config, 10)
   for strategy in ("replicate", "fsdp"):
     with digits_config.unlocked():
       digits_config.sharding.params = ((".*", strategy),)
       digits_config.sharding.fsdp_min_size = 0
-    state, shardings = steps.abstract_train_state(model, optax.sgd(0.1), 16,
-                                                  mesh, digits_config.sharding)
+    state, shardings = train_state.abstract_train_state(
+        model, optax.sgd(0.1), 16, mesh, digits_config.sharding)
     split = {
         "/".join(k.key for k in path): "data" in tuple(spec.spec) for path, spec
         in jax.tree_util.tree_leaves_with_path(shardings.params)
@@ -204,9 +206,9 @@ def test_the_least_a_sharding_must_move(digits_config):
     total = sum(v for k, v in sizes.items() if split[k])
     in_blocks = sum(v for k, v in sizes.items()
                     if split[k] and k.startswith("Transformer/encoderblock_"))
-    least = communication.minimum(
-        state.params, shardings.params, mesh, jnp.float32,
-        steps.blocks_gather_their_params(model, shardings.params))
+    least = communication.minimum(state.params, shardings.params, mesh,
+                                  jnp.float32,
+                                  fsdp.blocks_gather(model, shardings.params))
     if strategy == "replicate":
       assert least["by_kind"] == {
           "all-gather": 0.0,

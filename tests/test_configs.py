@@ -7,9 +7,9 @@ import os
 import pytest
 
 from vit_jax import sharding
-from vit_jax.config import checks
 from vit_jax.config import defaults
-from vit_jax.training import trainer
+from vit_jax.loop import checks
+from vit_jax.loop import trainer
 
 _CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
 CONFIGS = sorted(

@@ -13,13 +13,13 @@ from configs import fewshot as fewshot_configs
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
-from vit_jax.config import checks
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import features
 from vit_jax.fewshot import solver
 from vit_jax.fewshot import sweep
-from vit_jax.training import steps
-from vit_jax.training import trainer
+from vit_jax.loop import checks
+from vit_jax.loop import trainer
+from vit_jax.training import train_state
 from vit_jax.weights import writers
 
 
@@ -174,8 +174,8 @@ def test_sharded_extraction_equals_single_device(tfds_data_dir):
   for devices in (1, 8):
     mesh = sharding.make_mesh(devices=jax.devices()[:devices])
     import optax
-    state, shardings = steps.create_train_state(model, optax.identity(), 16, 0,
-                                                mesh)
+    state, shardings = train_state.create_train_state(model, optax.identity(),
+                                                      16, 0, mesh)
     evaluator = fewshot_evaluator.from_protocol(model, config, mesh,
                                                 shardings.params)
     out.append(evaluator.dataset_features(state.params, "digits"))
@@ -279,8 +279,8 @@ def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
   model = models.build_model(config.model, None)
   import optax
   mesh = sharding.make_mesh(devices=jax.devices()[:1])
-  state, shardings = steps.create_train_state(model, optax.identity(), 16, 0,
-                                              mesh)
+  state, shardings = train_state.create_train_state(model, optax.identity(), 16,
+                                                    0, mesh)
   evaluator = fewshot_evaluator.from_protocol(model, config, mesh,
                                               shardings.params)
   train_x, _, test_x, _, classes = evaluator.dataset_features(

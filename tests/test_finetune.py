@@ -4,7 +4,7 @@ pre-trained at 16 px predicts well at 32 px right after loading."""
 import pytest
 
 from configs import finetune
-from vit_jax.training import trainer
+from vit_jax.loop import trainer
 
 
 @pytest.mark.xdist_group("trained_digits")

@@ -9,16 +9,18 @@ import safetensors.numpy
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
-from vit_jax.config import checks
 from vit_jax.config import defaults
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.errors import UserError
+from vit_jax.loop import checks
 from vit_jax.models import masked_patch as mp
 from vit_jax.models.vit import VisionTransformer
 from vit_jax.performance import planning
+from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 from vit_jax.weights import writers
 
 MASKED_PARTS = {"mask_token"} | {
@@ -144,7 +146,7 @@ def test_loss_ignores_uncorrupted_patches(target):
       np.testing.assert_array_equal(corruption.corrupted_BxN, corrupted)
       return None, {"patch_predictions": predictions, "grid": (2, 2)}
 
-    value, _ = steps.masked_patch_prediction(config, stride=4)(apply, {
+    value, _ = objectives.masked_patch_prediction(config, stride=4)(apply, {
         "image": images
     }, key)
     return value
@@ -198,15 +200,17 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
   batches = input_pipeline.make_train_iterator(specs.training(config), source,
                                                labels=False)
   batches = [next(batches) for _ in range(2)]
-  model = steps.model_for_config(config, None)
+  model = models.from_config(config, None)
   tx, schedule = optim.make_optimizer(config, config.total_steps)
   results = []
   for devices in (jax.devices()[:1], jax.devices()):
     mesh = sharding.make_mesh(devices=devices)
-    state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
+    state, state_sharding = train_state.create_train_state(
+        model, tx, 16, 0, mesh)
     step = steps.jit_train_step(
-        steps.make_train_step(model, tx, steps.objective_for_config(config),
-                              schedule, mesh), state_sharding, mesh)
+        steps.make_train_step(
+            model, tx, objectives.objective_for_config(config), schedule, mesh),
+        state_sharding, mesh)
     losses = []
     for batch in batches:
       state, metrics = step(state, sharding.to_global_batch(batch, mesh))
@@ -247,7 +251,7 @@ def test_plan_compiles_the_masked_patch_step(selfsup_config):
   config = selfsup_config
   config.dataset = "a_dataset_nobody_prepared"
   r = planning.plan(config, "cpu:8")
-  model = steps.model_for_config(config, None)
+  model = models.from_config(config, None)
   assert r["params"] == sum(
       x.size for x in jax.tree.leaves(models.param_shapes(model, 16)))
   assert r["flops_per_step"] > 0
@@ -263,7 +267,7 @@ def test_released_weights_start_self_supervised_pre_training(
   path = str(tmp_path / "supervised.npz")
   writers.save_npz(models.init_on_zeros(supervised, jax.random.key(0), 16),
                    path)
-  model = steps.model_for_config(config, None)
+  model = models.from_config(config, None)
   params = models.param_shapes(model, 16)
   _, report = weights.load_for_config(config, path, params)
   assert {name for name, _ in report.reinitialised} == MASKED_PARTS
@@ -295,10 +299,10 @@ def test_masked_patch_step_without_class_token_and_with_accumulation(
   selfsup_config.model.classifier = "gap"
   selfsup_config.accum_steps = 2
   checks.check_config(selfsup_config, sharding.make_mesh())
-  model = steps.model_for_config(selfsup_config, None)
+  model = models.from_config(selfsup_config, None)
   tx, schedule = optim.make_optimizer(selfsup_config, 10)
   mesh = sharding.make_mesh()
-  state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
+  state, state_sharding = train_state.create_train_state(model, tx, 16, 0, mesh)
   step = steps.train_step_for_config(selfsup_config, model, tx, schedule, mesh,
                                      state_sharding)
   images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3))

@@ -25,8 +25,10 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
+from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4
@@ -120,10 +122,11 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
                                    jax.devices()[:2 * DEVICES_PER_PROCESS])
   model = models.build_model(config.model, source.num_classes)
   tx, schedule = optim.make_optimizer(config, num_steps)
-  state, shardings = steps.create_train_state(
+  state, shardings = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
   step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+      steps.make_train_step(model, tx,
+                            objectives.supervised(objectives.softmax_xent),
                             schedule, mesh), shardings, mesh,
       config.sharding.logical_axis_rules)
   for i in range(num_steps):

@@ -24,7 +24,7 @@ from configs import selfsup
 from vit_jax import inference
 from vit_jax.data import image_files
 from vit_jax.fewshot import sweep
-from vit_jax.training import trainer
+from vit_jax.loop import trainer
 from vit_jax.weights import describe
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "workdirs_v0")

@@ -10,8 +10,10 @@ import pytest
 
 from vit_jax import sharding
 from vit_jax.config import defaults
+from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 
 PARAMS = {
     "head": {
@@ -109,11 +111,12 @@ def _step_and_state(digits_config, ema_decay=0.0, label_smoothing=0.0):
   model = models.build_model(digits_config.model, 10)
   tx, schedule = optim.make_optimizer(digits_config, 10)
   mesh = sharding.make_mesh()
-  state, shardings = steps.create_train_state(model, tx, 16, 0, mesh,
-                                              ema=ema_decay > 0)
+  state, shardings = train_state.create_train_state(model, tx, 16, 0, mesh,
+                                                    ema=ema_decay > 0)
   step = steps.jit_train_step(
       steps.make_train_step(
-          model, tx, steps.supervised(steps.softmax_xent, label_smoothing),
+          model, tx,
+          objectives.supervised(objectives.softmax_xent, label_smoothing),
           schedule, mesh, ema_decay=ema_decay), shardings, mesh)
   rng = np.random.default_rng(0)
   local = {
@@ -182,7 +185,7 @@ def test_smoothed_loss_matches_hand_computation():
   smoothed = optax.smooth_labels(labels, 0.3)
   expected = -np.sum(np.array([0.8, 0.1, 0.1]) * jax.nn.log_softmax(logits)[0])
   np.testing.assert_allclose(
-      steps.softmax_xent(logits, smoothed)[0], expected, rtol=1e-6)
+      objectives.softmax_xent(logits, smoothed)[0], expected, rtol=1e-6)
 
 
 def test_frozen_parameters_cost_no_backward_pass():
@@ -196,7 +199,7 @@ def test_frozen_parameters_cost_no_backward_pass():
   model = models.build_model(config.model, 10)
   mesh = sharding.make_mesh(devices=jax.devices()[:1])
   tx, schedule = optim.make_optimizer(config, 10)
-  state, state_sharding = steps.create_train_state(model, tx, 16, 0, mesh)
+  state, state_sharding = train_state.create_train_state(model, tx, 16, 0, mesh)
   rng = np.random.default_rng(0)
   batch = {
       "image": rng.uniform(-1, 1, (4, 16, 16, 3)).astype(np.float32),
@@ -205,7 +208,8 @@ def test_frozen_parameters_cost_no_backward_pass():
 
   def step_with(frozen):
     step = steps.jit_train_step(
-        steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+        steps.make_train_step(model, tx,
+                              objectives.supervised(objectives.softmax_xent),
                               schedule, mesh, frozen=frozen), state_sharding,
         mesh)
     flops = step.lower(state, batch).compile().cost_analysis()["flops"]

@@ -2,6 +2,7 @@
 topologies that are not attached (libtpu from the `tpu` extra), and the
 pre-flight memory check inside training."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,10 +12,11 @@ import jax
 import pytest
 
 from vit_jax.errors import UserError
+from vit_jax.loop import preflight
+from vit_jax.loop import trainer
 from vit_jax.performance import planning
 from vit_jax.performance import targets
-from vit_jax.training import steps
-from vit_jax.training import trainer
+from vit_jax.training import fsdp
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The `testing` variant at 16 px with 10 classes: embedding 4*4*3*16+16, class
@@ -54,9 +56,9 @@ def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
 def test_plan_compiles_what_training_runs(digits_config, tmp_path, monkeypatch):
   """The plan's figures are those of the step `train_and_evaluate` runs."""
   seen = []
-  preflight = planning.preflight
-  monkeypatch.setattr(planning, "preflight",
-                      lambda *a: seen.append(preflight(*a)) or seen[-1])
+  check_fit = preflight.check_fit
+  monkeypatch.setattr(preflight, "check_fit",
+                      lambda *a: seen.append(check_fit(*a)) or seen[-1])
   digits_config.total_steps = 1
   trainer.train_and_evaluate(digits_config, str(tmp_path))
   planned = planning.plan(digits_config, "cpu:8")
@@ -65,7 +67,7 @@ def test_plan_compiles_what_training_runs(digits_config, tmp_path, monkeypatch):
 
 def test_preflight_stops_a_step_that_cannot_fit(digits_config, tmp_path,
                                                 monkeypatch):
-  monkeypatch.setattr(planning, "device_memory_limit", lambda device: 1024)
+  monkeypatch.setattr(preflight, "device_memory_limit", lambda device: 1024)
   with pytest.raises(
       UserError, match=r"needs .* GiB per device .* but a "
       r"device has 0.00 GiB"):
@@ -107,9 +109,13 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
   the forward and again in the backward pass, instead of keeping all 12
   layers' gathered weights alive from one to the other."""
   regathered = _tpu_plan(digits_config, "fsdp")
-  monkeypatch.setattr(
-      steps, "_gather_in_blocks", lambda model, shardings, explicit=True:
-      (model, shardings))
+  in_blocks = fsdp.plan
+
+  def in_the_loss_only(model, shardings):  # Gathers all, before the blocks.
+    return dataclasses.replace(in_blocks(model, shardings),
+                               loss_gathers=shardings, block_gather=None)
+
+  monkeypatch.setattr(fsdp, "plan", in_the_loss_only)
   kept = _tpu_plan(digits_config, "fsdp")
   # ViT-B/32 blocks: 7,087,872 parameters each, fp32 at this config's dtype.
   block_bytes = 7_087_872 * 4
@@ -172,12 +178,12 @@ def test_a_v3_8_host_trains_with_the_plans_mesh_and_batch(
 
 
 def test_a_v3_32_slice_has_four_hosts_of_eight_cores():
-  from vit_jax.performance import hardware
-  placed = hardware.layout(targets.target_devices("v3:4x4"))
-  assert placed == hardware.Layout(devices=32, chips=16, cores_per_chip=2,
-                                   devices_per_chip=2, hosts=4, tpu=True)
+  from vit_jax import hardware
+  placed = hardware.placement(targets.target_devices("v3:4x4"))
+  assert placed == hardware.Placement(devices=32, chips=16, cores_per_chip=2,
+                                      devices_per_chip=2, hosts=4, tpu=True)
   assert placed.describe() == "16 chips x 2 cores, a device per core"
-  assert hardware.layout(jax.devices()).describe() == ""  # CPU devices.
+  assert hardware.placement(jax.devices()).describe() == ""  # CPU devices.
 
 
 @pytest.mark.parametrize("topology, message", [
@@ -262,7 +268,7 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
         ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
     ])
 def test_chip_table_matches_reported_device_kinds(kind, per_chip, gib, tflops):
-  from vit_jax.performance import hardware
+  from vit_jax import hardware
   assert hardware.hbm_bytes(kind, per_chip) == gib * 2**30
   assert hardware.peak_flops(kind, per_chip) == tflops * 1e12
   assert hardware.hbm_bytes("cpu") is None

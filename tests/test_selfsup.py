@@ -18,8 +18,8 @@ from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.fewshot import sweep
-from vit_jax.training import steps
-from vit_jax.training import trainer
+from vit_jax.loop import trainer
+from vit_jax.training import train_state
 from vit_jax.weights import convert
 from vit_jax.weights import writers
 
@@ -58,9 +58,9 @@ def test_training_lowers_the_loss_and_evaluation_repeats(
   # parameters again gives the numbers the run logged.
   config = _selfsup_config(tfds_data_dir)
   mesh = sharding.mesh_from_config(config)
-  model = steps.model_for_config(config, None)
-  state, shardings = steps.create_train_state(model, optax.identity(), 16, 1,
-                                              mesh)
+  model = models.from_config(config, None)
+  state, shardings = train_state.create_train_state(model, optax.identity(), 16,
+                                                    1, mesh)
   params = weights.init_params(config, workdir, state.params, shardings.params)
   [(name, _, evaluator)] = evaluators.from_config(
       config, model, mesh, shardings.params,
@@ -77,7 +77,7 @@ def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(
   config = finetune.get_config(f"digits,runlocal,init={workdir}")
   config.data_dir = tfds_data_dir
   config.total_steps = 3
-  target = models.param_shapes(steps.model_for_config(config, 10), 32)
+  target = models.param_shapes(models.from_config(config, 10), 32)
   _, report = weights.load_for_config(config, workdir, target)
   assert {name for name, _ in report.dropped} == MASKED_PARTS
   assert {name for name, _ in report.reinitialised} == {
@@ -96,8 +96,8 @@ def test_fewshot_of_the_checkpoint_and_of_random_init(pretrained, tfds_data_dir,
   config = fewshot_configs.get_config("digits,runlocal")
   config.data_dir = tfds_data_dir
   model = models.build_model(config.model, None)
-  state, _ = steps.create_train_state(model, optax.identity(), 16, config.seed,
-                                      sharding.make_mesh())
+  state, _ = train_state.create_train_state(model, optax.identity(), 16,
+                                            config.seed, sharding.make_mesh())
   init_path = str(tmp_path / "init.npz")
   writers.save_npz(state.params, init_path)
   table, _ = sweep.sweep(config, [workdir, sweep.RANDOM_INIT, init_path])

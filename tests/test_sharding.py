@@ -15,7 +15,7 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax.performance import communication
 from vit_jax.training import optim
-from vit_jax.training import steps
+from vit_jax.training import train_state
 
 
 def _rules(params, fsdp_min_size=0):
@@ -158,8 +158,9 @@ def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
   model = models.build_model(digits_config.model, 10)
   tx, _ = optim.make_optimizer(digits_config, 10)
   with pytest.raises(ValueError, match=message):
-    steps.create_train_state(model, tx, 16, 0, sharding.make_mesh(*mesh_shape),
-                             digits_config.sharding)
+    train_state.create_train_state(model, tx, 16, 0,
+                                   sharding.make_mesh(*mesh_shape),
+                                   digits_config.sharding)
 
 
 def test_optimizer_state_and_ema_follow_their_parameter(digits_config):
@@ -167,8 +168,8 @@ def test_optimizer_state_and_ema_follow_their_parameter(digits_config):
   digits_config.sharding.fsdp_min_size = 0
   model = models.build_model(digits_config.model, 10)
   tx, _ = optim.make_optimizer(digits_config, 10)
-  _, shardings = steps.abstract_train_state(model, tx, 16, sharding.make_mesh(),
-                                            digits_config.sharding, ema=True)
+  _, shardings = train_state.abstract_train_state(
+      model, tx, 16, sharding.make_mesh(), digits_config.sharding, ema=True)
   flat = lambda tree: jax.tree.leaves(jax.tree.map(lambda s: s.spec, tree))
   params = flat(shardings.params)
   assert any("data" in spec for spec in params)

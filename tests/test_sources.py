@@ -186,7 +186,7 @@ def test_label_out_of_range_is_an_error(digits_config, image_folder):
 
 def test_train_and_evaluate_on_an_image_folder(digits_config, image_folder,
                                                tmp_path_factory):
-  from vit_jax.training import trainer
+  from vit_jax.loop import trainer
   config = _folder_config(digits_config, image_folder)
   config.batch_size = config.eval_batch_size = 8
   config.image_size = 16
@@ -259,7 +259,7 @@ def test_multi_label_datasets_give_multi_hot_labels(digits_config, tmp_path):
 
 def test_softmax_loss_on_multi_hot_labels_warns(digits_config, tmp_path,
                                                 caplog):
-  from vit_jax.config import checks
+  from vit_jax.loop import checks
   digits_config.dataset = "multi_label_toy"
   digits_config.data_dir = str(tmp_path)
   info = input_pipeline.get_info(
@@ -316,7 +316,7 @@ def _unlabelled_folder(root):
 
 def test_unlabelled_image_folder_trains_self_supervised(selfsup_config,
                                                         tmp_path):
-  from vit_jax.training import trainer
+  from vit_jax.loop import trainer
   config = selfsup_config
   config.dataset = _unlabelled_folder(tmp_path / "images")
   config.batch_size = config.eval_batch_size = 8

@@ -14,8 +14,10 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
+from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 
 
 @pytest.fixture
@@ -41,12 +43,13 @@ def setup(digits_config):
 def _train(setup, mesh, accum_steps=1, sharding_config=None, keep_state=None):
   config, model, tx, schedule, batches = setup
   sharding_config = sharding_config or config.sharding
-  state, state_sharding = steps.create_train_state(
+  state, state_sharding = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, sharding_config)
   step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.supervised(
-          steps.softmax_xent), schedule, mesh, accum_steps,
-                            params_sharding=state_sharding.params),
+      steps.make_train_step(model, tx,
+                            objectives.supervised(
+                                objectives.softmax_xent), schedule, mesh,
+                            accum_steps, params_sharding=state_sharding.params),
       state_sharding, mesh, sharding_config.logical_axis_rules)
   losses = []
   for batch in batches:

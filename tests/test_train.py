@@ -8,10 +8,10 @@ import os
 import pytest
 
 from vit_jax import sharding
-from vit_jax.config import checks
 from vit_jax.errors import NonFiniteLossError
 from vit_jax.errors import UserError
-from vit_jax.training import trainer
+from vit_jax.loop import checks
+from vit_jax.loop import trainer
 
 
 def test_train_and_evaluate_learns_digits(digits_config, tmp_path):

@@ -14,7 +14,7 @@ from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 from vit_jax.training import mixup
-from vit_jax.training import steps
+from vit_jax.training import objectives
 
 CLASSES = ("cat", "dog")
 
@@ -180,7 +180,7 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
   labels = np.eye(3, dtype=np.float32)[[0, 2, 1, 1]]
   kernel = rng.normal(size=(6, 3)).astype(np.float32)
   apply = lambda x, **kw: (x @ kernel, None)
-  objective = steps.supervised(steps.softmax_xent)
+  objective = objectives.supervised(objectives.softmax_xent)
   key = jax.random.key(0)
   masked, _ = objective(apply, {
       "image": images,
@@ -194,7 +194,7 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
   np.testing.assert_allclose(masked, without, rtol=1e-6)
   # With mixup, the example mixed with the placeholder is left out too:
   # example i is mixed with i - 1, so 1 (the placeholder) and 2 go.
-  mixed = steps.supervised(steps.softmax_xent, mixup_alpha=1.0)
+  mixed = objectives.supervised(objectives.softmax_xent, mixup_alpha=1.0)
   loss, _ = mixed(apply, {
       "image": images,
       "labels": labels,
@@ -206,13 +206,14 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
   kept = np.array([0, 3])
   expected = np.mean(
       np.asarray(
-          steps.softmax_xent(mixed_images[kept] @ kernel, mixed_labels[kept])))
+          objectives.softmax_xent(mixed_images[kept] @ kernel,
+                                  mixed_labels[kept])))
   np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 
 def test_a_run_on_a_folder_with_broken_images_trains_and_reports_them(
     digits_config, tmp_path, capsys):
-  from vit_jax.training import trainer
+  from vit_jax.loop import trainer
   broken = make_folder(tmp_path / "data")
   config = folder_config(digits_config, tmp_path / "data")
   config.image_size = 16

@@ -13,9 +13,9 @@ from tests.helpers import tfds_fakes
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
 from vit_jax.data import specs
+from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
 from vit_jax.vtab import runner
-from vit_jax.vtab import tasks as vtab_tasks
 
 # Split sizes of the fake metadata: big enough for every slice.
 SIZES = {"train": 2_000, "validation": 400, "test": 400}

@@ -1,27 +1,36 @@
 """vit_jax: Vision Transformers in JAX/Flax, from one CPU to a pod.
 
-The package, one line per folder (docs/layout.md has every module):
+The package in layers, lowest first. A module imports from its own layer
+and the layers listed before it, never from one after it
+(tests/test_layout.py keeps it so; docs/layout.md has every module):
 
-  vit_jax/              cli (the commands' preamble and dispatcher), console,
-                        errors, paths (local and gs://), sharding (mesh and
-                        rules), inference (a checkpoint ready to apply),
-                        liveness (a dead process ends the others)
-  vit_jax/commands/     one module per `vit-jax NAME`: flags and main only
-  vit_jax/config/       defaults (every field, once), checks (mistakes
-                        caught before compiling), imports (a user's modules)
-  vit_jax/models/       ViT, the hybrid stem, variants, layouts, logical axes
-  vit_jax/data/         data specs, TFDS and image-folder sources,
+  errors, console, paths, hardware
+                        the base: our exceptions, our console lines, local
+                        and gs:// paths, what each accelerator chip is
+  vit_jax/config/       defaults (every field, once), checks of fields
+                        alone, imports (a user's modules)
+  vit_jax/models/       ViT, the hybrid stem, variants, scanned layers,
+                        logical axes; a model from its config
+  sharding              the mesh, partitioning rules, parameters made on
+                        their shards
+  vit_jax/data/         data specs, TFDS, image-folder and VTAB sources,
                         registered preprocessing ops, the tf.data pipeline,
                         unreadable images left out
-  vit_jax/training/     the loop (trainer), the jitted step, optimizer, mixup,
-                        checkpoints
-  vit_jax/evaluators/   config.evals' entries and their registered types:
-                        classification, masked patch prediction
-  vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/weights/      every weights format: read, convert, resize, load,
                         write
-  vit_jax/performance/  plan for a topology (memory, communication, a
-                        roofline of the step), speed, profiling, chips
+  vit_jax/training/     objectives and losses, the train state, the jitted
+                        step, FSDP's gathering, optimizer, mixup, checkpoints
+  vit_jax/fewshot/      the closed-form linear solver, features, sweeps
+  vit_jax/evaluators/   config.evals' entries and their registered types:
+                        classification, masked patch prediction, few-shot
+  vit_jax/loop/         train_and_evaluate: the config's checks gathered,
+                        the fit before the first step, the loop
+  inference             a checkpoint ready to apply
   vit_jax/analysis/     the paper's analyses and their figures
-  vit_jax/vtab/         the VTAB-1k tasks and the runner over them
+  vit_jax/performance/  plan for a topology (memory, communication, a
+                        roofline of the step), speed, profiling
+  vit_jax/vtab/         the runner over the VTAB-1k tasks
+  liveness, cli         a dead process ends the others; the commands'
+                        preamble and dispatcher
+  vit_jax/commands/     one module per `vit-jax NAME`: flags and main only
 """

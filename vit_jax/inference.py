@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 import ml_collections
-import optax
 
 from vit_jax import console
 from vit_jax import models
@@ -33,7 +32,6 @@ from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.config import imports
 from vit_jax.errors import UserError
-from vit_jax.training import steps
 from vit_jax.weights import architecture
 from vit_jax.weights import cache
 from vit_jax.weights import loader
@@ -126,12 +124,10 @@ def load(checkpoint: str, config=None, image_size=None,
                                           num_heads)
   model = models.build_model(config.model, arch.num_classes)
   mesh = sharding.make_mesh(devices=jax.local_devices())
-  state, state_sharding = steps.create_train_state(
-      model, optax.identity(), config.image_size, config.seed, mesh,
-      steps.replicate_all())
-  params = weights.init_params(config, checkpoint, state.params,
-                               state_sharding.params)
-  return Loaded(checkpoint, config, model, params, mesh, state_sharding.params,
+  params, params_sharding = sharding.init_params(model, config.image_size,
+                                                 config.seed, mesh)
+  params = weights.init_params(config, checkpoint, params, params_sharding)
+  return Loaded(checkpoint, config, model, params, mesh, params_sharding,
                 trained_here)
 
 

@@ -25,6 +25,15 @@ from etils import epath
 
 from vit_jax.errors import UserError
 
+# What a workdir holds, named once: the trainer writes them; resuming,
+# inference, sweeps, VTAB and the commands read them back.
+CONFIG_FILE = "config.json"  # The run's whole config, decided.
+CHECKPOINTS_DIR = "checkpoints"  # Orbax's steps.
+FEWSHOT_TABLE = "fewshot.json"  # A sweep's results,
+FEWSHOT_CSV = "fewshot.csv"  # and as a spreadsheet.
+VTAB_SUMMARY = "vtab.json"  # The VTAB runner's accuracies and means.
+ANALYSIS_DIR = "analysis"  # The analyze command's figures.
+
 
 def configure_storage():
   """Points every storage library at `STORAGE_EMULATOR_HOST`, if it is set."""

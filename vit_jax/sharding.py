@@ -36,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 import ml_collections
 import numpy as np
 
+from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.models import partitioning
 
@@ -195,6 +196,36 @@ def _spec_for(path: str, shape, strategy: str, mesh: Mesh,
     if free:
       spec[max(free, key=lambda d: (shape[d], -d))] = DATA_AXIS
   return P(*spec)
+
+
+def replicate_all() -> ml_collections.ConfigDict:
+  """The sharding config that replicates every parameter (a plain DP run)."""
+  return ml_collections.ConfigDict(
+      dict(params=((".*", "replicate"),), fsdp_min_size=0,
+           logical_axis_rules=()))
+
+
+def with_shardings(abstract, shardings):
+  """ShapeDtypeStructs that carry their shardings (what `jit` lowers for
+  devices that need not be attached)."""
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract,
+      shardings)
+
+
+def init_params(model, image_size: int, seed: int, mesh: Mesh,
+                sharding_config=None):
+  """The model's parameters initialised in place on their shards (no host
+  copy), and their shardings (`sharding_config`'s rules; default: all
+  replicated). The key is the first half of `seed`'s, as a train state's
+  parameters take it (`training/train_state.py`), so both start alike."""
+  init = lambda key: models.init_on_zeros(model,
+                                          jax.random.split(key)[0], image_size)
+  specs = param_partition_specs(jax.eval_shape(init, jax.random.key(0)), mesh,
+                                sharding_config or replicate_all())
+  shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
+                           is_leaf=lambda x: isinstance(x, P))
+  return jax.jit(init, out_shardings=shardings)(jax.random.key(seed)), shardings
 
 
 def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):

@@ -94,8 +94,8 @@ def _output_folder(loaded) -> str:
   if FLAGS.out:
     return FLAGS.out
   if loaded.trained_here:
-    return str(loader.training_workdir(loaded.checkpoint) / "analysis")
-  return "analysis"
+    return str(loader.training_workdir(loaded.checkpoint) / paths.ANALYSIS_DIR)
+  return paths.ANALYSIS_DIR
 
 
 COPIED_AS_IS = ("variant", "image_size", "grid", "patch_pixels", "num_images")

@@ -1,5 +1,5 @@
 r"""The train command: flags -> config -> `trainer.train_and_evaluate`
-(`vit_jax/training/trainer.py`).
+(`vit_jax/loop/trainer.py`).
 
     vit-jax train --config=configs/digits.py --workdir=workdirs/digits \
         --config.total_steps=500
@@ -22,7 +22,7 @@ from absl import flags  # noqa: E402
 import jax  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from vit_jax.training import trainer  # noqa: E402
+from vit_jax.loop import trainer  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(

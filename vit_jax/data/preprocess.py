@@ -203,6 +203,45 @@ def parse(spec: str, size: int, antialias: bool = False) -> list[Op]:
   return ops
 
 
+def op_names(config, spec: str) -> list[str]:
+  """The op names of a pipeline, parsed (so checked) as the input will be."""
+  return [
+      op.name for op in parse(spec, config.image_size, config.pp_crop_antialias)
+  ]
+
+
+def check_pipelines(config):
+  """Every pipeline of the config parses; RandAugment runs on [0, 255]
+  pixels of training images only; masked patch prediction reads colours
+  in [-1, 1] (its pipelines end with value_range)."""
+  train_ops = op_names(config, config.pp_train)
+  if ("randaug" in train_ops and "value_range" in train_ops and
+      train_ops.index("randaug") > train_ops.index("value_range")):
+    raise UserError(f"config.pp_train={config.pp_train!r} applies randaug "
+                    "after value_range; RandAugment works on [0, 255] "
+                    "pixels: put it before value_range.")
+  evaluated = [("pp_eval", config.pp_eval),
+               ("fewshot.pp_eval", config.fewshot.pp_eval)]
+  evaluated += [(f"evals.{name}.data.pp", entry.data.pp)
+                for name, entry in config.evals.items()]
+  for field, spec in evaluated:
+    if spec and "randaug" in op_names(config, spec):
+      raise UserError(f"config.{field}={spec!r} augments evaluation images "
+                      "at random; randaug belongs in config.pp_train.")
+  if config.objective != "masked_patch":
+    return
+  pipelines = [("pp_train", config.pp_train), ("pp_eval", config.pp_eval)]
+  pipelines += [(f"evals.{name}.data.pp", entry.data.pp)
+                for name, entry in config.evals.items()
+                if entry.type == "masked_patch" and entry.data.pp]
+  for field, spec in pipelines:
+    if op_names(config, spec)[-1:] != ["value_range"]:
+      raise UserError(
+          f"config.{field}={spec!r} must end with value_range: the "
+          "colour targets of config.objective=masked_patch are read from "
+          "pixels in [-1, 1].")
+
+
 @dataclasses.dataclass(frozen=True)
 class Encoded:
   """An image file's bytes and the source's decoder for them."""

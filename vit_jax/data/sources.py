@@ -9,7 +9,7 @@ source (`vit_jax/data/specs.py`): a
 TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
 (see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
-`vit_jax/vtab/tasks.py`). In a multi-process run only process 0 prepares a TFDS
+`vtab_tasks.py`). In a multi-process run only process 0 prepares a TFDS
 dataset; the others wait for it.
 """
 
@@ -24,8 +24,8 @@ from vit_jax.data import digits  # Registers the built-in `digits` builder.
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 from vit_jax.data import specs
+from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
-from vit_jax.vtab import tasks as vtab_tasks
 
 del digits
 FOLDER_PREFIX = "folder:"

@@ -11,6 +11,7 @@ config.imports.
 """
 
 from vit_jax.evaluators import classification
+from vit_jax.evaluators import fewshot_linear
 from vit_jax.evaluators import patch_prediction
 from vit_jax.evaluators.registry import TYPES
 from vit_jax.evaluators.registry import Context
@@ -18,7 +19,6 @@ from vit_jax.evaluators.registry import Entry
 from vit_jax.evaluators.registry import check
 from vit_jax.evaluators.registry import from_config
 from vit_jax.evaluators.registry import register
-from vit_jax.fewshot import evaluator as fewshot_evaluator
 
-del classification, patch_prediction, fewshot_evaluator  # Registered now.
+del classification, fewshot_linear, patch_prediction  # Registered now.
 __all__ = ["Context", "Entry", "TYPES", "check", "from_config", "register"]

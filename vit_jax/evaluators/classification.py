@@ -21,7 +21,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 from vit_jax.evaluators import registry
-from vit_jax.training import steps
+from vit_jax.training import objectives
 
 
 def top1_correct(logits, labels, mask, skip_unlabelled: bool = False):
@@ -94,7 +94,7 @@ def eval_loss(name: str, average_label_sets: bool):
   """The config's loss; with `average_label_sets` and softmax_xent, against
   the uniform distribution over each example's labels (a multi-hot set
   divided by its size, ReaL's), so it is on the scale of one label's."""
-  loss_fn = steps.LOSSES[name]
+  loss_fn = objectives.LOSSES[name]
   if not average_label_sets or name != "softmax_xent":
     return loss_fn
 

@@ -23,7 +23,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.evaluators import registry
-from vit_jax.training import steps
+from vit_jax.training import objectives
 
 
 class MaskedPatchEvaluator:
@@ -40,8 +40,8 @@ class MaskedPatchEvaluator:
       rng = jax.random.fold_in(jax.random.key(seed), index)
       apply = lambda images, **kw: model.apply({"params": params}, images, train
                                                =False, **kw)
-      sums = steps.masked_patch_sums(apply, batch["image"], rng, mp_config,
-                                     stride, batch["mask"])
+      sums = objectives.masked_patch_sums(apply, batch["image"], rng, mp_config,
+                                          stride, batch["mask"])
       return {**sums, "images": jnp.sum(batch["mask"])}
 
     self._step = sharding.jit_on_mesh(

@@ -5,7 +5,7 @@ per call of `run`, then every shot count, seed and L2 strength reuses them
 (`vit_jax/fewshot/solver.py`). The protocol (shots, seeds, L2, layer) is
 `config.fewshot`. Training runs it as a `fewshot` entry of config.evals, on
 the entry's `datasets` with its `data`'s preprocessing and batch (see
-`vit_jax/evaluators/registry.py`); the sweep command runs it on
+`vit_jax/evaluators/fewshot_linear.py`); the sweep command runs it on
 checkpoints, on config.fewshot.datasets.
 """
 
@@ -19,7 +19,6 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.errors import UserError
-from vit_jax.evaluators import registry
 from vit_jax.fewshot import features
 from vit_jax.fewshot import solver
 
@@ -134,28 +133,4 @@ def from_protocol(model, config, mesh, params_sharding,
       model, config.fewshot,
       dataset_specs(tuple(datasets or config.fewshot.datasets), config.fewshot,
                     base, where), mesh, params_sharding,
-      config.sharding.logical_axis_rules)
-
-
-@registry.register(
-    "fewshot",
-    fields={
-        # Dataset names, or (name, train split, eval split) triples (see
-        # vit_jax/fewshot/bundles.py); none: the entry does not run.
-        "datasets": (),
-    },
-    skip=lambda config, fields: None
-    if fields["datasets"] else "its datasets are empty",
-    # The datasets and splits are the entry's and the protocol's.
-    reads=("pp", "batch_size", "data_dir", "manual_dir"),
-    data_defaults=lambda config: {"pp": config.fewshot.pp_eval})
-def make(entry: registry.Entry, context: registry.Context):
-  """config.fewshot's protocol on the entry's datasets, preprocessed by its
-  data.pp, else config.fewshot.pp_eval, else config.pp_eval."""
-  config = context.config
-  where = f"config.evals.{entry.name}.datasets"
-  return FewShotEvaluator(
-      context.model, config.fewshot,
-      dataset_specs(entry.fields["datasets"], config.fewshot, entry.data,
-                    where), context.mesh, context.params_sharding,
       config.sharding.logical_axis_rules)

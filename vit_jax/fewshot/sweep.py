@@ -19,7 +19,6 @@ import json
 
 from absl import logging
 import ml_collections
-import optax
 
 from vit_jax import models
 from vit_jax import paths
@@ -27,7 +26,6 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
-from vit_jax.training import steps
 
 # The checkpoint name of the config's model at random init (a path of that
 # name is given as ./random).
@@ -46,7 +44,7 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   models.check_image_size(config.model.variant, config.image_size,
                           "config.image_size")
   mesh = sharding.mesh_from_config(config)
-  by_gelu = {}  # GELU form -> (state, its shardings, evaluator).
+  by_gelu = {}  # GELU form -> (random params, their shardings, evaluator).
   table, notes = {}, []
   for path in checkpoints:
     random_init = path == RANDOM_INIT
@@ -55,16 +53,14 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
     gelu = path_config.model.gelu_approximate
     if gelu not in by_gelu:
       model = models.build_model(path_config.model, num_classes=None)
-      state, state_sharding = steps.create_train_state(
-          model, optax.identity(), config.image_size, config.seed, mesh,
-          config.sharding)
-      by_gelu[gelu] = (state, state_sharding,
-                       fewshot_evaluator.from_protocol(model, config, mesh,
-                                                       state_sharding.params,
-                                                       datasets))
-    state, state_sharding, evaluator = by_gelu[gelu]
-    params = state.params if random_init else weights.init_params(
-        path_config, path, state.params, state_sharding.params)
+      params, params_sharding = sharding.init_params(
+          model, config.image_size, config.seed, mesh, config.sharding)
+      by_gelu[gelu] = (params, params_sharding,
+                       fewshot_evaluator.from_protocol(
+                           model, config, mesh, params_sharding, datasets))
+    random_params, params_sharding, evaluator = by_gelu[gelu]
+    params = random_params if random_init else weights.init_params(
+        path_config, path, random_params, params_sharding)
     metrics, path_notes = evaluator.run_with_notes(params)
     notes += [f"{path}: {note}" for note in path_notes]
     table[path] = {}
@@ -108,7 +104,7 @@ def format_table(table, shots) -> str:
 def write(table, workdir: str):
   """WORKDIR/fewshot.json and fewshot.csv (WORKDIR local or a URL)."""
   directory = paths.make_workdir(workdir)
-  (directory / "fewshot.json").write_text(json.dumps(table, indent=2))
+  (directory / paths.FEWSHOT_TABLE).write_text(json.dumps(table, indent=2))
   rows = io.StringIO()
   writer = csv.writer(rows)
   writer.writerow(["checkpoint", "dataset", "metric", "value"])
@@ -116,4 +112,4 @@ def write(table, workdir: str):
     for dataset, cells in by_dataset.items():
       for metric, value in cells.items():
         writer.writerow([path, dataset, metric, value])
-  (directory / "fewshot.csv").write_text(rows.getvalue())
+  (directory / paths.FEWSHOT_CSV).write_text(rows.getvalue())

@@ -75,6 +75,21 @@ def build_model(model_config: ml_collections.ConfigDict,
   return masked_patch.MaskedPatchViT(vit, masked_patch_outputs)
 
 
+def from_config(config, num_classes):
+  """The model of a training config (one call for training, evaluation,
+  inference and few-shot): with a head of `num_classes` (None: none); for
+  config.objective=masked_patch no head but the [mask] token and the patch
+  head."""
+  if config.objective != "masked_patch":
+    return build_model(config.model, num_classes)
+  mp = config.masked_patch
+  stride = get_variant(config.model.variant).stride
+  return build_model(
+      config.model, None,
+      masked_patch.output_width(mp.target, stride, mp.color_bits,
+                                mp.downsized_size))
+
+
 def vit_of(model: nn.Module) -> VisionTransformer:
   """The ViT itself, where `build_model` composed parts around it."""
   return model.vit if isinstance(model, masked_patch.MaskedPatchViT) else model
@@ -102,6 +117,6 @@ def param_shapes(model, image_size: int):
 
 __all__ = [
     "VARIANTS", "VisionTransformer", "build_model", "check_image_size",
-    "get_variant", "check_model_config", "DTYPES", "init_on_zeros",
-    "param_shapes"
+    "from_config", "get_variant", "check_model_config", "DTYPES",
+    "init_on_zeros", "param_shapes"
 ]

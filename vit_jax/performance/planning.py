@@ -1,10 +1,11 @@
 """Plan before you pay: compile the train step for a target, report memory.
 
-The library of the `plan` command (`vit_jax/commands/plan.py`) and of training's
-pre-flight memory check (`preflight`). `plan(config, topology)` builds
-exactly what `trainer.train_and_evaluate` builds (model, optimizer, sharding
-rules, mesh, gradient accumulation, remat, scan, dtypes) from abstract
-arrays only (nothing is allocated), compiles the train step for the target
+The library of the `plan` command (`vit_jax/commands/plan.py`); training's
+own check before its first step is `vit_jax/loop/preflight.py`.
+`plan(config, topology)` builds exactly what `trainer.train_and_evaluate`
+builds (model, optimizer, sharding rules, mesh, gradient accumulation,
+remat, scan, dtypes) from abstract arrays only (nothing is allocated),
+compiles the train step for the target
 and reports its per-device memory from XLA's `memory_analysis()`, whether
 it fits, what a step moves between devices against the least its sharding
 must (`communication.py`) and where its time goes (`roofline.py`). The
@@ -20,24 +21,26 @@ import math
 import re
 from typing import Optional
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
-from vit_jax.config import checks
 from vit_jax.data import handover
 from vit_jax.errors import UserError
+from vit_jax.loop import checks
+from vit_jax.loop import preflight
 from vit_jax.performance import communication
 from vit_jax.performance import flops
-from vit_jax.performance import hardware
 from vit_jax.performance import roofline
 from vit_jax.performance import targets
+from vit_jax.training import fsdp
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 
 # Share of device memory the compiled step may use; the rest is left to the
 # runtime (program code, collectives' buffers) and fragmentation.
@@ -70,10 +73,10 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   supervised = config.objective == "supervised"  # Else no labels, no head.
   if supervised:
     num_classes = num_classes or _num_classes(config)
-  model = steps.model_for_config(config, num_classes)
+  model = models.from_config(config, num_classes)
   num_steps = max(config.total_steps, 1)  # The schedule's length only.
   tx, schedule = optim.make_optimizer(config, num_steps)
-  state, state_sharding = steps.abstract_train_state(
+  state, state_sharding = train_state.abstract_train_state(
       model, tx, config.image_size, mesh, config.sharding, ema=config.ema_decay
       > 0)
   optim.check_param_rules(config, state.params)
@@ -113,10 +116,9 @@ def plan(config: ml_collections.ConfigDict, topology: str,
         "fit_unknown_because": why,
         "compile_error": str(e).splitlines()[0][:300]
     }
-  result = report(memory_bytes(compiled), devices, placed, topology, mesh,
-                  model, config, hbm_gib, state.params)
-  gathered_in_blocks = steps.blocks_gather_their_params(model,
-                                                        state_sharding.params)
+  result = report(preflight.memory_bytes(compiled), devices, placed, topology,
+                  mesh, model, config, hbm_gib, state.params)
+  gathered_in_blocks = fsdp.blocks_gather(model, state_sharding.params)
   moved = traffic(compiled.as_text(), mesh, config, state.params,
                   state_sharding.params, devices[0].device_kind,
                   placed.devices_per_chip, gathered_in_blocks)
@@ -182,55 +184,7 @@ def compile_time_oom_bytes(message: str) -> Optional[int]:
       float(match.group(1)) * 2**(10 * (1 + "KMGT".index(match.group(2)))))
 
 
-def memory_bytes(compiled) -> dict[str, int]:
-  """Per-device bytes of a compiled executable (donated buffers counted
-  once: outputs that alias arguments are not counted twice)."""
-  stats = compiled.memory_analysis()
-  out = {
-      "argument_bytes": stats.argument_size_in_bytes,
-      "output_bytes": stats.output_size_in_bytes,
-      "alias_bytes": stats.alias_size_in_bytes,
-      "temp_bytes": stats.temp_size_in_bytes
-  }
-  out["total_bytes"] = (out["argument_bytes"] + out["output_bytes"] -
-                        out["alias_bytes"] + out["temp_bytes"])
-  return out
-
-
-def device_memory_limit(device) -> Optional[int]:
-  """Bytes the backend lets one device use (None where it does not say,
-  e.g. on CPU)."""
-  stats = device.memory_stats()
-  return (stats or {}).get("bytes_limit")
-
-
-def preflight(train_step, state, batch) -> dict[str, int]:
-  """Compiles the train step for the real devices before the first step,
-  logs its per-device memory, and fails now, not minutes later with an
-  out-of-memory error, when it cannot fit."""
-  memory = memory_bytes(train_step.compile(state, batch))
-  limit = device_memory_limit(jax.local_devices()[0])
-  gib = lambda b: f"{b / 2**30:.2f} GiB"
-  logging.info(
-      "Train step per device: arguments %s + temporaries %s + "
-      "outputs %s - aliased %s = %s (device limit %s).",
-      gib(memory["argument_bytes"]), gib(memory["temp_bytes"]),
-      gib(memory["output_bytes"]), gib(memory["alias_bytes"]),
-      gib(memory["total_bytes"]),
-      gib(limit) if limit else "not reported")
-  if limit and memory["total_bytes"] > limit:
-    raise UserError(
-        f"The compiled train step needs {gib(memory['total_bytes'])} per "
-        f"device (arguments {gib(memory['argument_bytes'])}, temporaries "
-        f"{gib(memory['temp_bytes'])}) but a device has {gib(limit)}. Lower "
-        "config.batch_size or raise config.accum_steps, set "
-        "config.model.remat='full', or shard the parameters "
-        "(config.sharding.params=(('.*', 'fsdp'),)); `vit-jax plan` tries "
-        "a setting without devices.")
-  return memory
-
-
-def report(memory, devices, placed: hardware.Layout, topology, mesh, model,
+def report(memory, devices, placed: hardware.Placement, topology, mesh, model,
            config, hbm_gib, params) -> dict:
   kind = devices[0].device_kind
   hbm = (int(hbm_gib * 2**30) if hbm_gib else hardware.hbm_bytes(
@@ -246,7 +200,7 @@ def report(memory, devices, placed: hardware.Layout, topology, mesh, model,
       "cores_per_chip": placed.cores_per_chip,
       "devices_per_chip": placed.devices_per_chip,
       "hosts": placed.hosts,
-      "layout": placed.describe(),
+      "placement": placed.describe(),
       "mesh": {
           k: int(v) for k, v in mesh.shape.items()
       },
@@ -311,7 +265,7 @@ def _time_line(r: dict) -> str:
 def _devices_line(r: dict, hbm: str) -> str:
   """E.g. 'on v3:4x4: 32 x TPU v3 (16.00 GiB each) on 16 chips x 2 cores,
   a device per core; 4 hosts; mesh {...}'."""
-  placed = r["layout"]
+  placed = r["placement"]
   hosts = f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}"
   return (f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
           f"({hbm} each){' on ' + placed if placed else ''}; {hosts}; "

@@ -14,20 +14,22 @@ import time
 import jax
 import numpy as np
 
+from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.config import defaults
 from vit_jax.performance import flops
-from vit_jax.performance import hardware
 from vit_jax.performance import profiling
+from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 
 
 def peak_flops(device, dtype: str, override_tflops):
   if override_tflops:
     return override_tflops * 1e12
-  per_chip = hardware.layout(jax.devices()).devices_per_chip
+  per_chip = hardware.placement(jax.devices()).devices_per_chip
   return hardware.peak_flops(device.device_kind,
                              per_chip) if dtype == "bfloat16" else None
 
@@ -47,10 +49,11 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   mesh = sharding.make_mesh()
   sharding.local_batch_size(batch, mesh, what="batch")
   tx, schedule = optim.make_optimizer(config, num_steps + 1)
-  state, state_sharding = steps.create_train_state(model, tx, image_size, 0,
-                                                   mesh)
+  state, state_sharding = train_state.create_train_state(
+      model, tx, image_size, 0, mesh)
   train_step = steps.jit_train_step(
-      steps.make_train_step(model, tx, steps.supervised(steps.softmax_xent),
+      steps.make_train_step(model, tx,
+                            objectives.supervised(objectives.softmax_xent),
                             schedule, mesh), state_sharding, mesh)
   rng = np.random.default_rng(0)
   batch_data = sharding.to_global_batch(

@@ -14,8 +14,8 @@ import re
 
 import jax
 
+from vit_jax import hardware
 from vit_jax.errors import UserError
-from vit_jax.performance import hardware
 
 # libtpu describes a v4 by its two cores, but JAX lays out meshes on a v4
 # only as one device per chip (megacore), as v4 TPU VMs run: such a device
@@ -105,10 +105,10 @@ def _known_generations() -> str:
           "(e.g. v3:4x4, v5e:4x4, v5p:2x2x4, tpu7x:2x2x1)")
 
 
-def target(topology: str) -> tuple[list, hardware.Layout]:
+def target(topology: str) -> tuple[list, hardware.Placement]:
   """(devices, how they lie on chips and hosts) of `topology`."""
   devices = target_devices(topology)
-  placed = hardware.layout(devices)
+  placed = hardware.placement(devices)
   if devices[0].device_kind in MEGACORE_ONLY:  # Each stands for its chip.
     placed = dataclasses.replace(placed, cores_per_chip=2)
   return devices, placed

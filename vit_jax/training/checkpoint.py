@@ -32,7 +32,7 @@ def make_manager(workdir: str,
       keep_period=config.keep_checkpoint_every_steps or None, create=True,
       enable_async_checkpointing=True)
   return ocp.CheckpointManager(
-      paths.resolve(workdir) / "checkpoints", options=options)
+      paths.resolve(workdir) / paths.CHECKPOINTS_DIR, options=options)
 
 
 def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):

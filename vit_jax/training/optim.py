@@ -19,12 +19,19 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax.config import fields
 from vit_jax.errors import UserError
 from vit_jax.models.partitioning import param_path
 
 OPTIMIZERS = ("adam", "sgd")
 DECAY_TYPES = ("cosine", "linear", "constant")
 MOMENTUM_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def check_config(config: ml_collections.ConfigDict):
+  fields.check_choice(config, "optimizer", OPTIMIZERS)
+  fields.check_choice(config, "decay_type", DECAY_TYPES)
+  fields.check_choice(config, "mu_dtype", MOMENTUM_DTYPES)
 
 
 def make_schedule(config: ml_collections.ConfigDict, total_steps: int,

@@ -29,13 +29,13 @@ from vit_jax import console
 from vit_jax import paths
 from vit_jax.config import defaults
 from vit_jax.data import sources
+from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
-from vit_jax.training import trainer
-from vit_jax.vtab import tasks as vtab_tasks
+from vit_jax.loop import trainer
 from vit_jax.weights import loader
 
 RESULT_FILE = "result.json"  # In each task's sub-workdir.
-SUMMARY_FILE = "vtab.json"  # In the workdir.
+SUMMARY_FILE = paths.VTAB_SUMMARY
 
 
 def task_config(config: ml_collections.ConfigDict,
@@ -138,7 +138,7 @@ def run_task(config: ml_collections.ConfigDict, workdir, task: str):
     console.say("VTAB %s: finished before, accuracy %.4f (not rerun).", task,
                 done["metrics"]["test/accuracy"])
     return done["metrics"]
-  started = directory / "config.json"  # Written by the trainer.
+  started = directory / paths.CONFIG_FILE  # Written by the trainer.
   if started.exists():
     _check_same("The unfinished task", wanted,
                 _settings(json.loads(started.read_text())), directory)

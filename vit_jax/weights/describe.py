@@ -2,7 +2,6 @@
 text the `inspect` command prints (`vit_jax/commands/inspect_weights.py`)."""
 
 from vit_jax import models
-from vit_jax.training import steps
 from vit_jax.weights import formats
 from vit_jax.weights import loader
 
@@ -34,7 +33,7 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
         models.get_variant(config.model.variant).num_heads,
         config.init.cache_dir).params.get("head/kernel")
     num_classes = head.shape[-1] if head is not None else 1000
-  model = steps.model_for_config(config, num_classes)
+  model = models.from_config(config, num_classes)
   size = config.image_size
   target = models.param_shapes(model, size)
   what = (f"{num_classes} classes" if models.vit_of(model).num_classes else

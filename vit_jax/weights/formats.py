@@ -230,8 +230,8 @@ def _read_orbax(path: epath.Path):
 def _orbax_step_dir(path: epath.Path) -> epath.Path:
   """WORKDIR, WORKDIR/checkpoints, WORKDIR/checkpoints/STEP or its item
   folder (STEP/default) -> the step."""
-  if (path / "checkpoints").is_dir():
-    path = path / "checkpoints"
+  if (path / paths.CHECKPOINTS_DIR).is_dir():
+    path = path / paths.CHECKPOINTS_DIR
   steps = [
       int(d.name)
       for d in path.iterdir()

@@ -129,7 +129,7 @@ def training_workdir(path: str):
   PATH's `checkpoints/` folder."""
   workdir = paths.resolve(path)
   for parent in [workdir, *workdir.parents]:
-    if parent.name == "checkpoints":
+    if parent.name == paths.CHECKPOINTS_DIR:
       return parent.parent
   return workdir
 
@@ -137,7 +137,7 @@ def training_workdir(path: str):
 def recorded_config(path: str) -> Optional[dict]:
   """The config.json of the workdir an Orbax checkpoint lies in, None if
   absent."""
-  config_path = training_workdir(path) / "config.json"
+  config_path = training_workdir(path) / paths.CONFIG_FILE
   if not config_path.exists():
     return None
   return json.loads(config_path.read_text())

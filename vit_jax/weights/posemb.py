@@ -11,9 +11,14 @@ cubic (Keys, a=-0.5) kernel. Pure numpy: it runs where TensorFlow does not.
 
 import numpy as np
 
+from vit_jax.config import fields
 from vit_jax.errors import UserError
 
 METHODS = ("bilinear", "bicubic")
+
+
+def check_config(config):
+  fields.check_choice(config, "init.posemb_resize", METHODS)
 
 
 def _keys_cubic(t):

@@ -23,19 +23,21 @@ import numpy as np
 
 from vit_jax import console
 from vit_jax import evaluators
+from vit_jax import hardware
+from vit_jax import models
 from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
-from vit_jax.config import checks
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import NonFiniteLossError
-from vit_jax.performance import hardware
-from vit_jax.performance import planning
+from vit_jax.loop import checks
+from vit_jax.loop import preflight
 from vit_jax.training import checkpoint
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import train_state
 
 
 def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
@@ -53,7 +55,7 @@ def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
 
 def _recorded_gelu(workdir, manager):
   """The GELU form a run being resumed was trained with, if recorded."""
-  path = workdir / "config.json"
+  path = workdir / paths.CONFIG_FILE
   if manager.latest_step() is None or not path.exists():
     return None
   return json.loads(path.read_text()).get("model", {}).get("gelu_approximate")
@@ -94,7 +96,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   # rewrites it (a process reading while it is written sees it truncated).
   multihost_utils.sync_global_devices("config.json read")
   if jax.process_index() == 0:
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+    (workdir / paths.CONFIG_FILE).write_text(
+        config.to_json_best_effort(indent=2))
   outputs = _Outputs(workdir)
 
   data = specs.training(config)
@@ -104,11 +107,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   checks.check_labels(config, info)
   checks.warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
-  model = steps.model_for_config(config, info.num_classes)
+  model = models.from_config(config, info.num_classes)
   tx, schedule = optim.make_optimizer(
       config, num_steps, warmup_steps(config, info.num_train_examples))
 
-  state, state_sharding = steps.create_train_state(
+  state, state_sharding = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding,
       ema=config.ema_decay > 0)
   optim.check_param_rules(config, state.params)
@@ -132,12 +135,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
             data, source, start_step,
             labels=input_pipeline.reads_labels(config)), mesh)
   first_batch = next(train_iter)
-  planning.preflight(train_step, state, first_batch)
+  preflight.check_fit(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
 
   learns = (f"{info.num_classes} classes" if config.objective == "supervised"
             else f"{config.objective}: {config.masked_patch.target}")
-  placed = hardware.layout(jax.devices()).describe()
+  placed = hardware.placement(jax.devices()).describe()
   console.say(
       "Training %s on %s from step %d to %d (%s) on %d devices%s in %d "
       "processes, mesh %s, %d images per device of each batch of %d.",

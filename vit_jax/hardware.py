@@ -92,7 +92,7 @@ def missing_rates(device_kind: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
+class Placement:
   """How devices lie on chips and hosts."""
   devices: int
   chips: int
@@ -114,7 +114,7 @@ class Layout:
     return f"{cores}, a device per core"
 
 
-def layout(devices: Sequence) -> Layout:
+def placement(devices: Sequence) -> "Placement":
   """Chips, cores per chip and hosts of `devices`. TPU devices name their
   chip's place (`coords`, and `slice_index` across slices); any other
   device is a chip of its own."""
@@ -123,5 +123,5 @@ def layout(devices: Sequence) -> Layout:
             for d in devices}
   per_chip = max(len(devices) // len(places), 1)
   cores = per_chip * (getattr(devices[0], "num_cores", 1) if tpu else 1)
-  return Layout(len(devices), len(places), cores, per_chip,
-                len({d.process_index for d in devices}), tpu)
+  return Placement(len(devices), len(places), cores, per_chip,
+                   len({d.process_index for d in devices}), tpu)

@@ -1,0 +1,74 @@
+"""Every mistake in a training config that can be seen before compiling.
+
+`check_config` gathers the checks each layer keeps for its own fields
+(config/fields.py, models, data/preprocess.py, training/optim.py and
+objectives.py, weights/posemb.py, fewshot, evaluators, sharding). Each
+raises a `UserError` that names the field, its value and what to use
+instead, so a bad override costs seconds, not a compiled run.
+"""
+
+from typing import Optional
+
+from absl import logging
+from jax.sharding import Mesh
+import ml_collections
+
+from vit_jax import evaluators
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax.config import fields
+from vit_jax.config import imports
+from vit_jax.data import input_pipeline
+from vit_jax.data import preprocess
+from vit_jax.errors import UserError
+from vit_jax.fewshot import evaluator as fewshot_evaluator
+from vit_jax.fewshot import solver as fewshot_solver
+from vit_jax.training import objectives
+from vit_jax.training import optim
+from vit_jax.weights import posemb
+
+
+def check_config(config: ml_collections.ConfigDict, mesh: Mesh,
+                 process_count: Optional[int] = None):
+  """Every user mistake we can see before compiling, with its fix
+  (`process_count`: the processes that will run it, if not these)."""
+  imports.load(config)  # What they register is checked below.
+  fields.check_numbers(config)
+  models.check_model_config(config.model)
+  preprocess.check_pipelines(config)
+  optim.check_config(config)
+  posemb.check_config(config)
+  models.check_image_size(config.model.variant, config.image_size,
+                          "config.image_size")
+  objectives.check_config(config)
+  fewshot_solver.check_config(config.fewshot)
+  fewshot_evaluator.dataset_splits(
+      config.fewshot.datasets, config.fewshot.train_split,
+      config.fewshot.eval_split, "config.fewshot.datasets")
+  evaluators.check(config)
+  sharding.check_strategy_rules(config.sharding.params)
+  sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
+                            accumulation=config.accum_steps,
+                            process_count=process_count, log=True)
+  sharding.local_batch_size(config.eval_batch_size, mesh,
+                            what="eval_batch_size", process_count=process_count)
+
+
+def check_labels(config: ml_collections.ConfigDict,
+                 info: input_pipeline.DatasetInfo):
+  """Supervised training needs labels; unlabelled data is for masked_patch."""
+  if config.objective == "supervised" and not info.num_classes:
+    raise UserError(
+        f"{config.dataset} has no labels, and config.objective=supervised "
+        "learns from labels. Use --config.objective=masked_patch "
+        "(self-supervised; configs/selfsup.py), or a labelled dataset.")
+
+
+def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,
+                                   info: input_pipeline.DatasetInfo):
+  if info.multi_label and config.loss == "softmax_xent":
+    logging.warning(
+        "%s has several labels per image but config.loss=softmax_xent "
+        "spreads one probability over them; use "
+        "--config.loss=sigmoid_xent to score each label on its own.",
+        config.dataset)

@@ -1,0 +1,190 @@
+"""What a train step minimises: the losses and the two objectives
+(supervised classification, the paper's masked patch prediction), and the
+checks of the config fields that choose them. Imports no TensorFlow.
+"""
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from vit_jax import models
+from vit_jax.config import fields
+from vit_jax.errors import UserError
+from vit_jax.models import masked_patch
+from vit_jax.training import mixup
+
+
+def softmax_xent(logits, labels):
+  return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
+
+
+def sigmoid_xent(logits, labels):
+  per_class = optax.sigmoid_binary_cross_entropy(logits.astype(jnp.float32),
+                                                 labels)
+  return jnp.sum(per_class, axis=-1)
+
+
+LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
+
+# `objective(apply, batch, rng) -> (loss, metrics)`, where `apply(images,
+# **kwargs)` is the model in training mode with its parameters bound.
+Objective = Callable[[Callable, dict, jax.Array], tuple[jax.Array, dict]]
+
+
+def weighted_mean(values_B, weights_B=None):
+  """The mean over the examples of weight 1 (all, without weights). Written
+  as mean(values x weights) x B / sum(weights): with every weight 1 that is
+  exactly jnp.mean(values), bit for bit."""
+  if weights_B is None:
+    return jnp.mean(values_B)
+  count = jnp.maximum(jnp.sum(weights_B), 1.0)
+  return jnp.mean(values_B * weights_B) * (values_B.shape[0] / count)
+
+
+def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
+               mixup_alpha: float = 0.0, mixup_p: float = 1.0) -> Objective:
+  """Classification of `batch["labels"]`; label smoothing mixes the targets
+  with the uniform distribution; with `mixup_alpha`, images and labels are
+  mixed first (`vit_jax/training/mixup.py`)."""
+
+  def objective(apply, batch, rng):
+    images, labels = batch["image"], batch["labels"]
+    mask_B = batch.get("mask")  # 0: an unreadable file's blank placeholder.
+    if mixup_alpha > 0:  # Its own key; without mixup, dropout's stays as was.
+      mixup_rng, rng = jax.random.split(rng)
+      images, labels, own_B = mixup.mix(mixup_rng, images, labels, mixup_alpha,
+                                        mixup_p)
+      if mask_B is not None:  # Mixed with a placeholder: left out as well.
+        mask_B = mask_B * jnp.where(own_B < 1, jnp.roll(mask_B, 1), 1.0)
+    if label_smoothing:
+      labels = optax.smooth_labels(labels, label_smoothing)
+    logits, _ = apply(images, rngs={"dropout": rng})
+    return weighted_mean(loss_fn(logits, labels), mask_B), {}
+
+  return objective
+
+
+def masked_patch_sums(apply, images, rng, mp_config, stride: int,
+                      weights_B=None) -> dict[str, jax.Array]:
+  """Masked patch prediction on `images` with a corruption drawn from
+  `rng`: sums of the loss and of the correct predictions over the corrupted
+  patches, and their count (each image weighted by `weights_B`, e.g. the
+  evaluation's padding mask)."""
+  corruption_rng, dropout_rng = jax.random.split(rng)
+  batch, height, width = images.shape[:3]
+  corruption = masked_patch.sample_corruption(
+      corruption_rng, batch, (height // stride) * (width // stride),
+      mp_config.corrupt_rate, mp_config.mask_rate, mp_config.replace_rate)
+  _, out = apply(images, corruption=corruption, rngs={"dropout": dropout_rng})
+  assert out["grid"][0] * out["grid"][1] == corruption.kind_BxN.shape[1], (
+      f"{stride}-pixel patches do not match the model's grid {out['grid']}.")
+  targets = masked_patch.patch_targets(images, out["grid"], mp_config.target,
+                                       mp_config.color_bits,
+                                       mp_config.downsized_size)
+  loss_BxN, correct_BxN = masked_patch.per_patch_loss_and_correct(
+      out["patch_predictions"], targets, mp_config.target, mp_config.color_bits)
+  weights_BxN = corruption.corrupted_BxN.astype(jnp.float32)
+  if weights_B is not None:
+    weights_BxN = weights_BxN * weights_B[:, None]
+  return {
+      "loss": jnp.sum(loss_BxN * weights_BxN),
+      "correct": jnp.sum(correct_BxN * weights_BxN),
+      "count": jnp.sum(weights_BxN)
+  }
+
+
+def masked_patch_prediction(mp_config, stride: int) -> Objective:
+  """The paper's self-supervision (`models/masked_patch.py`): labels are not
+  read. Metrics: the per-patch accuracy on the corrupted patches."""
+
+  def objective(apply, batch, rng):
+    sums = masked_patch_sums(apply, batch["image"], rng, mp_config, stride,
+                             batch.get("mask"))
+    count = jnp.maximum(sums["count"], 1.0)  # A batch of placeholders: 0.
+    return sums["loss"] / count, {"accuracy": sums["correct"] / count}
+
+  return objective
+
+
+def _supervised_for_config(config: ml_collections.ConfigDict) -> Objective:
+  return supervised(LOSSES[config.loss], config.label_smoothing,
+                    config.mixup.alpha, config.mixup.p)
+
+
+def _masked_patch_for_config(config: ml_collections.ConfigDict) -> Objective:
+  return masked_patch_prediction(
+      config.masked_patch,
+      models.get_variant(config.model.variant).stride)
+
+
+# config.objective -> the config's objective.
+OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
+    "supervised": _supervised_for_config,
+    "masked_patch": _masked_patch_for_config,
+}
+
+
+def objective_for_config(config: ml_collections.ConfigDict) -> Objective:
+  return OBJECTIVES[config.objective](config)
+
+
+def check_config(config: ml_collections.ConfigDict):
+  """The loss and objective fields (and what masked patch prediction needs)."""
+  if config.mixup.alpha > 0 and config.objective != "supervised":
+    raise UserError(f"config.mixup.alpha={config.mixup.alpha} mixes labels, "
+                    f"which config.objective={config.objective!r} does not "
+                    "read; set config.mixup.alpha=0.")
+  fields.check_choice(config, "loss", LOSSES)
+  fields.check_choice(config, "objective", OBJECTIVES)
+  fields.check_choice(config, "masked_patch.target", masked_patch.TARGETS)
+  if config.objective == "masked_patch":
+    check_masked_patch(config)
+
+
+def check_masked_patch(config: ml_collections.ConfigDict):
+  """The model (a plain ViT with nothing it cannot train), the rates, the
+  colour bits and the patch grid that masked patch prediction needs (its
+  pixel range: `preprocess.check_pipelines`)."""
+  mp = config.masked_patch
+  stride = models.get_variant(config.model.variant).stride
+  if models.get_variant(config.model.variant).resnet is not None:
+    raise UserError(
+        f"config.objective=masked_patch does not take the hybrid "
+        f"{config.model.variant}: its ResNet stem sees across patch borders, "
+        "so a corrupted patch's pixels reach its neighbours' tokens (the "
+        "paper pre-trains plain ViTs this way). Pick a plain ViT variant.")
+  if config.model.classifier == "map" or config.model.representation_size:
+    raise UserError(
+        "config.model.classifier=map and config.model.representation_size "
+        "add layers masked patch prediction never trains (weight decay would "
+        "shrink them to zero); use classifier token or gap and no "
+        "representation_size with config.objective=masked_patch.")
+  if not 0.0 < mp.corrupt_rate <= 1.0:
+    raise UserError(f"config.masked_patch.corrupt_rate={mp.corrupt_rate} "
+                    "must be in (0, 1] (the paper: 0.5).")
+  for field in ("mask_rate", "replace_rate"):
+    if not 0.0 <= mp[field] <= 1.0:
+      raise UserError(f"config.masked_patch.{field}={mp[field]} must be in "
+                      "[0, 1].")
+  if mp.mask_rate + mp.replace_rate > 1.0:
+    raise UserError(
+        f"config.masked_patch.mask_rate + replace_rate = "
+        f"{mp.mask_rate + mp.replace_rate:g} exceeds 1; they are shares of the "
+        "corrupted patches (the rest are kept), e.g. 0.8 and 0.1.")
+  if not 1 <= mp.color_bits <= 5:
+    raise UserError(f"config.masked_patch.color_bits={mp.color_bits} must be "
+                    "in 1..5 (3 bits per channel: 512 colour classes).")
+  if mp.target == "downsized" and (mp.downsized_size < 1 or
+                                   stride % mp.downsized_size):
+    raise UserError(
+        f"config.masked_patch.downsized_size={mp.downsized_size} does not "
+        f"divide the {stride}-pixel patches of {config.model.variant}; use a "
+        f"divisor of {stride} (the paper: 4).")
+  if (config.image_size // stride)**2 < 2:
+    raise UserError(
+        f"config.image_size={config.image_size} gives one patch; masked "
+        "patch prediction needs at least two (a patch is replaced by "
+        "another).")
