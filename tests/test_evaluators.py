@@ -26,7 +26,7 @@ def test_default_entries_carry_every_field_of_their_type(config):
 
 
 def test_a_default_entry_runs_only_where_its_type_applies(config):
-  runs = lambda: [name for name, _, _ in _made(config)]
+  runs = lambda: [e.name for e in _made(config)]
   assert runs() == ["test"]  # Supervised; fewshot has no datasets.
   config.objective = "masked_patch"
   assert runs() == ["masked_patch"]

@@ -94,9 +94,9 @@ def test_leave_one_out_on_noise_is_chance_and_refuses_one_shot():
                                    classes, l2_selection="loo")
   assert result.loo_accuracy is None and result.l2 == solver.FIXED_L2
   assert "used the fixed L2 1024" in result.note
-  metrics, notes = solver.run_protocol(noise, labels, noise, labels, classes,
-                                       shots=(1, 3), seeds=2,
-                                       l2_selection="loo")
+  metrics, notes = solver.run_protocol(
+      noise, labels, noise, labels, classes,
+      solver.Protocol(shots=(1, 3), seeds=2, l2_selection="loo"))
   assert notes == [
       "1shot: leave-one-out needs two examples of a class; "
       "used the fixed L2 1024"
@@ -119,9 +119,9 @@ def test_planted_linear_separation_is_recovered_perfectly():
   labels = np.tile(np.arange(5), 40)
   feats = centers[labels] + 0.3 * rng.normal(size=(200, 64))
   for selection in solver.L2_SELECTIONS:
-    results, _ = solver.run_protocol(feats[:100], labels[:100], feats[100:],
-                                     labels[100:], 5, shots=(1, 5), seeds=2,
-                                     l2_selection=selection)
+    results, _ = solver.run_protocol(
+        feats[:100], labels[:100], feats[100:], labels[100:], 5,
+        solver.Protocol(shots=(1, 5), seeds=2, l2_selection=selection))
     assert results["5shot"] == 1.0 and results["full"] == 1.0, selection
 
 

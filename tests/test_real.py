@@ -127,8 +127,8 @@ def test_real_and_v2_evaluators(imagenet_model):
   config, model, mesh, params_sharding, params = imagenet_model
   imagenet = types.SimpleNamespace(num_classes=1000)  # The training data.
   made = evaluators.from_config(config, model, mesh, params_sharding, imagenet)
-  assert {every for _, every, _ in made} == {config.eval_every_steps}
-  made = {name: evaluator for name, _, evaluator in made}
+  assert {e.every_steps for e in made} == {config.eval_every_steps}
+  made = {e.name: e.evaluator for e in made}
   assert set(made) == {"real", "v2"}
 
   real = made["real"].run(params)

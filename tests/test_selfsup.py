@@ -62,10 +62,11 @@ def test_training_lowers_the_loss_and_evaluation_repeats(
   state, shardings = train_state.create_train_state(model, optax.identity(), 16,
                                                     1, mesh)
   params = weights.init_params(config, workdir, state.params, shardings.params)
-  [(name, _, evaluator)] = evaluators.from_config(
+  [entry] = evaluators.from_config(
       config, model, mesh, shardings.params,
       input_pipeline.make_source(specs.training(config)))
-  assert name == "masked_patch"  # The only entry for this objective.
+  assert entry.name == "masked_patch"  # The only entry for this objective.
+  evaluator = entry.evaluator
   again = evaluator.run(params)
   for key in ("loss", "accuracy", "num_patches"):
     assert again[key] == pytest.approx(result[f"masked_patch/{key}"], rel=1e-6)

@@ -16,9 +16,12 @@ from vit_jax.evaluators import patch_prediction
 from vit_jax.evaluators.registry import TYPES
 from vit_jax.evaluators.registry import Context
 from vit_jax.evaluators.registry import Entry
+from vit_jax.evaluators.registry import Scheduled
 from vit_jax.evaluators.registry import check
 from vit_jax.evaluators.registry import from_config
 from vit_jax.evaluators.registry import register
 
 del classification, fewshot_linear, patch_prediction  # Registered now.
-__all__ = ["Context", "Entry", "TYPES", "check", "from_config", "register"]
+__all__ = [
+    "Context", "Entry", "Scheduled", "TYPES", "check", "from_config", "register"
+]

@@ -176,8 +176,22 @@ def _not_off(config) -> list[str]:
   ]
 
 
-def from_config(config, model, mesh, params_sharding, train_source):
-  """[(name, every_steps, evaluator)] of the entries that run."""
+@dataclasses.dataclass(frozen=True)
+class Scheduled:
+  """An entry that runs: its evaluator and when."""
+  name: str  # Its metrics are NAME/metric.
+  every_steps: int  # 0: at the last step only.
+  evaluator: Any  # `run(params) -> metrics`, `summary(metrics) -> str`.
+
+  def due(self, step: int, last_step: int) -> bool:
+    """Whether it runs after `step` (every run ends with all of them)."""
+    return step == last_step or bool(self.every_steps and
+                                     step % self.every_steps == 0)
+
+
+def from_config(config, model, mesh, params_sharding,
+                train_source) -> list[Scheduled]:
+  """The entries that run, their evaluators made."""
   context = Context(config, model, mesh, params_sharding,
                     specs.training(config), train_source)
   made = []
@@ -188,5 +202,5 @@ def from_config(config, model, mesh, params_sharding, train_source):
       continue
     every = (config.eval_every_steps
              if settings.every_steps is None else settings.every_steps)
-    made.append((name, every, kind.make(entry, context)))
+    made.append(Scheduled(name, every, kind.make(entry, context)))
   return made

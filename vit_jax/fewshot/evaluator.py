@@ -94,15 +94,11 @@ class FewShotEvaluator:
 
   def run_with_notes(self, params) -> tuple[dict[str, float], list[str]]:
     """(metrics, notes on the L2 choice, e.g. where loo fell back)."""
-    fewshot = self._protocol
     metrics, notes = {}, []
     for name in self._splits:
       *arrays, num_classes = self.dataset_features(params, name)
       results, dataset_notes = solver.run_protocol(
-          *arrays, num_classes, fewshot.shots, fewshot.seeds,
-          l2_selection=fewshot.l2_selection, l2_reg=fewshot.l2_reg,
-          l2_grid=fewshot.l2_grid, max_heldout=fewshot.loo_max_heldout,
-          on_too_few=fewshot.on_too_few, float64=fewshot.float64)
+          *arrays, num_classes, solver.Protocol.of(self._protocol))
       metrics.update({f"{name}/{k}": v for k, v in results.items()})
       notes += [f"{name} {note}" for note in dataset_notes]
     return metrics, notes

@@ -252,24 +252,44 @@ def sample_shots(labels_N: np.ndarray, shots: int, seed: int, num_classes: int,
   return np.concatenate(chosen)
 
 
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+  """What `run_protocol` does (config.fewshot's fields, `of`)."""
+  shots: Sequence[int]  # Examples per class of each few-shot problem.
+  seeds: int  # Samples of each, averaged.
+  l2_selection: str = "fixed"  # See `L2_SELECTIONS`.
+  l2_reg: float = FIXED_L2
+  l2_grid: Sequence[float] = DEFAULT_L2_GRID
+  max_heldout: int = 256  # Leave-one-out's held-out examples at most.
+  on_too_few: str = "fail"  # A class with fewer examples: fail or skip.
+  float64: bool = False
+
+  @classmethod
+  def of(cls, fewshot) -> "Protocol":
+    """The protocol of config.fewshot."""
+    return cls(tuple(
+        fewshot.shots), fewshot.seeds, fewshot.l2_selection, fewshot.l2_reg,
+               tuple(fewshot.l2_grid), fewshot.loo_max_heldout,
+               fewshot.on_too_few, fewshot.float64)
+
+
 def run_protocol(train_NxD, train_labels_N, test_MxD, test_labels_M,
-                 num_classes: int, shots: Sequence[int], seeds: int,
-                 l2_selection: str = "fixed", l2_reg: float = FIXED_L2,
-                 l2_grid: Sequence[float] = DEFAULT_L2_GRID,
-                 max_heldout: int = 256, on_too_few: str = "fail",
-                 float64: bool = False) -> tuple[dict, list[str]]:
+                 num_classes: int,
+                 protocol: Protocol) -> tuple[dict, list[str]]:
   """Few-shot accuracies over seeds, and the linear probe on all of train.
 
   Returns ({"{k}shot": mean, "{k}shot_std": std, "{k}shot_l2": median L2
   used, ..., "full": accuracy, "full_l2": L2}, notes about the L2 choice).
   """
-  policy = dict(l2_selection=l2_selection, l2_reg=l2_reg, l2_grid=l2_grid,
-                max_heldout=max_heldout, float64=float64)
+  policy = dict(l2_selection=protocol.l2_selection, l2_reg=protocol.l2_reg,
+                l2_grid=protocol.l2_grid, max_heldout=protocol.max_heldout,
+                float64=protocol.float64)
   results, notes = {}, []
-  for k in shots:
+  for k in protocol.shots:
     runs = []
-    for seed in range(seeds):
-      index = sample_shots(train_labels_N, k, seed, num_classes, on_too_few)
+    for seed in range(protocol.seeds):
+      index = sample_shots(train_labels_N, k, seed, num_classes,
+                           protocol.on_too_few)
       runs.append(
           fewshot_accuracy(train_NxD[index], train_labels_N[index], test_MxD,
                            test_labels_M, num_classes, seed=seed, **policy))

@@ -6,11 +6,14 @@ jit(train_step, donated state) -> clu metric writers + periodic evaluation.
 """
 
 import contextlib
+import dataclasses
 import datetime
 import itertools
 import json
 import math
 import time
+from typing import Callable
+from typing import Iterator
 
 from absl import logging
 from clu import metric_writers
@@ -84,13 +87,9 @@ class _Outputs:
       self.mirror.close()
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict,
-                       workdir: str) -> dict[str, float]:
-  """Trains, evaluates periodically and at the end; returns final metrics."""
-  mesh = sharding.mesh_from_config(config)
-  checks.check_config(config, mesh)
-  workdir = paths.make_workdir(workdir)
-  manager = checkpoint.make_manager(workdir, config)
+def _decide_and_record(config, workdir, manager):
+  """The config with its GELU form decided (a resumed run keeps the one it
+  recorded), written to WORKDIR/config.json."""
   config = weights.resolve_gelu(config, _recorded_gelu(workdir, manager))
   # Every process has read the previous run's config.json before process 0
   # rewrites it (a process reading while it is written sees it truncated).
@@ -98,6 +97,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   if jax.process_index() == 0:
     (workdir / paths.CONFIG_FILE).write_text(
         config.to_json_best_effort(indent=2))
+  return config
+
+
+def _starting_state(config, manager, model, tx, mesh):
+  """(state, its shardings) to train from: a resumed run's latest
+  checkpoint, else config.init.checkpoint's weights, else random init."""
+  state, state_sharding = train_state.create_train_state(
+      model, tx, config.image_size, config.seed, mesh, config.sharding,
+      ema=config.ema_decay > 0)
+  optim.check_param_rules(config, state.params)
+  if config.init.checkpoint and manager.latest_step() is None:
+    params = weights.init_params(config, config.init.checkpoint, state.params,
+                                 state_sharding.params)
+    state = state.replace(
+        params=params,
+        ema_params=(  # Own buffers: donated.
+            None if state.ema_params is None else jax.tree.map(
+                jnp.copy, params)))
+  state = checkpoint.restore_latest(manager, state, state_sharding)
+  return state, state_sharding
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict,
+                       workdir: str) -> dict[str, float]:
+  """Trains, evaluates periodically and at the end; returns final metrics."""
+  mesh = sharding.mesh_from_config(config)
+  checks.check_config(config, mesh)
+  workdir = paths.make_workdir(workdir)
+  manager = checkpoint.make_manager(workdir, config)
+  config = _decide_and_record(config, workdir, manager)
   outputs = _Outputs(workdir)
 
   data = specs.training(config)
@@ -111,21 +140,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   tx, schedule = optim.make_optimizer(
       config, num_steps, warmup_steps(config, info.num_train_examples))
 
-  state, state_sharding = train_state.create_train_state(
-      model, tx, config.image_size, config.seed, mesh, config.sharding,
-      ema=config.ema_decay > 0)
-  optim.check_param_rules(config, state.params)
+  state, state_sharding = _starting_state(config, manager, model, tx, mesh)
   train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
                                            state_sharding)
-  if config.init.checkpoint and manager.latest_step() is None:
-    params = weights.init_params(config, config.init.checkpoint, state.params,
-                                 state_sharding.params)
-    state = state.replace(
-        params=params,
-        ema_params=(  # Own buffers: donated.
-            None if state.ema_params is None else jax.tree.map(
-                jnp.copy, params)))
-  state = checkpoint.restore_latest(manager, state, state_sharding)
   start_step = int(state.step)
   with found.active():  # The streams made here report to it.
     evals = evaluators.from_config(config, model, mesh, state_sharding.params,
@@ -148,14 +165,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       jax.device_count(), f" ({placed})" if placed else "", jax.process_count(),
       dict(mesh.shape), config.batch_size // mesh.shape[sharding.DATA_AXIS],
       config.batch_size)
-  preemption = checkpoint.Preemption()
-  saver = checkpoint.Saver(manager)
+  run = _Run(config, train_step, train_iter, evals, checkpoint.Saver(manager),
+             outputs, checkpoint.Preemption(), start_step, num_steps,
+             _UnreadableReport(found))
   try:
-    result = _loop(config, state, train_step, train_iter, evals, saver, outputs,
-                   preemption, start_step, num_steps, _UnreadableReport(found))
-    saver.wait()  # A failed last save is said like any other.
+    result = _loop(run, state)
+    run.saver.wait()  # A failed last save is said like any other.
   finally:
-    preemption.restore()
+    run.preemption.restore()
     with contextlib.suppress(Exception):  # Said above, or an error is out.
       manager.wait_until_finished()
     manager.close()
@@ -163,64 +180,102 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   return result
 
 
-def _loop(config, state, train_step, train_iter, evals, saver, outputs,
-          preemption, start_step, num_steps, report) -> dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  """What the loop works with, made by `train_and_evaluate`."""
+  config: ml_collections.ConfigDict
+  train_step: Callable  # (state, batch) -> (state, metrics), jitted.
+  batches: Iterator  # Global batches on the devices.
+  evals: list[evaluators.Scheduled]
+  saver: checkpoint.Saver
+  outputs: "_Outputs"
+  preemption: checkpoint.Preemption
+  start_step: int
+  num_steps: int
+  report_unreadable: Callable[[], None]
+
+
+class _DeferredLog:
+  """The train metrics of a log step, written once the next step is
+  dispatched (so the host never waits for the device), or at once before a
+  save, an evaluation or the end."""
+
+  def __init__(self, writer, timer):
+    self.writer, self.timer = writer, timer
+    self.held = None  # (step, metrics)
+    self.result = {}  # The last written: train/loss (and accuracy).
+
+  def hold(self, step: int, metrics):
+    self.held = (step, metrics)
+
+  def write(self):
+    if self.held is not None:
+      self.result.update(_log_train(self.writer, *self.held, self.timer))
+      self.held = None
+
+
+def _hooks(run: _Run) -> list[Callable[[int], None]]:
+  """clu's progress report and the profile (process 0 only)."""
+  if jax.process_index() > 0:
+    return []
+  hooks = [
+      periodic_actions.ReportProgress(num_train_steps=run.num_steps,
+                                      writer=run.outputs.writer)
+  ]
+  if run.config.profile_steps:
+    hooks.append(
+        periodic_actions.Profile(  # Once, for profile_steps steps.
+            num_profile_steps=run.config.profile_steps,
+            profile_duration_ms=None, first_profile=run.start_step + 10,
+            every_secs=None, logdir=run.outputs.logdir))
+  return hooks
+
+
+def _loop(run: _Run, state) -> dict[str, float]:
   """Steps, logs, saves and evaluates. Metrics are fetched from the device
   only at log steps (one step late, so the host never waits) and before a
-  save, so a diverged state is never written. Each evaluator of `evals`
-  runs every `every_steps` steps and once at the last step."""
-  writer = outputs.writer
-  hooks = []
-  if jax.process_index() == 0:
-    hooks.append(
-        periodic_actions.ReportProgress(num_train_steps=num_steps,
-                                        writer=writer))
-    if config.profile_steps:
-      hooks.append(
-          periodic_actions.Profile(  # Once, for profile_steps steps.
-              num_profile_steps=config.profile_steps, profile_duration_ms=None,
-              first_profile=start_step + 10, every_secs=None,
-              logdir=outputs.logdir))
-  result = {}
-  pending = None  # (step, metrics) to log once the next step is dispatched.
-  timer = _Timer(start_step, num_steps, config.batch_size)
-  for step in range(start_step + 1, num_steps + 1):
-    state, metrics = train_step(state, next(train_iter))
-    if pending is not None:
-      result.update(_log_train(writer, *pending, timer))
-      report()
-      pending = None
-    if step % config.log_every_steps == 0 or step == num_steps:
-      pending = (step, metrics)
+  save, so a diverged state is never written. Each evaluator runs when
+  `due` and once at the last step."""
+  config, last = run.config, run.num_steps
+  log = _DeferredLog(run.outputs.writer,
+                     _Timer(run.start_step, last, config.batch_size))
+  hooks = _hooks(run)
+  evaluated = {}
+  for step in range(run.start_step + 1, last + 1):
+    state, metrics = run.train_step(state, next(run.batches))
+    if log.held is not None:  # Its metrics are on the host by now.
+      log.write()
+      run.report_unreadable()
+    if step % config.log_every_steps == 0 or step == last:
+      log.hold(step, metrics)
     for hook in hooks:
       hook(step)
-    stop = preemption.reached(step)  # The same answer on every process.
-    if stop or step == num_steps or step % config.checkpoint_every_steps == 0:
+    stop = run.preemption.reached(step)  # The same answer on every process.
+    if stop or step == last or step % config.checkpoint_every_steps == 0:
       _check_finite(step, metrics)
-      if pending is not None:  # Its metrics are on the host by now.
-        result.update(_log_train(writer, *pending, timer))
-        pending = None
-      report()
-      saver.save(step, state, force=stop or step == num_steps)
+      log.write()
+      run.report_unreadable()
+      run.saver.save(step, state, force=stop or step == last)
       console.say("Step %d: saving a checkpoint to %s.", step,
-                  saver.manager.directory / str(step))
-      outputs.sync()
-    if stop:  # Saved above, with the pending metrics logged.
+                  run.saver.manager.directory / str(step))
+      run.outputs.sync()
+    if stop:  # Saved above, with the held metrics written.
       logging.warning(
           "Stopped at step %d after a preemption notice "
           "(SIGTERM); rerun the same command to continue.", step)
-      return {**result, "preempted_at_step": float(step)}
-    due = [e for e in evals if e[1] and step % e[1] == 0 and step < num_steps]
-    result.update(_evaluate(due, state, writer, step))
+      return {**log.result, **evaluated, "preempted_at_step": float(step)}
+    due = [e for e in run.evals if e.due(step, last)]
     if due:
-      report()
-      outputs.sync()
-  if pending is not None:
-    result.update(_log_train(writer, *pending, timer))
-  result.update(_evaluate(evals, state, writer, num_steps))
-  report()
-  outputs.sync()
-  return result
+      log.write()
+      evaluated.update(_evaluate(due, state, run.outputs.writer, step))
+      run.report_unreadable()
+      run.outputs.sync()
+  if run.start_step >= last:  # No step to take (total_steps=0, or a
+    # finished run resumed): the evaluation of the weights as they are.
+    evaluated = _evaluate(run.evals, state, run.outputs.writer, last)
+    run.report_unreadable()
+    run.outputs.sync()
+  return {**log.result, **evaluated}
 
 
 class _UnreadableReport:
@@ -295,14 +350,16 @@ def _log_train(writer, step, metrics, timer) -> dict[str, float]:
   return result
 
 
-def _evaluate(evals, state, writer, step) -> dict[str, float]:
-  """Runs `evals` ([(name, every_steps, evaluator)]) on the state's eval
-  params; writes and returns their metrics as NAME/metric."""
+def _evaluate(evals: list[evaluators.Scheduled], state, writer,
+              step) -> dict[str, float]:
+  """Runs `evals` on the state's eval params; writes and returns their
+  metrics as NAME/metric."""
   result = {}
-  for name, _, evaluator in evals:
-    metrics = evaluator.run(state.eval_params())
-    scalars = {f"{name}/{k}": v for k, v in metrics.items()}
+  for entry in evals:
+    metrics = entry.evaluator.run(state.eval_params())
+    scalars = {f"{entry.name}/{k}": v for k, v in metrics.items()}
     writer.write_scalars(step, scalars)
-    console.say("Step %d: %s %s.", step, name, evaluator.summary(metrics))
+    console.say("Step %d: %s %s.", step, entry.name,
+                entry.evaluator.summary(metrics))
     result.update(scalars)
   return result

@@ -34,6 +34,33 @@ def peak_flops(device, dtype: str, override_tflops):
                              per_chip) if dtype == "bfloat16" else None
 
 
+def _synthetic_batch(batch: int, image_size: int, num_classes: int, mesh):
+  """Random images and labels, fixed by seed 0, on the devices."""
+  rng = np.random.default_rng(0)
+  return sharding.to_global_batch(
+      {
+          "image": rng.uniform(
+              -1, 1, (batch, image_size, image_size, 3)).astype(np.float32),
+          "labels": np.eye(num_classes, dtype=np.float32)[rng.integers(
+              0, num_classes, batch)],
+          "mask": np.ones(batch, np.float32)  # As the input pipeline's.
+      },
+      mesh)
+
+
+def _timed_steps(compiled, state, batch_data, num_steps: int):
+  """(state, last metrics, seconds of each step) after one warm-up step."""
+  state, metrics = compiled(state, batch_data)
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(num_steps):
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch_data)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+  return state, metrics, times
+
+
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, dtype: str = "float32", remat: str = "none",
         scan_layers: bool = False, peak_tflops=None, attention: str = "auto",
@@ -55,29 +82,11 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       steps.make_train_step(model, tx,
                             objectives.supervised(objectives.softmax_xent),
                             schedule, mesh), state_sharding, mesh)
-  rng = np.random.default_rng(0)
-  batch_data = sharding.to_global_batch(
-      {
-          "image": rng.uniform(
-              -1, 1, (batch, image_size, image_size, 3)).astype(np.float32),
-          "labels": np.eye(num_classes, dtype=np.float32)[rng.integers(
-              0, num_classes, batch)],
-          "mask": np.ones(batch, np.float32)  # As the input pipeline's.
-      },
-      mesh)
-
+  batch_data = _synthetic_batch(batch, image_size, num_classes, mesh)
   start = time.perf_counter()
   compiled = train_step.lower(state, batch_data).compile()
   compile_s = time.perf_counter() - start
-  state, metrics = compiled(state, batch_data)  # Warm-up.
-  jax.block_until_ready(metrics)
-  times = []
-  for _ in range(num_steps):
-    start = time.perf_counter()
-    state, metrics = compiled(state, batch_data)
-    jax.block_until_ready(metrics)
-    times.append(time.perf_counter() - start)
-
+  state, metrics, times = _timed_steps(compiled, state, batch_data, num_steps)
   profile = (profiling.device_time_by_op(lambda s: compiled(s, batch_data),
                                          state, profile_steps)
              if profile_steps else None)
