@@ -25,7 +25,7 @@ from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.models import VisionTransformer
-from vit_jax.models import layout
+from vit_jax.models import scan
 from vit_jax.models import vit as vit_module
 
 # The tiny model that every numerical test runs.
@@ -191,11 +191,11 @@ def test_bf16_compute_keeps_fp32_params_and_logits():
 
 def test_stack_unstack_layers_round_trip_exactly():
   params = random_params(tiny_model())
-  stacked = layout.stack_layers(params)
-  assert layout.is_scanned(stacked) and not layout.is_scanned(params)
+  stacked = scan.stack_layers(params)
+  assert scan.is_scanned(stacked) and not scan.is_scanned(params)
   assert stacked["Transformer"]["encoderblock"]["LayerNorm_0"][
       "scale"].shape == (TINY["num_layers"], TINY["hidden_size"])
-  back = flat(layout.unstack_layers(stacked))
+  back = flat(scan.unstack_layers(stacked))
   want = flat(params)
   assert back.keys() == want.keys()
   for k in want:
@@ -207,7 +207,7 @@ def test_stack_layers_rejects_missing_block():
   params = random_params(tiny_model())
   del params["Transformer"]["encoderblock_0"]
   with pytest.raises(ValueError, match="encoderblock"):
-    layout.stack_layers(params)
+    scan.stack_layers(params)
 
 
 def test_scan_layers_matches_loop_with_converted_params():
@@ -216,7 +216,7 @@ def test_scan_layers_matches_loop_with_converted_params():
   scan_model = tiny_model(scan_layers=True)
   # The converted tree has exactly the structure that scan init creates.
   scan_init = jax.eval_shape(scan_model.init, jax.random.key(0), x)["params"]
-  stacked = layout.stack_layers(params)
+  stacked = scan.stack_layers(params)
   assert (jax.tree.map(lambda a: a.shape, scan_init) == jax.tree.map(
       lambda a: a.shape, stacked))
 
@@ -232,7 +232,7 @@ def test_remat_gives_same_outputs_and_gradients(remat, scan_layers):
   x = images()
   params = random_params(tiny_model(), x)
   if scan_layers:
-    params = layout.stack_layers(params)
+    params = scan.stack_layers(params)
   plain = tiny_model(scan_layers=scan_layers)
   rematted = tiny_model(scan_layers=scan_layers, remat=remat)
 
@@ -254,7 +254,7 @@ def test_return_intermediates(scan_layers):
   x = images()
   params = random_params(tiny_model(), x)
   if scan_layers:
-    params = layout.stack_layers(params)
+    params = scan.stack_layers(params)
   _, out = run(tiny_model(scan_layers=scan_layers), params, x,
                return_intermediates=True)
   num_layers, heads, width = (TINY["num_layers"], TINY["num_heads"],

@@ -21,7 +21,7 @@ def test_timm_weights_give_timm_logits():
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(stored.path("tiny_timm.safetensors"), model,
                                grid=(4, 4), gelu_approximate=False)
-  assert report.layout == "timm" and not report.reinitialised
+  assert report.origin == "timm" and not report.reinitialised
   assert report.gelu == "model exact erf, file's origin (timm) exact erf"
   assert not report.warnings
   x = stored.tiny_images()
@@ -44,7 +44,7 @@ def test_a_pytorch_pickle_is_read_with_torch_or_refused_in_one_line():
       load_params(path, model, grid=(4, 4), gelu_approximate=False)
     return
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
-  assert report.layout == "timm" and not report.warnings
+  assert report.origin == "timm" and not report.warnings
   error = np.abs(
       logits(model, params, stored.tiny_images()) -
       stored.tiny_logits("timm")).max()
@@ -88,7 +88,7 @@ def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
   st_numpy.save_file(state, path)
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
-  assert report.layout == "hugging_face" and report.ok and not report.warnings
+  assert report.origin == "hugging_face" and report.ok and not report.warnings
   error = np.abs(
       logits(model, params, stored.tiny_images()) -
       stored.tiny_logits("hf")).max()

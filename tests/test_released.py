@@ -2,7 +2,7 @@
 
 The bucket is fake-gcs-server on 127.0.0.1 (tests/helpers/gcs_server.py),
 serving a
-tiny `testing` model written in the released .npz layout; nothing leaves
+tiny `testing` model written in the released .npz form; nothing leaves
 the machine. Every test has its own cache directory.
 """
 
@@ -110,7 +110,7 @@ def test_a_url_is_downloaded_once_then_read_from_the_cache(
   fmt, tensors = formats.read(url)
   assert fmt == "npz" and downloads(capsys) == 1
   assert_same(tensors, tiny[1])
-  # The copy mirrors the bucket's path (its layout is read from content).
+  # The copy mirrors the bucket's path (its origin is read from content).
   copy = tmp_path / "cache/gs" / BUCKET / "imagenet21k/url/testing.npz"
   assert copy.read_bytes() == tiny[0]
   assert weights.file_origin(url) == ("released", True)

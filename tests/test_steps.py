@@ -173,8 +173,8 @@ def test_core_modules_import_no_tensorflow():
 
 
 def test_the_step_knows_no_parameter_names_of_the_model():
-  """The FSDP per-block gather asks the model's layout for its repeated
-  blocks (`models/layout.py`), so the train step names none itself."""
+  """The FSDP per-block gather asks `models/scan.py` for the model's
+  repeated blocks, so the train step names none itself."""
   with open(steps.__file__) as f:
     source = f.read()
   assert "Transformer" not in source and "encoderblock" not in source

@@ -79,7 +79,7 @@ def flat(params) -> dict:
 def test_param_count_matches_golden(name):
   assert name in GOLDEN_PARAM_COUNTS, (
       f"Variant {name!r} has no golden parameter count; add one.")
-  # Scanned layout: the same parameters (see test_scan_layers_matches_loop...)
+  # Scanned layers: the same parameters (see test_scan_layers_matches_loop...)
   # but traced in a fraction of the time of 12-32 unrolled blocks.
   params, _, _ = abstract_init(name, scan_layers=True)
   count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))

@@ -1,4 +1,4 @@
-"""Weights from every format: round trips, released and big_vision layouts,
+"""Weights from every format: round trips, released and big_vision origins,
 position-embedding resizing, head policy, inspection and bad files (parity
 with timm and Hugging Face: tests/test_parity.py)."""
 
@@ -86,7 +86,7 @@ def test_export_and_import_round_trip_exactly(tmp_path, save, name):
                                 logits(model, params, images()))
 
 
-def test_older_released_hybrid_layout_loads(tmp_path):
+def test_older_released_hybrid_names_load(tmp_path):
   """GroupNorm parameters stored as (1, 1, 1, C), as older releases did."""
   v = VARIANTS["testing-hybrid"]
   model = tiny_hybrid()
@@ -151,12 +151,12 @@ def test_big_vision_checkpoint_loads(tmp_path, scanned):
   path = str(tmp_path / "bv.npz")
   np.savez(path, **bv)
   loaded, report = load_params(path, model, grid=(4, 4))
-  assert report.layout == "big_vision"
+  assert report.origin == "big_vision"
   np.testing.assert_allclose(logits(model, loaded, images()),
                              logits(model, params, images()), atol=1e-6)
 
 
-def test_released_layout_of_current_flax_loads(tmp_path):
+def test_released_names_of_current_flax_load(tmp_path):
   """vision_transformer run with a current Flax: blocks named
   MultiHeadDotProductAttention_0 / LayerNorm_1 / MlpBlock_0, and still
   Transformer/posembed_input (which big_vision does not have)."""
@@ -177,7 +177,7 @@ def test_released_layout_of_current_flax_loads(tmp_path):
   path = str(tmp_path / "current_flax.npz")
   np.savez(path, **renamed)
   loaded, report = load_params(path, model, grid=(4, 4))
-  assert report.layout == "released_current_flax" and report.ok
+  assert report.origin == "released_current_flax" and report.ok
   np.testing.assert_array_equal(logits(model, loaded, images()),
                                 logits(model, params, images()))
 

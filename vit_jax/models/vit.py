@@ -9,7 +9,7 @@ Parameter names follow the released checkpoints (`embedding`, `cls`,
 `Transformer/posembed_input/pos_embedding`, `Transformer/encoderblock_{i}/...`,
 `Transformer/encoder_norm`, `pre_logits`, `head`), so released `.npz` files map
 1:1. With `scan_layers` the blocks live in one `Transformer/encoderblock` whose
-parameters carry a leading layer axis (see `layout.py` for conversion). The
+parameters carry a leading layer axis (see `scan.py` for conversion). The
 model holds nothing only training uses: masked patch prediction composes its
 [mask] token and head around it (`masked_patch.MaskedPatchViT`).
 

@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from vit_jax import sharding
-from vit_jax.models import layout
+from vit_jax.models import scan
 from vit_jax.performance import hlo
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
@@ -175,13 +175,13 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
   are added as all-reduces.
   """
   n = mesh.shape[sharding.DATA_AXIS]
-  blocks = set(layout.encoder_blocks(abstract_params))
-  scanned = layout.is_scanned(abstract_params)
+  blocks = set(scan.encoder_blocks(abstract_params))
+  scanned = scan.is_scanned(abstract_params)
   parts = {"all-gather": 0.0, "reduce-scatter": 0.0, "all-reduce": activations}
 
   def add(path, leaf, spec):
     names = [getattr(k, "key", str(k)) for k in path]
-    in_block = names[0] == layout.ENCODER and names[1] in blocks
+    in_block = names[0] == scan.ENCODER and names[1] in blocks
     layer_ndim = leaf.ndim - (1 if in_block and scanned else 0)
     kernel = layer_ndim >= 2
     axes = jax.tree.leaves(tuple(spec.spec))

@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 from vit_jax import models
 from vit_jax import sharding
-from vit_jax.models import layout
+from vit_jax.models import scan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +66,13 @@ def plan(model, params_sharding) -> Optional[FsdpPlan]:
     return None
   mesh = jax.tree.leaves(params_sharding)[0].mesh
   explicit = mesh.shape[sharding.MODEL_AXIS] == 1
-  names = layout.encoder_blocks(params_sharding)
-  encoder = params_sharding.get(layout.ENCODER, {})
+  names = scan.encoder_blocks(params_sharding)
+  encoder = params_sharding.get(scan.ENCODER, {})
   whole = FsdpPlan(params_sharding, params_sharding, explicit=explicit)
   if not names or any(encoder[k] != encoder[names[0]] for k in names):
     return whole  # Blocks sharded unlike: the loss gathers everything.
   per_block = encoder[names[0]]
-  if layout.is_scanned(params_sharding):  # Without the layer axis (never
+  if scan.is_scanned(params_sharding):  # Without the layer axis (never
     per_block = jax.tree.map(  # split), as each step of the scan sees it.
         lambda s: NamedSharding(s.mesh, P(*s.spec[1:])), per_block)
   if not sharding.splits_over_data(per_block):
@@ -84,7 +84,7 @@ def plan(model, params_sharding) -> Optional[FsdpPlan]:
   }
   return FsdpPlan(
       params_sharding, {
-          **params_sharding, layout.ENCODER: {
+          **params_sharding, scan.ENCODER: {
               **encoder,
               **blocks_done
           }

@@ -70,7 +70,7 @@ def read(path: str, num_heads: Optional[int] = None,
 
 def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
                 path: str) -> Architecture:
-  """The architecture of flat released-layout `params` (see `read`)."""
+  """The architecture of flat `params` under the released names (see `read`)."""
   variant = _variant(params, path)
   name = next((n for n, v in VARIANTS.items() if v == variant), None)
   if name is None:

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from vit_jax.models import layout as param_layout
+from vit_jax.models import scan
 from vit_jax.weights.formats import WeightsError
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -28,7 +28,7 @@ def is_masked_patch_part(name: str) -> bool:
 class Converted:
   params: dict[str, np.ndarray]
   posemb_prefix_tokens: int  # Prefix tokens in the stored position embeddings.
-  layout: str  # Which converter read it, for messages.
+  origin: str  # The code base that wrote it (`detect_origin`).
 
 
 # The block module names of the two Flax generations: older Flax counted
@@ -39,7 +39,7 @@ _NEW_BLOCK_NAMES = ("MultiHeadDotProductAttention_0", "LayerNorm_1",
                     "MlpBlock_0")
 _BLOCK_MODULE = re.compile(r"Transformer/encoderblock(?:_\d+)?/([^/]+)/")
 
-# What each layout's origin computes for GELU: True is the tanh
+# What each origin computes for GELU: True is the tanh
 # approximation (both Google code bases), False the exact erf. An Orbax
 # workdir's form is read from its config.json (see loader.origin_gelu).
 ORIGIN_GELU_APPROXIMATE = {
@@ -51,7 +51,7 @@ ORIGIN_GELU_APPROXIMATE = {
 }
 
 
-def detect_layout(fmt: str, names, path: str) -> str:
+def detect_origin(fmt: str, names, path: str) -> str:
   """Which code base wrote the file, decided by the whole set of names.
 
   released               google-research/vision_transformer (older Flax
@@ -105,18 +105,18 @@ def detect_layout(fmt: str, names, path: str) -> str:
 def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
             path: str) -> Converted:
   """Picks the converter from the names in the file."""
-  layout = detect_layout(fmt, list(tensors), path)
-  if layout == "timm":
+  origin = detect_origin(fmt, list(tensors), path)
+  if origin == "timm":
     return from_timm(tensors, num_heads, path)
-  if layout == "hugging_face":
+  if origin == "hugging_face":
     return from_hugging_face(tensors, num_heads, path)
   tensors = _strip_prefixes(tensors)
-  if layout == "big_vision":
+  if origin == "big_vision":
     return from_big_vision(tensors, path)
-  if layout == "released_current_flax":
+  if origin == "released_current_flax":
     tensors = {_rename_block(k): v for k, v in tensors.items()}
   converted = from_released(tensors, fmt)
-  converted.layout = layout
+  converted.origin = origin
   return converted
 
 
@@ -142,7 +142,7 @@ def from_released(tensors, fmt="npz") -> Converted:
     if re.search(r"(^|/)gn[^/]*/(scale|bias)$", name) and value.ndim == 4:
       value = value.reshape(-1)  # Older files: GroupNorm params as (1,1,1,C).
     params[name] = value
-  params = param_layout.unstack_flat(params)
+  params = scan.unstack_flat(params)
   prefix = 1 if "cls" in params else 0
   return Converted(params, prefix, "orbax" if fmt == "orbax" else "released")
 
@@ -159,7 +159,7 @@ def from_big_vision(tensors, path) -> Converted:
   """big_vision: top-level `pos_embedding` without the class token's entry,
   blocks named `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`."""
   params = {}
-  for name, value in param_layout.unstack_flat(tensors).items():
+  for name, value in scan.unstack_flat(tensors).items():
     if name == "pos_embedding":
       name = POSEMB
     elif name.startswith("Transformer/encoderblock"):
@@ -360,7 +360,7 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   if "cls" not in params or any(
       k.startswith(("conv_root", "MAPHead_0")) for k in params):
     raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "
-                       "no MAP head) have a timm layout; use --format=npz.")
+                       "no MAP head) map onto timm's names; use --format=npz.")
   used = set()
 
   def p(name):

@@ -56,7 +56,7 @@ def read_names(path: str, cache_dir=None) -> tuple[str, list[str]]:
   """(format, parameter names) without reading the arrays' data."""
   path = _existing(path, cache_dir)
   if path.is_dir():
-    return "orbax", []  # This project's own layout; names are not needed.
+    return "orbax", []  # This project's own; names are not needed.
   fmt = _sniff(path)
   if fmt == "npz":
     with path.open("rb") as f, zipfile.ZipFile(f) as archive:

@@ -35,7 +35,7 @@ import numpy as np
 from vit_jax import console
 from vit_jax import paths
 from vit_jax.errors import UserError
-from vit_jax.models import layout as param_layout
+from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import convert
 from vit_jax.weights import formats
@@ -51,7 +51,7 @@ GELU_NAMES = {True: "tanh approximation", False: "exact erf"}
 class Report:
   """What happened to every parameter; `table()` prints it."""
   path: str
-  layout: str
+  origin: str  # The code base that wrote the file (convert.detect_origin).
   matched: list = dataclasses.field(default_factory=list)
   resized: list = dataclasses.field(default_factory=list)  # (name, old, new)
   reinitialised: list = dataclasses.field(default_factory=list)  # (name, why)
@@ -80,7 +80,7 @@ class Report:
 
   def table(self, limit: int = 12) -> str:
     rows = [
-        f"{self.path} ({self.layout} layout): "
+        f"{self.path} (written by {self.origin}): "
         f"{len(self.matched)} matching"
     ]
     if self.gelu:
@@ -143,14 +143,14 @@ def recorded_config(path: str) -> Optional[dict]:
   return json.loads(config_path.read_text())
 
 
-def origin_gelu(path: str, layout: str) -> Optional[bool]:
+def origin_gelu(path: str, origin: str) -> Optional[bool]:
   """The GELU form the file's origin computes (True: tanh), None if unknown.
 
   An Orbax workdir says it in its config.json; one written before the
   option existed computed the exact erf form.
   """
-  if layout != "orbax":
-    return convert.ORIGIN_GELU_APPROXIMATE.get(layout)
+  if origin != "orbax":
+    return convert.ORIGIN_GELU_APPROXIMATE.get(origin)
   recorded = recorded_config(path)
   if recorded is None:
     return None
@@ -160,10 +160,11 @@ def origin_gelu(path: str, layout: str) -> Optional[bool]:
 
 
 def file_origin(path: str, cache_dir=None) -> tuple[str, Optional[bool]]:
-  """(layout, GELU form of its origin) of a weights file, reading names only."""
+  """(origin, the GELU form it computes) of a weights file, reading names
+  only."""
   fmt, names = formats.read_names(path, cache_dir)
-  layout = convert.detect_layout(fmt, names, path)
-  return layout, origin_gelu(path, layout)
+  origin = convert.detect_origin(fmt, names, path)
+  return origin, origin_gelu(path, origin)
 
 
 def resolve_gelu(config: ml_collections.ConfigDict,
@@ -185,9 +186,9 @@ def resolve_gelu(config: ml_collections.ConfigDict,
   if recorded is not None:
     value, why = recorded, "as recorded in the workdir's config.json"
   elif checkpoint:
-    layout, origin = file_origin(checkpoint, config.init.cache_dir)
-    if origin is not None:
-      value, why = origin, f"as the origin ({layout}) of the weights computes"
+    origin, approximate = file_origin(checkpoint, config.init.cache_dir)
+    if approximate is not None:
+      value, why = approximate, f"as the weights' origin ({origin}) computes"
   config = config.copy_and_resolve_references()
   config.model.gelu_approximate = value
   logging.info("GELU: %s, %s (config.model.gelu_approximate was unset).",
@@ -213,13 +214,13 @@ def target_grid(config: ml_collections.ConfigDict) -> tuple[int, int]:
 
 
 def load_for_config(config: ml_collections.ConfigDict, path: str, params):
-  """`load` with the config's policy; `params` may be in the scanned layout.
+  """`load` with the config's policy; `params` may be scanned (models/scan.py).
 
   Returns (loaded {looped name: array}, Report).
   """
   check_released_variant(path, config.model.variant)
-  if param_layout.is_scanned(params):
-    params = jax.eval_shape(param_layout.unstack_layers, params)
+  if scan.is_scanned(params):
+    params = jax.eval_shape(scan.unstack_layers, params)
   return load(
       path, params,
       num_prefix_tokens=1 if config.model.classifier == "token" else 0,
@@ -244,10 +245,9 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
               report.summary())
   if jax.process_index() == 0:
     logging.info("Initialised from %s", report.table())
-  if param_layout.is_scanned(params):
+  if scan.is_scanned(params):
     try:
-      loaded = param_layout.stack_flat(loaded,
-                                       param_layout.num_scanned_layers(params))
+      loaded = scan.stack_flat(loaded, scan.num_scanned_layers(params))
     except UserError as e:  # models/ cannot import weights' error type.
       raise WeightsError(str(e)) from None
   flat = flax.traverse_util.flatten_dict(params, sep="/")
@@ -265,7 +265,7 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   """Returns ({name: array} of what was loaded, Report); raises WeightsError.
 
   `target`: the model's parameter tree (arrays or ShapeDtypeStructs) in the
-  looped layout (`models.layout.unstack_layers` for a scanned one).
+  looped form (`models.scan.unstack_layers` for a scanned one).
   `num_prefix_tokens`: tokens before the patch grid in the target (1 with a
   class token, else 0). `grid`: the target's (H, W) token grid.
   `gelu_approximate`: the model's GELU form, compared with the file's origin.
@@ -274,9 +274,9 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   """
   target_flat = flax.traverse_util.flatten_dict(target, sep="/")
   source = read_converted(path, _num_heads(target_flat), cache_dir)
-  report = Report(path=path, layout=source.layout)
+  report = Report(path=path, origin=source.origin)
   _check_dont_load(dont_load, target_flat, source.params, path)
-  _compare_gelu(origin_gelu(path, source.layout), gelu_approximate, report)
+  _compare_gelu(origin_gelu(path, source.origin), gelu_approximate, report)
   loaded = {}
   for name, leaf in target_flat.items():
     shape = tuple(leaf.shape)
@@ -343,7 +343,7 @@ def _resize(value, shape, source, num_prefix_tokens, grid, method, source_grid,
     return None
   prefix = source.posemb_prefix_tokens
   old_grid = (tuple(source_grid) if source_grid else posemb.square_grid(
-      value.shape[1] - prefix, source.layout))
+      value.shape[1] - prefix, source.origin))
   resized = posemb.resize_posemb(value, prefix, old_grid, grid, method)
   # Prefix tokens: keep, drop (no class token in the target), or add a zero
   # one (the file's class token had no position embedding: same model).
@@ -373,21 +373,22 @@ def _check_dont_load(dont_load, target_flat, file_params, path):
           "remove it.")
 
 
-def _compare_gelu(origin: Optional[bool], model: Optional[bool], report):
+def _compare_gelu(file: Optional[bool], model: Optional[bool], report):
+  """`file`, `model`: the GELU form (True: tanh) each computes."""
   if model is None:
     return
-  if origin is None:
+  if file is None:
     report.gelu = f"model {GELU_NAMES[model]}; the file's origin is unknown"
     return
   report.gelu = (f"model {GELU_NAMES[model]}, file's origin "
-                 f"({report.layout}) {GELU_NAMES[origin]}")
-  if origin != model:
+                 f"({report.origin}) {GELU_NAMES[file]}")
+  if file != model:
     message = (
-        f"The weights' origin ({report.layout}) computes GELU with the "
-        f"{GELU_NAMES[origin]} but the model uses the {GELU_NAMES[model]}: "
+        f"The weights' origin ({report.origin}) computes GELU with the "
+        f"{GELU_NAMES[file]} but the model uses the {GELU_NAMES[model]}: "
         "logits differ slightly (about 1e-4 to 1e-3). Unset "
         "config.model.gelu_approximate to follow the file, or set it to "
-        f"{origin}.")
+        f"{file}.")
     report.warnings.append(message)
     logging.warning(message)
 

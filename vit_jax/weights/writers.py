@@ -1,6 +1,6 @@
-"""Writing weights in other code bases' layouts (no TensorFlow).
+"""Writing weights in other code bases' formats (no TensorFlow).
 
-`npz`: the released google-research/vision_transformer layout (flat 'a/b/c'
+`npz`: the released google-research/vision_transformer form (flat 'a/b/c'
 names, looped blocks, class-token position embedding included). `timm`: a
 safetensors state dict of timm's `VisionTransformer` (plain ViTs with a
 class token).
@@ -19,21 +19,21 @@ EXPORT_FORMATS = ("npz", "timm")
 
 
 def released_params(path: str, num_heads: int = 0) -> dict[str, np.ndarray]:
-  """Flat released-layout params of any file; class-token posemb included."""
+  """Any file's params under the released names; class-token posemb included."""
   source = loader.read_converted(path, num_heads)
   params = dict(source.params)
   posemb = params.get(convert.POSEMB)
   if ("cls" in params and posemb is not None and
       source.posemb_prefix_tokens == 0):
     # big_vision adds no position embedding to the class token: zero is the
-    # same model in the released layout.
+    # same model in the released form.
     zeros = np.zeros_like(posemb[:, :1])
     params[convert.POSEMB] = np.concatenate([zeros, posemb], axis=1)
   return params
 
 
 def save_npz(params, path: str):
-  """Params (flat names or a nested tree) -> released-layout .npz."""
+  """Params (flat names or a nested tree) -> a released-form .npz."""
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
   buffer = io.BytesIO()  # Object storage cannot seek while writing a zip.

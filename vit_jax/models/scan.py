@@ -1,4 +1,4 @@
-"""Conversion between the looped and the scanned parameter layouts.
+"""Looped and scanned encoder parameters, and conversion between the two.
 
 Looped (released checkpoints): `Transformer/encoderblock_{i}/...`.
 Scanned (`scan_layers=True`): `Transformer/encoderblock/...` with a leading
