@@ -3,11 +3,14 @@
 Every converter returns a `Converted`: flat '/'-joined names of this
 project's tree (the released vision_transformer names) and the number of
 prefix tokens its position embeddings carry (1 when they include the class
-token's, 0 when not), which the loader needs to resize them.
+token's, 0 when not), which the loader needs to resize them. The names of
+timm and Hugging Face are one table, `_MODULES`, read both ways.
 """
 
 import dataclasses
 import re
+from typing import NamedTuple
+from typing import Optional
 
 import numpy as np
 
@@ -15,7 +18,6 @@ from vit_jax.models import scan
 from vit_jax.weights.formats import WeightsError
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
-_BLOCK = "Transformer/encoderblock_{}"
 
 
 def is_masked_patch_part(name: str) -> bool:
@@ -176,25 +178,131 @@ def from_big_vision(tensors, path) -> Converted:
   return Converted(params, 0, "big_vision")
 
 
-def _dense(weight):  # torch Linear (out, in) -> flax Dense (in, out).
-  return weight.T
+class _Module(NamedTuple):
+  """A module of parameters: our name, its kind (`_ARRAYS`), and its name
+  in each PyTorch naming (None: none there). `{}` stands for a block's
+  index."""
+  ours: str
+  kind: str
+  timm: Optional[str]
+  transformers_4: Optional[str]
+  transformers_5: Optional[str]
 
 
-def _heads_in(weight_out_in, num_heads):  # (D_out, D_in) -> (D_in, H, K).
-  d_out, d_in = weight_out_in.shape
-  return weight_out_in.T.reshape(d_in, num_heads, d_out // num_heads)
+_OURS_BLOCK = "Transformer/encoderblock_{}/"
+# The one name correspondence with the PyTorch code bases, read both ways
+# (`from_timm`, `from_hugging_face`, `to_timm`). Transformers 4 wrote the
+# Hub's files. timm fuses query, key and value into `attn.qkv`, read as
+# three modules (`_split_qkv`).
+_MODULES = (
+    _Module("cls", "tensor", "cls_token", "embeddings.cls_token",
+            "embeddings.cls_token"),
+    _Module(POSEMB, "tensor", "pos_embed", "embeddings.position_embeddings",
+            "embeddings.position_embeddings"),
+    _Module("embedding", "conv", "patch_embed.proj",
+            "embeddings.patch_embeddings.projection",
+            "embeddings.patch_embeddings.projection"),
+    _Module("Transformer/encoder_norm", "norm", "norm", "layernorm",
+            "layernorm"),
+    _Module("head", "dense", "head", "classifier", "classifier"),
+    _Module("pre_logits", "dense", None, "pooler.dense", "pooler.dense"),
+    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/query", "heads_in",
+            "blocks.{}.attn.q", "encoder.layer.{}.attention.attention.query",
+            "layers.{}.attention.q_proj"),
+    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/key", "heads_in",
+            "blocks.{}.attn.k", "encoder.layer.{}.attention.attention.key",
+            "layers.{}.attention.k_proj"),
+    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/value", "heads_in",
+            "blocks.{}.attn.v", "encoder.layer.{}.attention.attention.value",
+            "layers.{}.attention.v_proj"),
+    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/out", "heads_out",
+            "blocks.{}.attn.proj", "encoder.layer.{}.attention.output.dense",
+            "layers.{}.attention.o_proj"),
+    _Module(_OURS_BLOCK + "LayerNorm_0", "norm", "blocks.{}.norm1",
+            "encoder.layer.{}.layernorm_before", "layers.{}.layernorm_before"),
+    _Module(_OURS_BLOCK + "LayerNorm_2", "norm", "blocks.{}.norm2",
+            "encoder.layer.{}.layernorm_after", "layers.{}.layernorm_after"),
+    _Module(_OURS_BLOCK + "MlpBlock_3/Dense_0", "dense", "blocks.{}.mlp.fc1",
+            "encoder.layer.{}.intermediate.dense", "layers.{}.mlp.fc1"),
+    _Module(_OURS_BLOCK + "MlpBlock_3/Dense_1", "dense", "blocks.{}.mlp.fc2",
+            "encoder.layer.{}.output.dense", "layers.{}.mlp.fc2"),
+)
+_OPTIONAL = ("head", "pre_logits")  # Modules a model may lack.
+# A module's arrays by kind: (PyTorch's suffix, our leaf, how it converts).
+_ARRAYS = {
+    "tensor": (("", "", "same"),),
+    "norm": ((".weight", "/scale", "same"), (".bias", "/bias", "same")),
+    "conv": ((".weight", "/kernel", "conv"), (".bias", "/bias", "same")),
+    "dense": ((".weight", "/kernel", "dense"), (".bias", "/bias", "same")),
+    "heads_in": (
+        (".weight", "/kernel", "heads_in"), (".bias", "/bias", "bias_in")),
+    "heads_out": (
+        (".weight", "/kernel", "heads_out"), (".bias", "/bias", "same")),
+}
+_QKV = ("q", "k", "v")
 
 
-def _heads_out(weight_out_in, num_heads):  # (D_out, D_in) -> (H, K, D_out).
-  d_out, d_in = weight_out_in.shape
-  return weight_out_in.T.reshape(num_heads, d_in // num_heads, d_out)
+def _to_ours(how: str, value, num_heads: int):
+  """A PyTorch array as ours: Linear (out, in) -> Dense (in, out), split
+  into heads where attention's input or output is; Conv OIHW -> HWIO."""
+  if how == "conv":
+    return value.transpose(2, 3, 1, 0)
+  if how == "dense":
+    return value.T
+  if how == "heads_in":  # (D_out, D_in) -> (D_in, H, K).
+    return value.T.reshape(value.shape[1], num_heads, -1)
+  if how == "bias_in":  # (D_out,) -> (H, K).
+    return value.reshape(num_heads, -1)
+  if how == "heads_out":  # (D_out, D_in) -> (H, K, D_out).
+    return value.T.reshape(num_heads, -1, value.shape[0])
+  return value
 
 
-def _embedding_and_head(get, params):
-  params["cls"] = get("cls")
-  params[POSEMB] = get("pos")
-  params["embedding/kernel"] = get("patch_w").transpose(2, 3, 1, 0)
-  params["embedding/bias"] = get("patch_b")
+def _to_torch(how: str, value):
+  """The inverse of `_to_ours`."""
+  if how == "conv":
+    return value.transpose(3, 2, 0, 1)
+  if how == "dense":
+    return value.T
+  if how == "heads_in":
+    return value.reshape(value.shape[0], -1).T
+  if how == "bias_in":
+    return value.reshape(-1)
+  if how == "heads_out":
+    return value.reshape(-1, value.shape[-1]).T
+  return value
+
+
+def _num_blocks(names, naming: str) -> int:
+  """1 + the largest block index among `names` (ours, or `naming`'s)."""
+  block = getattr(_MODULES[-1], naming)  # The last row is a block's.
+  pattern = re.compile(re.escape(block[:block.index("{}")]) + r"(\d+)")
+  return 1 + max(
+      (int(m.group(1)) for n in names if (m := pattern.match(n))), default=-1)
+
+
+def _arrays(naming: str, num_blocks: int):
+  """(module, our name, PyTorch's name, how it converts) of every array."""
+  for module in _MODULES:
+    theirs = getattr(module, naming)
+    if theirs is None:
+      continue
+    for i in range(num_blocks) if "{}" in module.ours else [0]:
+      for suffix, leaf, how in _ARRAYS[module.kind]:
+        ours = module.ours.format(i) + leaf
+        yield module, ours, theirs.format(i) + suffix, how
+
+
+def _from_torch(tensors, naming: str, num_heads: int, path: str) -> dict:
+  """Our params from a PyTorch state dict in `naming` (a `_Module` field)."""
+  params, num_blocks = {}, _num_blocks(tensors, naming)
+  for module, ours, theirs, how in _arrays(naming, num_blocks):
+    if theirs in tensors:
+      params[ours] = _to_ours(how, tensors[theirs], num_heads)
+    elif module.ours not in _OPTIONAL:
+      raise WeightsError(f"{path} has no {theirs!r}, which every ViT in its "
+                         "naming has; is it a whole state dict?")
+  return params
 
 
 def from_timm(tensors, num_heads, path) -> Converted:
@@ -205,43 +313,26 @@ def from_timm(tensors, num_heads, path) -> Converted:
         f"{path}: only timm ViTs with a class token and no fc_norm or "
         "register tokens map onto this model.")
   params = _timm_resnet_stem(tensors)
-  params.update({
-      "cls": tensors["cls_token"],
-      POSEMB: tensors["pos_embed"],
-      "embedding/kernel": tensors["patch_embed.proj.weight"].transpose(
-          2, 3, 1, 0),
-      "embedding/bias": tensors["patch_embed.proj.bias"],
-      "Transformer/encoder_norm/scale": tensors["norm.weight"],
-      "Transformer/encoder_norm/bias": tensors["norm.bias"]
-  })
-  if "head.weight" in tensors:
-    params["head/kernel"] = _dense(tensors["head.weight"])
-    params["head/bias"] = tensors["head.bias"]
-  num_layers = 1 + max(
-      int(m.group(1))
-      for n in tensors
-      if (m := re.match(r"blocks\.(\d+)\.", n)))
-  for i in range(num_layers):
-    t = lambda name, i=i: tensors[f"blocks.{i}.{name}"]
-    block = _BLOCK.format(i)
-    width = t("attn.qkv.weight").shape[1]
-    qkv_w = np.split(t("attn.qkv.weight"), 3)
-    qkv_b = np.split(t("attn.qkv.bias"), 3)
-    for name, w, b in zip(("query", "key", "value"), qkv_w, qkv_b):
-      attn = f"{block}/MultiHeadDotProductAttention_1/{name}"
-      params[f"{attn}/kernel"] = _heads_in(w, num_heads)
-      params[f"{attn}/bias"] = b.reshape(num_heads, width // num_heads)
-    out = f"{block}/MultiHeadDotProductAttention_1/out"
-    params[f"{out}/kernel"] = _heads_out(t("attn.proj.weight"), num_heads)
-    params[f"{out}/bias"] = t("attn.proj.bias")
-    for ours, theirs in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
-      params[f"{block}/{ours}/scale"] = t(f"{theirs}.weight")
-      params[f"{block}/{ours}/bias"] = t(f"{theirs}.bias")
-    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
-      params[f"{block}/MlpBlock_3/{ours}/kernel"] = _dense(
-          t(f"mlp.{theirs}.weight"))
-      params[f"{block}/MlpBlock_3/{ours}/bias"] = t(f"mlp.{theirs}.bias")
+  params.update(_from_torch(_split_qkv(tensors), "timm", num_heads, path))
   return Converted(params, 1, "timm")
+
+
+def _split_qkv(tensors) -> dict:
+  """timm's fused `attn.qkv` as three modules, `attn.q`, `attn.k`, `attn.v`."""
+  out = dict(tensors)
+  for name in [n for n in tensors if ".attn.qkv." in n]:
+    for part, value in zip(_QKV, np.split(out.pop(name), 3)):
+      out[name.replace(".qkv.", f".{part}.")] = value
+  return out
+
+
+def _fuse_qkv(tensors) -> dict:
+  """The inverse of `_split_qkv`."""
+  out = dict(tensors)
+  for name in [n for n in tensors if ".attn.q." in n]:
+    parts = [out.pop(name.replace(".q.", f".{part}.")) for part in _QKV]
+    out[name.replace(".q.", ".qkv.")] = np.concatenate(parts)
+  return out
 
 
 _TIMM_UNIT = {
@@ -282,65 +373,16 @@ def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
   return params
 
 
-# Hugging Face block names: transformers 4 (the Hub's files) and 5.
-_HF_BLOCK = {
-    "v4": dict(prefix="encoder.layer.{}.", query="attention.attention.query",
-               key="attention.attention.key", value="attention.attention.value",
-               out="attention.output.dense", fc1="intermediate.dense",
-               fc2="output.dense"),
-    "v5": dict(prefix="layers.{}.", query="attention.q_proj",
-               key="attention.k_proj", value="attention.v_proj",
-               out="attention.o_proj", fc1="mlp.fc1", fc2="mlp.fc2"),
-}
-
-
 def from_hugging_face(tensors, num_heads, path) -> Converted:
   """transformers' ViTModel / ViTForImageClassification (either naming)."""
   tensors = {
       (k[len("vit."):] if k.startswith("vit.") else k): v
       for k, v in tensors.items()
   }
-  names = _HF_BLOCK["v4" if any(
-      k.startswith("encoder.layer.") for k in tensors) else "v5"]
-  params = {
-      "cls": tensors["embeddings.cls_token"],
-      POSEMB: tensors["embeddings.position_embeddings"],
-      "embedding/kernel":
-          tensors["embeddings.patch_embeddings.projection.weight"].transpose(
-              2, 3, 1, 0),
-      "embedding/bias": tensors["embeddings.patch_embeddings.projection.bias"],
-      "Transformer/encoder_norm/scale": tensors["layernorm.weight"],
-      "Transformer/encoder_norm/bias": tensors["layernorm.bias"]
-  }
-  if "classifier.weight" in tensors:
-    params["head/kernel"] = _dense(tensors["classifier.weight"])
-    params["head/bias"] = tensors["classifier.bias"]
-  if "pooler.dense.weight" in tensors:  # The tanh pre-logits layer.
-    params["pre_logits/kernel"] = _dense(tensors["pooler.dense.weight"])
-    params["pre_logits/bias"] = tensors["pooler.dense.bias"]
-  block_re = re.escape(names["prefix"]).replace(r"\{\}", r"(\d+)")
-  num_layers = 1 + max(
-      int(m.group(1)) for n in tensors if (m := re.match(block_re, n)))
-  for i in range(num_layers):
-    t = lambda name, i=i: tensors[names["prefix"].format(i) + name]
-    block = _BLOCK.format(i)
-    for ours in ("query", "key", "value"):
-      w, b = t(names[ours] + ".weight"), t(names[ours] + ".bias")
-      attn = f"{block}/MultiHeadDotProductAttention_1/{ours}"
-      params[f"{attn}/kernel"] = _heads_in(w, num_heads)
-      params[f"{attn}/bias"] = b.reshape(num_heads, -1)
-    out = f"{block}/MultiHeadDotProductAttention_1/out"
-    params[f"{out}/kernel"] = _heads_out(t(names["out"] + ".weight"), num_heads)
-    params[f"{out}/bias"] = t(names["out"] + ".bias")
-    for ours, theirs in (("LayerNorm_0", "layernorm_before"),
-                         ("LayerNorm_2", "layernorm_after")):
-      params[f"{block}/{ours}/scale"] = t(theirs + ".weight")
-      params[f"{block}/{ours}/bias"] = t(theirs + ".bias")
-    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
-      params[f"{block}/MlpBlock_3/{ours}/kernel"] = _dense(
-          t(names[theirs] + ".weight"))
-      params[f"{block}/MlpBlock_3/{ours}/bias"] = t(names[theirs] + ".bias")
-  return Converted(params, 1, "hugging_face")
+  naming = ("transformers_4" if any(
+      k.startswith("encoder.layer.") for k in tensors) else "transformers_5")
+  return Converted(_from_torch(tensors, naming, num_heads, path), 1,
+                   "hugging_face")
 
 
 def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -361,51 +403,18 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
       k.startswith(("conv_root", "MAPHead_0")) for k in params):
     raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "
                        "no MAP head) map onto timm's names; use --format=npz.")
-  used = set()
-
-  def p(name):
-    used.add(name)
-    return np.ascontiguousarray(params[name])
-
-  out = {
-      "cls_token": p("cls"),
-      "pos_embed": p(POSEMB),
-      "patch_embed.proj.weight": np.ascontiguousarray(
-          p("embedding/kernel").transpose(3, 2, 0, 1)),
-      "patch_embed.proj.bias": p("embedding/bias"),
-      "norm.weight": p("Transformer/encoder_norm/scale"),
-      "norm.bias": p("Transformer/encoder_norm/bias")
-  }
-  if "head/kernel" in params:
-    out["head.weight"] = np.ascontiguousarray(p("head/kernel").T)
-    out["head.bias"] = p("head/bias")
-  i = 0
-  while f"{_BLOCK.format(i)}/LayerNorm_0/scale" in params:
-    block, attn = _BLOCK.format(
-        i), f"{_BLOCK.format(i)}/MultiHeadDotProductAttention_1"
-    width = params[f"{attn}/query/kernel"].shape[0]
-    out[f"blocks.{i}.attn.qkv.weight"] = np.concatenate([
-        p(f"{attn}/{n}/kernel").reshape(width, -1).T
-        for n in ("query", "key", "value")
-    ])
-    out[f"blocks.{i}.attn.qkv.bias"] = np.concatenate(
-        [p(f"{attn}/{n}/bias").reshape(-1) for n in ("query", "key", "value")])
-    out[f"blocks.{i}.attn.proj.weight"] = np.ascontiguousarray(
-        p(f"{attn}/out/kernel").reshape(-1, width).T)
-    out[f"blocks.{i}.attn.proj.bias"] = p(f"{attn}/out/bias")
-    for ours, theirs in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
-      out[f"blocks.{i}.{theirs}.weight"] = p(f"{block}/{ours}/scale")
-      out[f"blocks.{i}.{theirs}.bias"] = p(f"{block}/{ours}/bias")
-    for ours, theirs in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
-      out[f"blocks.{i}.mlp.{theirs}.weight"] = np.ascontiguousarray(
-          p(f"{block}/MlpBlock_3/{ours}/kernel").T)
-      out[f"blocks.{i}.mlp.{theirs}.bias"] = p(
-          f"{block}/MlpBlock_3/{ours}/bias")
-    i += 1
+  out, used = {}, set()
+  for module, ours, theirs, how in _arrays("timm", _num_blocks(params, "ours")):
+    if ours in params:
+      used.add(ours)
+      out[theirs] = _to_torch(how, params[ours])
+    elif module.ours not in _OPTIONAL:
+      raise WeightsError(f"The model has no {ours}, which timm's "
+                         "VisionTransformer needs; nothing was written.")
   left = sorted(set(params) - used)
   if left:
     raise WeightsError(f"timm's VisionTransformer has no place for {left}; "
                        "nothing was written. Use --format=npz, which keeps "
                        "every parameter.")
   # safetensors writes the raw buffer: every array must be C-ordered.
-  return {k: np.ascontiguousarray(v) for k, v in out.items()}
+  return {k: np.ascontiguousarray(v) for k, v in _fuse_qkv(out).items()}
