@@ -24,6 +24,7 @@ from vit_jax import models
 from vit_jax import paths
 from vit_jax import weights
 from vit_jax.config import defaults
+from vit_jax.errors import DownloadError
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.weights import cache
@@ -177,7 +178,7 @@ def test_offline_mode_refuses_to_download_but_reads_the_cache(
     named, tiny, tmp_path, monkeypatch):
   monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
   target = cache.cache_path(named)
-  with pytest.raises(cache.DownloadError) as error:
+  with pytest.raises(DownloadError) as error:
     formats.read(NAME)
   message = str(error.value)
   for part in ("Offline mode is on", NAME, named, target,
@@ -245,7 +246,7 @@ def test_offline_mode_says_a_url_may_be_an_orbax_directory(
   into the cache) or a workdir (read in place, so not offline)."""
   monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
   url = "gs://some-bucket/workdirs/run/checkpoints"
-  with pytest.raises(cache.DownloadError) as error:
+  with pytest.raises(DownloadError) as error:
     cache.locate(url)
   message = str(error.value)
   for part in (f"no cached copy at {cache.cache_path(url)}",

@@ -1,15 +1,35 @@
-"""The one exception type for mistakes in what the user gave us.
+"""The package's exception types, all here:
 
-A `UserError` names the problem and the fix (a bad config value, a missing
-file, a checkpoint that does not fit). Commands print it as one line,
-`error: ...`, and exit with status 2; any other exception is a bug and keeps
-its traceback (see `vit_jax/cli.py`). It is a `ValueError`, so callers that
-catch those keep working.
+  UserError           a mistake in what the user gave us (a bad config
+                      value or flag, a missing file, a checkpoint that does
+                      not fit), with the fix; a `ValueError`, so callers
+                      that catch those keep working;
+  WeightsError        a weights file that cannot be used (a UserError);
+  DownloadError       a checkpoint that could not be fetched (a UserError);
+  NonFiniteLossError  training diverged (a UserError and a
+                      FloatingPointError);
+  CheckpointError     a checkpoint that could not be saved or read after the
+                      storage libraries' retries: an `OSError` that may pass.
+
+Commands print a UserError as one line, `error: ...`, and exit with status
+2, and a CheckpointError likewise with 75 (EX_TEMPFAIL, worth a retry); any
+other exception is a bug and keeps its traceback (see `vit_jax/cli.py`).
+The one exception class defined elsewhere, `data/unreadable.py`'s
+TooManyUnreadable, never reaches a user: it stops a tf.data pipeline from
+inside, and the pipeline's reader raises a UserError in its place.
 """
 
 
 class UserError(ValueError):
   """A mistake in the input (config, flags, files), with what to do about it."""
+
+
+class WeightsError(UserError):
+  """A weights file that cannot be used, with what to do about it."""
+
+
+class DownloadError(UserError):
+  """A checkpoint that could not be fetched, with what to do about it."""
 
 
 class NonFiniteLossError(UserError, FloatingPointError):

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from vit_jax.errors import UserError
+from vit_jax.errors import WeightsError
 
 ENCODER = "Transformer"  # Where the repeated blocks live.
 _BLOCK = re.compile(r"^encoderblock_(\d+)$")
@@ -46,7 +47,7 @@ def stack_flat(flat: dict, num_layers: int) -> dict:
 
   A scan needs every layer of a parameter, so one with only some of its
   `num_layers` layers (the rest left out, e.g. by `dont_load`) is a
-  UserError; one with none is simply absent from the result.
+  WeightsError; one with none is simply absent from the result.
   """
   out, per_leaf = {}, {}
   for name, value in flat.items():
@@ -57,9 +58,9 @@ def stack_flat(flat: dict, num_layers: int) -> dict:
       out[name] = value
   for rest, layers in per_leaf.items():
     if sorted(layers) != list(range(num_layers)):
-      raise UserError(f"Only some layers of encoderblock/{rest} are loaded; "
-                      "a scanned model loads all layers of a parameter or "
-                      "none (see config.init.dont_load).")
+      raise WeightsError(f"Only some layers of encoderblock/{rest} are loaded; "
+                         "a scanned model loads all layers of a parameter "
+                         "or none (see config.init.dont_load).")
     out[_SCANNED_PREFIX + rest] = np.stack(
         [layers[i] for i in range(num_layers)])
   return out

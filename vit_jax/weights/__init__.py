@@ -5,7 +5,7 @@ Imports no TensorFlow: converting and loading run on accelerator hosts.
 start from a checkpoint (`config.init.checkpoint`).
 """
 
-from vit_jax.weights.formats import WeightsError
+from vit_jax.errors import WeightsError
 from vit_jax.weights.loader import Report
 from vit_jax.weights.loader import file_origin
 from vit_jax.weights.loader import init_params

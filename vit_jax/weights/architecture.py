@@ -20,13 +20,13 @@ from typing import Optional
 import numpy as np
 
 from vit_jax.errors import UserError
+from vit_jax.errors import WeightsError
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import ResNetSpec
 from vit_jax.models.variants import Variant
 from vit_jax.weights import convert
 from vit_jax.weights import formats
 from vit_jax.weights import posemb
-from vit_jax.weights.formats import WeightsError
 
 _BLOCK = "Transformer/encoderblock_{}/"
 _TORCH_PATCH_PROJECTION = ("patch_embed.proj.weight",

@@ -36,6 +36,7 @@ from absl import logging
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax.errors import DownloadError
 from vit_jax.errors import UserError
 from vit_jax.weights import released
 
@@ -49,10 +50,6 @@ _BLOCK = 16 << 20  # Bytes per read while downloading.
 
 # URLs already announced by this process: one line each, not one per read.
 _announced = set()
-
-
-class DownloadError(UserError):
-  """A checkpoint that could not be fetched, with what to do about it."""
 
 
 def is_offline() -> bool:

@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
+from vit_jax.errors import WeightsError
 from vit_jax.models import scan
-from vit_jax.weights.formats import WeightsError
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 

@@ -2,6 +2,7 @@
 text the `inspect` command prints (`vit_jax/commands/inspect_weights.py`)."""
 
 from vit_jax import models
+from vit_jax.errors import WeightsError
 from vit_jax.weights import formats
 from vit_jax.weights import loader
 
@@ -42,7 +43,7 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
     _, report = loader.load_for_config(config, path, target)
     return (f"Loads into {config.model.variant} at {size} px with "
             f"{what}:\n{report.table(limit=1000)}")
-  except formats.WeightsError as e:
+  except WeightsError as e:
     return f"Does NOT load into {config.model.variant} at {size} px:\n{e}"
 
 

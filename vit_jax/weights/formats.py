@@ -27,15 +27,11 @@ from etils import epath
 import numpy as np
 
 from vit_jax import paths
-from vit_jax.errors import UserError
+from vit_jax.errors import WeightsError
 from vit_jax.weights import cache
 from vit_jax.weights import released
 
 FORMATS = ("orbax", "npz", "safetensors", "torch")
-
-
-class WeightsError(UserError):
-  """A weights file that cannot be used, with what to do about it."""
 
 
 def read(path: str, cache_dir=None) -> tuple[str, dict[str, np.ndarray]]:

@@ -34,14 +34,13 @@ import numpy as np
 
 from vit_jax import console
 from vit_jax import paths
-from vit_jax.errors import UserError
+from vit_jax.errors import WeightsError
 from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import convert
 from vit_jax.weights import formats
 from vit_jax.weights import posemb
 from vit_jax.weights import released
-from vit_jax.weights.formats import WeightsError
 
 POSEMB = convert.POSEMB
 GELU_NAMES = {True: "tanh approximation", False: "exact erf"}
@@ -246,10 +245,7 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
   if jax.process_index() == 0:
     logging.info("Initialised from %s", report.table())
   if scan.is_scanned(params):
-    try:
-      loaded = scan.stack_flat(loaded, scan.num_scanned_layers(params))
-    except UserError as e:  # models/ cannot import weights' error type.
-      raise WeightsError(str(e)) from None
+    loaded = scan.stack_flat(loaded, scan.num_scanned_layers(params))
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   shardings = flax.traverse_util.flatten_dict(params_sharding, sep="/")
   for name, value in loaded.items():
