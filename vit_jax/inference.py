@@ -68,8 +68,12 @@ class Loaded:
 def _merge(config: ml_collections.ConfigDict, recorded: dict):
   """`config` with the recorded values of the fields it has (JSON lists
   become the tuples the fields hold)."""
-  as_tuple = lambda v: tuple(as_tuple(x)
-                             for x in v) if isinstance(v, list) else v
+
+  def as_tuple(value):
+    if isinstance(value, list):
+      return tuple(as_tuple(x) for x in value)
+    return value
+
   for key, value in recorded.items():
     if key not in config:
       continue

@@ -160,9 +160,11 @@ def _run(fn, float64: bool, *args, num_classes: int):
   """`fn(*args)` in fp32 on the default device, or float64 on the host."""
 
   def call(float_dtype):
-    cast = lambda a: jnp.asarray(
-        a, float_dtype
-        if np.issubdtype(np.asarray(a).dtype, np.floating) else jnp.int32)
+
+    def cast(array):
+      floating = np.issubdtype(np.asarray(array).dtype, np.floating)
+      return jnp.asarray(array, float_dtype if floating else jnp.int32)
+
     return np.asarray(fn(*map(cast, args), num_classes=num_classes))
 
   if not float64:

@@ -25,6 +25,7 @@ parameter scope (`mask_token` and `masked_patch_head` beside `embedding`,
 `Transformer`, ...), so the ViT holds nothing only this objective uses.
 """
 
+import functools
 from typing import Any
 from typing import Optional
 
@@ -176,15 +177,14 @@ class MaskedPatchHead(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxNxD):
-    dense = lambda features, name, **kw: nn.Dense(
-        features, dtype=self.dtype, param_dtype=self.param_dtype, name=name, **
-        kw)
+    dense = functools.partial(nn.Dense, dtype=self.dtype,
+                              param_dtype=self.param_dtype)
     h_BxNxD = nn.gelu(
-        dense(x_BxNxD.shape[-1], "Dense_0")(x_BxNxD),
+        dense(x_BxNxD.shape[-1], name="Dense_0")(x_BxNxD),
         approximate=self.gelu_approximate)
     h_BxNxD = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
                            name="LayerNorm_0")(h_BxNxD)
-    return dense(self.outputs, "Dense_1",
+    return dense(self.outputs, name="Dense_1",
                  kernel_init=nn.initializers.zeros)(h_BxNxD).astype(jnp.float32)
 
 

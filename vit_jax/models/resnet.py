@@ -5,6 +5,7 @@ Names follow the released hybrid checkpoints (`conv_root`, `gn_root`,
 calling module's scope so that they sit at the top of the parameter tree.
 """
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -47,23 +48,23 @@ class ResidualUnit(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = lambda f, k, s=(1, 1), name=None: StdConv(
-        f, k, s, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-        name=name)
-    norm = lambda name, **kw: nn.GroupNorm(dtype=self.dtype, param_dtype=self.
-                                           param_dtype, name=name, **kw)
+    conv = functools.partial(StdConv, use_bias=False, dtype=self.dtype,
+                             param_dtype=self.param_dtype)
+    norm = functools.partial(nn.GroupNorm, dtype=self.dtype,
+                             param_dtype=self.param_dtype)
 
     residual = x
     if x.shape[-1] != 4 * self.features or self.strides != (1, 1):
-      residual = conv(4 * self.features, (1, 1), self.strides, "conv_proj")(x)
-      residual = norm("gn_proj")(residual)
+      residual = conv(4 * self.features, (1, 1), self.strides,
+                      name="conv_proj")(x)
+      residual = norm(name="gn_proj")(residual)
 
-    y = nn.relu(norm("gn1")(conv(self.features, (1, 1), name="conv1")(x)))
-    y = conv(self.features, (3, 3), self.strides, "conv2")(y)
-    y = nn.relu(norm("gn2")(y))
+    y = nn.relu(norm(name="gn1")(conv(self.features, (1, 1), name="conv1")(x)))
+    y = conv(self.features, (3, 3), self.strides, name="conv2")(y)
+    y = nn.relu(norm(name="gn2")(y))
     y = conv(4 * self.features, (1, 1), name="conv3")(y)
     # Zero-init last scale: every unit starts as the identity on its residual.
-    y = norm("gn3", scale_init=nn.initializers.zeros)(y)
+    y = norm(name="gn3", scale_init=nn.initializers.zeros)(y)
     return nn.relu(residual + y)
 
 

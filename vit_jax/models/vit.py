@@ -21,6 +21,7 @@ code bases that trained the released weights use; False is the exact erf
 form of timm and Hugging Face.
 """
 
+import functools
 from typing import Any
 from typing import Callable
 from typing import Optional
@@ -55,16 +56,16 @@ class MlpBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
-    dense = lambda features, name: nn.Dense(
-        features, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=nn
-        .initializers.xavier_uniform(), bias_init=nn.initializers.normal(
-            stddev=1e-6), name=name)
+    dense = functools.partial(nn.Dense, dtype=self.dtype,
+                              param_dtype=self.param_dtype,
+                              kernel_init=nn.initializers.xavier_uniform(),
+                              bias_init=nn.initializers.normal(stddev=1e-6))
     h_BxNxF = nn.gelu(
-        dense(self.mlp_dim, "Dense_0")(x_BxNxD),
+        dense(self.mlp_dim, name="Dense_0")(x_BxNxD),
         approximate=self.gelu_approximate)
     h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(self.dropout_rate)(h_BxNxF, deterministic)
-    y_BxNxD = dense(x_BxNxD.shape[-1], "Dense_1")(h_BxNxF)
+    y_BxNxD = dense(x_BxNxD.shape[-1], name="Dense_1")(h_BxNxF)
     return nn.Dropout(self.dropout_rate)(y_BxNxD, deterministic)
 
 
@@ -126,12 +127,13 @@ class MultiHeadDotProductAttention(nn.Module):
       raise ValueError(f"hidden_size {width} is not divisible by num_heads "
                        f"{self.num_heads}.")
     head_dim = width // self.num_heads
-    proj = lambda name: nn.DenseGeneral(
-        (self.num_heads, head_dim), dtype=self.dtype, param_dtype=self.
-        param_dtype, kernel_init=nn.initializers.xavier_uniform(), name=name)
-    q_BxMxHxK = proj("query")(q_BxMxD) / jnp.sqrt(head_dim).astype(self.dtype)
-    k_BxNxHxK = proj("key")(kv_BxNxD)
-    v_BxNxHxK = proj("value")(kv_BxNxD)
+    proj = functools.partial(nn.DenseGeneral, (self.num_heads, head_dim),
+                             dtype=self.dtype, param_dtype=self.param_dtype,
+                             kernel_init=nn.initializers.xavier_uniform())
+    scale = jnp.sqrt(head_dim).astype(self.dtype)
+    q_BxMxHxK = proj(name="query")(q_BxMxD) / scale
+    k_BxNxHxK = proj(name="key")(kv_BxNxD)
+    v_BxNxHxK = proj(name="value")(kv_BxNxD)
     q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
         t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
 
@@ -178,9 +180,9 @@ class Encoder1DBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
-    norm = lambda name: nn.LayerNorm(dtype=self.dtype, param_dtype=self.
-                                     param_dtype, name=name)
-    y = norm("LayerNorm_0")(x_BxNxD)
+    norm = functools.partial(nn.LayerNorm, dtype=self.dtype,
+                             param_dtype=self.param_dtype)
+    y = norm(name="LayerNorm_0")(x_BxNxD)
     y, weights_BxHxNxN = MultiHeadDotProductAttention(
         self.num_heads, self.attention_dropout_rate, self.attention,
         dtype=self.dtype, param_dtype=self.param_dtype,
@@ -189,7 +191,7 @@ class Encoder1DBlock(nn.Module):
     y = nn.Dropout(self.dropout_rate)(y, deterministic)
     x_BxNxD = x_BxNxD + drop_path(self.drop_path_rate)(y, deterministic)
 
-    y = norm("LayerNorm_2")(x_BxNxD)
+    y = norm(name="LayerNorm_2")(x_BxNxD)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
                  dtype=self.dtype, param_dtype=self.param_dtype,
                  name="MlpBlock_3")(y, deterministic)

@@ -123,9 +123,11 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
     parts.append(_scale_per_param(config.lr_mults, 1.0))
   tx = optax.chain(*parts)
   if config.frozen:
-    labels = lambda params: jax.tree.map(
-        lambda frozen: "frozen"
-        if frozen else "trained", frozen_mask(config.frozen, params))
+
+    def labels(params):
+      return jax.tree.map(lambda frozen: "frozen" if frozen else "trained",
+                          frozen_mask(config.frozen, params))
+
     tx = optax.multi_transform({
         "trained": tx,
         "frozen": optax.set_to_zero()
