@@ -2,9 +2,10 @@
 
     vit-jax train --config=configs/digits.py --workdir=workdirs/digits
 
-A 4-layer, 64-wide ViT (patch 4) on digits upsampled to 16x16 px. Expected:
-about 98% test accuracy in about two minutes on 2 CPU cores.
-The argument `runlocal` shrinks it to a few steps of the `testing` model.
+A 4-layer, 64-wide ViT (patch 4) on digits upsampled to 16x16 px, sized
+for a laptop CPU; what it reaches is step 1 of README.md's demo table, and
+how long it takes is in docs/training.md. The argument `runlocal` shrinks
+it to a few steps of the `testing` model.
 """
 
 from vit_jax.config import defaults

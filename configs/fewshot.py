@@ -3,15 +3,11 @@ r"""Few-shot linear evaluation sweeps (the paper's Fig. 2/5 protocol).
     vit-jax fewshot --config=configs/fewshot.py:digits \
         --checkpoints=workdirs/demo/pretrain --workdir=workdirs/fewshot
 
-Presets: `digits` (the demo's 16-px `digits` model on the built-in digits:
-with the published protocol the demo's supervised checkpoint scores about
-98% 10-shot, its self-supervised one (configs/selfsup.py:digits) 67%, the
-same model at random init (`--checkpoints=random`) 44%; with
-`--config.fewshot.l2_selection=loo` 98%, 77% and 57%; chance 10%; about
-10 s a checkpoint on 2 CPU cores) and `paper` (224 px, pre-logits of ViT-B/16
-by default, on
-CIFAR-100, Oxford Pets and Flowers; the paper's ImageNet 5-shot is with
-`--datasets=imagenet2012` and `--config.fewshot.train_split='train[:10%]'`).
+Presets: `digits` (the demo's 16-px `digits` model on the built-in digits;
+what its checkpoints score: docs/evaluation.md) and `paper` (224 px,
+pre-logits of ViT-B/16 by default, on CIFAR-100, Oxford Pets and Flowers;
+the paper's ImageNet 5-shot is with `--datasets=imagenet2012` and
+`--config.fewshot.train_split='train[:10%]'`).
 `standard` is big_vision's standard few-shot set (vit_jax/fewshot/bundles.py:
 Caltech-101, Cars196, CIFAR-100, DTD, Oxford Pets, UC Merced and ImageNet
 `train[:65000]` against `validation`, 1/5/10/25 shots, 3 seeds, L2 2^10,

@@ -306,13 +306,12 @@ def gather_over_data(params, shardings, cast_dtype=None, explicit=True):
 
   Otherwise (the automatic partitioner's view, used with tensor
   parallelism, where the explicit form makes XLA gather the weights whole
-  over `model` too: ViT-B/16 fsdp+tp on v5e:4x4 moved 2.25 GiB per step
-  instead of 1.75): sharding constraints, whose backward sums the gradient
+  over `model` too): sharding constraints, whose backward sums the gradient
   over `data` (an all-reduce) and keeps this device's shard. Left to
   itself, XLA partitions FSDP's weight-gradient matmuls as windowed einsums
   fused with a reduce-scatter, which hold extra copies of the saved
-  activations (ViT-L/16, batch 256 on v5e:4x4: 4.6 GiB per device instead
-  of 3.3 with this gather).
+  activations; this gather avoids them. docs/scaling.md has what each
+  choice moved and held.
 
   With `cast_dtype`, gathered leaves of two or more dimensions are cast to
   it first: for kernels a layer uses in that dtype anyway, that gathers

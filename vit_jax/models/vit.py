@@ -78,7 +78,7 @@ def _fused_kernel_applies(dtype, head_dim: int) -> bool:
 
 
 # cuDNN's fused attention refuses to train on odd token counts (ViT-B/16 at
-# 224 px has 197); padding to 256 was measured no faster on an H100.
+# 224 px has 197); padding further gained nothing (docs/speed.md).
 _CUDNN_LENGTH_MULTIPLE = 2
 
 
@@ -237,9 +237,9 @@ class Encoder(nn.Module):
     if self.gather_block is not None:
       # FSDP: each block gathers its own weights where it runs, as a remat
       # region, so the backward pass gathers them again instead of holding
-      # every layer's (ViT-L/16 on v5e:4x4: 24 MiB per layer and device).
-      # With remat "none" the region keeps the weight matmuls' outputs and
-      # recomputes attention and elementwise ops: ~1% more FLOPs for ViT-L.
+      # every layer's. With remat "none" the region keeps the weight
+      # matmuls' outputs and recomputes only attention and elementwise ops
+      # (what each costs: docs/scaling.md).
       block_cls = nn.map_variables(block_cls, "params",
                                    trans_in_fn=self.gather_block,
                                    init=self.is_initializing())
