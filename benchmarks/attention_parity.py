@@ -35,7 +35,8 @@ def main():
   def run(attention, params=None):
     config = defaults.get_model_config()
     config.update(
-        dict(variant=args.variant, dtype=args.dtype, attention=attention))
+        dict(variant=args.variant, dtype=args.dtype, attention=attention,
+             gelu_approximate=True))
     model = models.build_model(config, 10)
     if params is None:
       params = model.init(jax.random.key(0), images)["params"]

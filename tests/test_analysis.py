@@ -135,7 +135,7 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   """A released-style hybrid file, read without a config: the analysis's
   grid is what its ResNet stem outputs, and every map has that shape."""
   config = defaults.get_model_config()
-  config.variant = "testing-hybrid"
+  config.variant, config.gelu_approximate = "testing-hybrid", True
   model = models.build_model(config, num_classes=5)
   x = jnp.zeros((1, 32, 32, 3))
   params = jax.jit(model.init)(jax.random.key(0), x)["params"]
@@ -167,6 +167,7 @@ def test_models_without_a_class_token(tmp_path, classifier):
   rollout of what the head reads spreads a total of 1 over the patches."""
   config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
+  config.gelu_approximate = True
   model = models.build_model(config, num_classes=3)
   params = jax.jit(model.init)(jax.random.key(0), jnp.zeros(
       (1, 16, 16, 3)))["params"]

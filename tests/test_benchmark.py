@@ -24,7 +24,7 @@ def _vit_macs(width, mlp, layers, heads, patch, size, classes):
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_forward_macs_match_the_paper_formula(scan_layers):
   config = defaults.get_model_config()
-  config.variant = "ViT-B/16"
+  config.variant, config.gelu_approximate = "ViT-B/16", True
   config.scan_layers = scan_layers
   macs = flops.forward_macs(models.build_model(config, 1000), 224)
   assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000) == 17_563_828_224

@@ -14,6 +14,7 @@ import pytest
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.training import checkpoint
 from vit_jax.training import optim
 from vit_jax.training import train_state
@@ -94,7 +95,7 @@ def test_killed_run_resumes_the_same_trajectory(tfds_data_dir, tmp_path):
 
 def _state(config, mesh, variant="testing"):
   config.model.variant = variant
-  model = models.build_model(config.model, 10)
+  model = models.build_model(weights.decide(config).model, 10)
   tx, _ = optim.make_optimizer(config, 10)
   return train_state.create_train_state(model, tx, config.image_size,
                                         config.seed, mesh)

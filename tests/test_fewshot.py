@@ -169,7 +169,7 @@ def _config(data_dir, **fewshot):
 
 def test_sharded_extraction_equals_single_device(tfds_data_dir):
   config = _config(tfds_data_dir)
-  model = models.build_model(config.model, None)
+  model = models.build_model(weights.decide(config).model, None)
   out = []
   for devices in (1, 8):
     mesh = sharding.make_mesh(devices=jax.devices()[:devices])
@@ -186,7 +186,7 @@ def test_sharded_extraction_equals_single_device(tfds_data_dir):
 
 def test_bad_layer_empty_datasets_and_unknown_policies(tfds_data_dir):
   config = _config(tfds_data_dir)
-  model = models.build_model(config.model, None)
+  model = models.build_model(weights.decide(config).model, None)
   for field, value in (("on_too_few", "drop"), ("l2_selection", "cv")):
     bad = _config(tfds_data_dir, **{field: value})
     with pytest.raises(ValueError, match=f"config.fewshot.{field}="):
@@ -218,7 +218,7 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
   config = _config(tfds_data_dir, shots=(1, 5, 10), seeds=2, on_too_few="skip")
   config.model.variant = "digits"
   # A second checkpoint: the same model at random init, as a released .npz.
-  model = models.build_model(config.model, 10)
+  model = models.build_model(weights.decide(config).model, 10)
   random_init = jax.jit(model.init)(jax.random.key(3), np.zeros((1, 16, 16, 3)))
   random_path = str(tmp_path / "random.npz")
   writers.save_npz(random_init["params"], random_path)
@@ -250,7 +250,8 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
 
 def test_checkpoint_of_another_model_is_refused(tfds_data_dir, tmp_path):
   config = _config(tfds_data_dir)
-  other = models.build_model(config.model, 10).clone(hidden_size=32)
+  other = models.build_model(weights.decide(config).model,
+                             10).clone(hidden_size=32)
   params = jax.jit(other.init)(jax.random.key(0), np.zeros(
       (1, 16, 16, 3)))["params"]
   path = str(tmp_path / "wide.npz")
@@ -276,7 +277,7 @@ def test_datasets_with_their_own_splits_and_preprocessing(tfds_data_dir):
   config = _config(tfds_data_dir,
                    datasets=(("digits", "train[:300]", "test[:100]"),),
                    pp_eval="resize(20)|central_crop|value_range")
-  model = models.build_model(config.model, None)
+  model = models.build_model(weights.decide(config).model, None)
   import optax
   mesh = sharding.make_mesh(devices=jax.devices()[:1])
   state, shardings = train_state.create_train_state(model, optax.identity(), 16,

@@ -200,7 +200,7 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
   batches = input_pipeline.make_train_iterator(specs.training(config), source,
                                                labels=False)
   batches = [next(batches) for _ in range(2)]
-  model = models.from_config(config, None)
+  model = models.from_config(weights.decide(config), None)
   tx, schedule = optim.make_optimizer(config, config.total_steps)
   results = []
   for devices in (jax.devices()[:1], jax.devices()):
@@ -251,7 +251,7 @@ def test_plan_compiles_the_masked_patch_step(selfsup_config):
   config = selfsup_config
   config.dataset = "a_dataset_nobody_prepared"
   r = planning.plan(config, "cpu:8")
-  model = models.from_config(config, None)
+  model = models.from_config(weights.decide(config), None)
   assert r["params"] == sum(
       x.size for x in jax.tree.leaves(models.param_shapes(model, 16)))
   assert r["flops_per_step"] > 0
@@ -263,11 +263,11 @@ def test_released_weights_start_self_supervised_pre_training(
   token and patch head new; a masked-patch file exports to timm without
   them (timm's model computes the same features)."""
   config = selfsup_config
-  supervised = models.build_model(config.model, 10)
+  supervised = models.build_model(weights.decide(config).model, 10)
   path = str(tmp_path / "supervised.npz")
   writers.save_npz(models.init_on_zeros(supervised, jax.random.key(0), 16),
                    path)
-  model = models.from_config(config, None)
+  model = models.from_config(weights.decide(config), None)
   params = models.param_shapes(model, 16)
   _, report = weights.load_for_config(config, path, params)
   assert {name for name, _ in report.reinitialised} == MASKED_PARTS
@@ -299,7 +299,7 @@ def test_masked_patch_step_without_class_token_and_with_accumulation(
   selfsup_config.model.classifier = "gap"
   selfsup_config.accum_steps = 2
   checks.check_config(selfsup_config, sharding.make_mesh())
-  model = models.from_config(selfsup_config, None)
+  model = models.from_config(weights.decide(selfsup_config), None)
   tx, schedule = optim.make_optimizer(selfsup_config, 10)
   mesh = sharding.make_mesh()
   state, state_sharding = train_state.create_train_state(model, tx, 16, 0, mesh)

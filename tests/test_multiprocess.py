@@ -23,6 +23,7 @@ import pytest
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.training import objectives
@@ -120,7 +121,7 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
   ]
   mesh = sharding.mesh_from_config(config,
                                    jax.devices()[:2 * DEVICES_PER_PROCESS])
-  model = models.build_model(config.model, source.num_classes)
+  model = models.build_model(weights.decide(config).model, source.num_classes)
   tx, schedule = optim.make_optimizer(config, num_steps)
   state, shardings = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)

@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.training import objectives
 from vit_jax.training import optim
@@ -108,7 +109,7 @@ def _step_and_state(digits_config, ema_decay=0.0, label_smoothing=0.0):
       dict(optimizer="sgd", warmup_steps=0, decay_type="constant",
            grad_clip_norm=0.0))
   digits_config.model.variant = "testing"
-  model = models.build_model(digits_config.model, 10)
+  model = models.build_model(weights.decide(digits_config).model, 10)
   tx, schedule = optim.make_optimizer(digits_config, 10)
   mesh = sharding.make_mesh()
   state, shardings = train_state.create_train_state(model, tx, 16, 0, mesh,
@@ -196,7 +197,7 @@ def test_frozen_parameters_cost_no_backward_pass():
   config = _config(optimizer="adam",
                    frozen=("Transformer/encoderblock_.*", "embedding/.*"))
   config.model.variant = "testing"
-  model = models.build_model(config.model, 10)
+  model = models.build_model(weights.decide(config).model, 10)
   mesh = sharding.make_mesh(devices=jax.devices()[:1])
   tx, schedule = optim.make_optimizer(config, 10)
   state, state_sharding = train_state.create_train_state(model, tx, 16, 0, mesh)

@@ -131,6 +131,7 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
 def _testing_model(num_classes, classifier="token"):
   config = defaults.get_model_config()
   config.variant, config.classifier = "testing", classifier
+  config.gelu_approximate = True
   model = models.build_model(config, num_classes)
   return model, jax.jit(model.init)(jax.random.key(0), jnp.zeros(
       (1, 24, 24, 3)))["params"]

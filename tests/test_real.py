@@ -17,6 +17,7 @@ from tests.helpers import tfds_fakes
 from vit_jax import evaluators
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.data import sources
 from vit_jax.errors import UserError
@@ -112,7 +113,7 @@ def imagenet_model(tmp_path):
   tfds_fakes.write_metadata(config.data_dir, "imagenet_v2",
                             {"test": len(V2_LABELS)})
   mesh = sharding.make_mesh()
-  model = models.from_config(config, 1000)
+  model = models.from_config(weights.decide(config), 1000)
   state, state_sharding = train_state.create_train_state(
       model, optax.identity(), config.image_size, 0, mesh, config.sharding)
   params = dict(state.params)  # The head's kernel is zero: logits = bias.

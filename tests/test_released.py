@@ -54,7 +54,7 @@ def gcs():
 def tiny(tmp_path_factory) -> tuple[bytes, dict]:
   """(the .npz bytes, its flat params) of a `testing` model with a head."""
   model_config = defaults.get_model_config()
-  model_config.variant = "testing"
+  model_config.variant, model_config.gelu_approximate = "testing", True
   model = models.build_model(model_config, num_classes=7)
   params = models.init_on_zeros(model, jax.random.key(0), 16)
   path = str(tmp_path_factory.mktemp("tiny") / "testing.npz")
@@ -161,12 +161,14 @@ def test_a_name_for_another_variant_is_refused_before_downloading(
              "config.model.variant is ViT-B/16; set "
              "--config.model.variant=testing")
   with pytest.raises(weights.WeightsError, match=refused):
-    weights.resolve_gelu(config)
+    weights.decide(config)
   assert not os.path.exists(config.init.cache_dir)
 
   config.model.variant = "testing"
   config.image_size = 16
-  config = weights.resolve_gelu(config)  # Reads the name's origin.
+  config = weights.decide(config)  # A released name: tanh, not downloaded.
+  assert config.model.gelu_approximate is True
+  assert not os.path.exists(config.init.cache_dir)
   model = models.build_model(config.model, num_classes=7)
   loaded, report = weights.load_for_config(config, NAME,
                                            models.param_shapes(model, 16))

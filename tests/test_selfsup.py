@@ -58,7 +58,7 @@ def test_training_lowers_the_loss_and_evaluation_repeats(
   # parameters again gives the numbers the run logged.
   config = _selfsup_config(tfds_data_dir)
   mesh = sharding.mesh_from_config(config)
-  model = models.from_config(config, None)
+  model = models.from_config(weights.decide(config), None)
   state, shardings = train_state.create_train_state(model, optax.identity(), 16,
                                                     1, mesh)
   params = weights.init_params(config, workdir, state.params, shardings.params)
@@ -78,7 +78,8 @@ def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(
   config = finetune.get_config(f"digits,runlocal,init={workdir}")
   config.data_dir = tfds_data_dir
   config.total_steps = 3
-  target = models.param_shapes(models.from_config(config, 10), 32)
+  target = models.param_shapes(models.from_config(weights.decide(config), 10),
+                               32)
   _, report = weights.load_for_config(config, workdir, target)
   assert {name for name, _ in report.dropped} == MASKED_PARTS
   assert {name for name, _ in report.reinitialised} == {
@@ -96,7 +97,7 @@ def test_fewshot_of_the_checkpoint_and_of_random_init(pretrained, tfds_data_dir,
   workdir, _ = pretrained
   config = fewshot_configs.get_config("digits,runlocal")
   config.data_dir = tfds_data_dir
-  model = models.build_model(config.model, None)
+  model = models.build_model(weights.decide(config).model, None)
   state, _ = train_state.create_train_state(model, optax.identity(), 16,
                                             config.seed, sharding.make_mesh())
   init_path = str(tmp_path / "init.npz")

@@ -13,6 +13,7 @@ import pytest
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.performance import communication
 from vit_jax.training import optim
 from vit_jax.training import train_state
@@ -155,7 +156,7 @@ def test_fsdp_never_splits_the_scanned_layer_axis(digits_config):
 def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
                                                        mesh_shape, message):
   digits_config.sharding.params = rules
-  model = models.build_model(digits_config.model, 10)
+  model = models.build_model(weights.decide(digits_config).model, 10)
   tx, _ = optim.make_optimizer(digits_config, 10)
   with pytest.raises(ValueError, match=message):
     train_state.create_train_state(model, tx, 16, 0,
@@ -166,7 +167,7 @@ def test_bad_sharding_rules_fail_before_the_first_step(digits_config, rules,
 def test_optimizer_state_and_ema_follow_their_parameter(digits_config):
   digits_config.sharding.params = ((".*", "fsdp"),)
   digits_config.sharding.fsdp_min_size = 0
-  model = models.build_model(digits_config.model, 10)
+  model = models.build_model(weights.decide(digits_config).model, 10)
   tx, _ = optim.make_optimizer(digits_config, 10)
   _, shardings = train_state.abstract_train_state(
       model, tx, 16, sharding.make_mesh(), digits_config.sharding, ema=True)

@@ -12,6 +12,7 @@ import pytest
 
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.training import objectives
@@ -35,7 +36,8 @@ def setup(digits_config):
   batches = input_pipeline.make_train_iterator(specs.training(digits_config),
                                                source)
   batches = [next(batches) for _ in range(3)]
-  model = models.build_model(digits_config.model, source.num_classes)
+  model = models.build_model(
+      weights.decide(digits_config).model, source.num_classes)
   tx, schedule = optim.make_optimizer(digits_config, 3)
   return digits_config, model, tx, schedule, batches
 

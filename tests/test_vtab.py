@@ -294,7 +294,7 @@ def test_an_unfinished_task_resumes_only_with_its_settings(
   """config.json as the trainer writes it (GELU decided)."""
   config = _vtab_config("cifar100", "/unused")
   recorded = runner.task_config(config, "dtd")
-  recorded.model.gelu_approximate = True
+  assert recorded.model.gelu_approximate is True
   (tmp_path / "dtd").mkdir()
   (tmp_path / "dtd" / "config.json").write_text(
       recorded.to_json_best_effort(indent=2))

@@ -2,6 +2,7 @@
 position-embedding resizing, head policy, inspection and bad files (parity
 with timm and Hugging Face: tests/test_parity.py)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,7 @@ def load_params(path, model, size=32, width=None, **kwargs):
 def tiny_hybrid():
   model_config = defaults.get_model_config()
   model_config.variant = "testing-hybrid"
+  model_config.gelu_approximate = True
   return models.build_model(model_config, num_classes=5)
 
 
@@ -205,15 +207,28 @@ def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
   writers.save_npz(init(VisionTransformer(num_classes=4, **TORCH_LIKE)), npz)
   assert weights.file_origin(timm_path) == ("timm", False)
   assert weights.file_origin(npz) == ("released", True)
-  resolved = weights.resolve_gelu(_config_for(timm_path))
+  resolved = weights.decide(_config_for(timm_path))
   assert resolved.model.gelu_approximate is False
-  assert weights.resolve_gelu(_config_for(npz)).model.gelu_approximate is True
-  assert weights.resolve_gelu(_config_for(None)).model.gelu_approximate is True
+  assert weights.decide(_config_for(npz)).model.gelu_approximate is True
+  assert weights.decide(_config_for(None)).model.gelu_approximate is True
   kept = _config_for(timm_path, gelu=True)
-  assert weights.resolve_gelu(kept) is kept
-  # A resumed run keeps what it was trained with.
-  assert weights.resolve_gelu(_config_for(npz),
-                              recorded=False).model["gelu_approximate"] is False
+  assert weights.decide(kept) is kept
+  # A resumed run keeps what it was trained with (one recorded before the
+  # option existed computed erf).
+  resumed = tmp_path / "resumed"
+  resumed.mkdir()
+  for recorded, decided in (({
+      "gelu_approximate": False
+  }, False), ({
+      "gelu_approximate": True
+  }, True), ({}, False)):
+    (resumed / "config.json").write_text(json.dumps({"model": recorded}))
+    assert weights.decide(
+        _config_for(npz),
+        resumed_workdir=resumed).model.gelu_approximate is decided
+  # Nothing builds a model from an undecided config.
+  with pytest.raises(ValueError, match="weights.decide"):
+    models.build_model(_config_for(None).model, 4)
 
   # The config differs from the origin: loading says so.
   model = VisionTransformer(num_classes=10, **TORCH_LIKE)

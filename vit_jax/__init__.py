@@ -17,7 +17,7 @@ and the layers listed before it, never from one after it
                         registered preprocessing ops, the tf.data pipeline,
                         unreadable images left out
   vit_jax/weights/      every weights format: read, convert, resize, load,
-                        write
+                        write; a config's open choices decided
   vit_jax/training/     objectives and losses, the train state, the jitted
                         step, FSDP's gathering, optimizer, mixup, checkpoints
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps

@@ -119,7 +119,7 @@ def config_for(
   if image_size:
     config.image_size = image_size
   models.check_image_size(config.model.variant, config.image_size)
-  return weights.resolve_gelu(config), recorded is not None, arch
+  return weights.decide(config), recorded is not None, arch
 
 
 def load(checkpoint: str, config=None, image_size=None,

@@ -36,8 +36,9 @@ def get_model_config() -> ml_collections.ConfigDict:
   # xla | cudnn (jax.nn.dot_product_attention with that implementation).
   model.attention = "auto"  # See above.
   # GELU form: True is the tanh approximation the released weights were
-  # trained with, False the exact erf of timm / Hugging Face. None: follow
-  # the origin of config.init.checkpoint (tanh at random init).
+  # trained with, False the exact erf of timm / Hugging Face. None: decided
+  # by weights.decide from the run it resumes or config.init.checkpoint's
+  # origin (tanh at random init), before any model is built.
   model.gelu_approximate = config_dict.placeholder(bool)  # See above.
   return model
 

@@ -36,7 +36,7 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   """({checkpoint: {dataset: {'1shot': acc, ..., 'full': acc}}}, notes).
 
   Each checkpoint is read with the GELU of its origin unless
-  `config.model.gelu_approximate` says otherwise (see weights.resolve_gelu);
+  `config.model.gelu_approximate` says otherwise (see weights.decide);
   `RANDOM_INIT` is the model initialised with `config.seed`.
   """
   if not checkpoints:
@@ -48,8 +48,8 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   table, notes = {}, []
   for path in checkpoints:
     random_init = path == RANDOM_INIT
-    path_config = weights.resolve_gelu(config,
-                                       checkpoint=None if random_init else path)
+    path_config = weights.decide(config,
+                                 checkpoint=None if random_init else path)
     gelu = path_config.model.gelu_approximate
     if gelu not in by_gelu:
       model = models.build_model(path_config.model, num_classes=None)

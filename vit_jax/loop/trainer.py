@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import datetime
 import itertools
-import json
 import math
 import time
 from typing import Callable
@@ -56,14 +55,6 @@ def warmup_steps(config: ml_collections.ConfigDict, num_train_examples: int):
   return config.warmup_steps
 
 
-def _recorded_gelu(workdir, manager):
-  """The GELU form a run being resumed was trained with, if recorded."""
-  path = workdir / paths.CONFIG_FILE
-  if manager.latest_step() is None or not path.exists():
-    return None
-  return json.loads(path.read_text()).get("model", {}).get("gelu_approximate")
-
-
 class _Outputs:
   """The metric writer; for a remote workdir, TensorFlow's event files and
   profiles go to a local folder mirrored into the workdir on `sync()`."""
@@ -88,9 +79,10 @@ class _Outputs:
 
 
 def _decide_and_record(config, workdir, manager):
-  """The config with its GELU form decided (a resumed run keeps the one it
-  recorded), written to WORKDIR/config.json."""
-  config = weights.resolve_gelu(config, _recorded_gelu(workdir, manager))
+  """The config decided (`weights.decide`: a resumed run keeps its GELU
+  form), written to WORKDIR/config.json."""
+  resumed = manager.latest_step() is not None
+  config = weights.decide(config, resumed_workdir=workdir if resumed else None)
   # Every process has read the previous run's config.json before process 0
   # rewrites it (a process reading while it is written sees it truncated).
   multihost_utils.sync_global_devices("config.json read")

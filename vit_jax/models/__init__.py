@@ -38,6 +38,16 @@ def check_model_config(model_config: ml_collections.ConfigDict):
                       f"one of {', '.join(allowed)}.")
 
 
+def _decided_gelu(model_config: ml_collections.ConfigDict) -> bool:
+  """The GELU form, which `weights.decide` settles before a model is built
+  (from the checkpoint the run starts from)."""
+  if model_config.gelu_approximate is None:
+    raise ValueError(
+        "config.model.gelu_approximate is still undecided (None): pass the "
+        "config through vit_jax.weights.decide before building the model.")
+  return bool(model_config.gelu_approximate)
+
+
 def build_model(model_config: ml_collections.ConfigDict,
                 num_classes: Optional[int],
                 masked_patch_outputs: Optional[int] = None) -> nn.Module:
@@ -63,10 +73,7 @@ def build_model(model_config: ml_collections.ConfigDict,
       remat=model_config.remat,
       scan_layers=model_config.scan_layers,
       attention=model_config.get("attention", "auto"),
-      # Unset: the released models' tanh form (`weights.resolve_gelu` sets
-      # it from a checkpoint's origin before the model is built).
-      gelu_approximate=(True if model_config.gelu_approximate is None else
-                        model_config.gelu_approximate),
+      gelu_approximate=_decided_gelu(model_config),
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
   )

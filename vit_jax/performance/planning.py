@@ -29,6 +29,7 @@ import numpy as np
 from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.data import handover
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
@@ -70,6 +71,7 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   devices, placed = targets.target(topology)
   mesh = sharding.mesh_from_config(config, devices)
   checks.check_config(config, mesh, process_count=placed.hosts)
+  config = weights.decide(config)
   supervised = config.objective == "supervised"  # Else no labels, no head.
   if supervised:
     num_classes = num_classes or _num_classes(config)

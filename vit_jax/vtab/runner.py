@@ -27,6 +27,7 @@ import ml_collections
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.data import sources
 from vit_jax.data import vtab_tasks
@@ -40,10 +41,12 @@ SUMMARY_FILE = paths.VTAB_SUMMARY
 
 def task_config(config: ml_collections.ConfigDict,
                 task: str) -> ml_collections.ConfigDict:
-  """The config with the task as its dataset (all else unchanged)."""
+  """The config with the task as its dataset, decided (`weights.decide`,
+  as the trainer decides it, so it compares with the config.json and
+  result.json of an earlier run)."""
   config = config.copy_and_resolve_references()
   config.dataset = sources.VTAB_PREFIX + vtab_tasks.get(task).name
-  return config
+  return weights.decide(config)
 
 
 # Fields that do not change a task's result: where the data, the cache and
@@ -61,9 +64,6 @@ _NOT_COMPARED = ("data_dir", "manual_dir", "cache", "eval_batch_size",
                  "evals.*.every_steps", "evals.*.data.batch_size",
                  "evals.*.data.cache", "evals.*.data.data_dir",
                  "evals.*.data.manual_dir")
-# Unset, the trainer decides it from the checkpoint (which is compared) and
-# records its decision in config.json.
-_DECIDED_BY_TRAINER = "model.gelu_approximate"
 _ABSENT = object()
 
 
@@ -100,8 +100,6 @@ def _differences(wanted: dict, recorded: dict) -> list[str]:
   lines = []
   for key in sorted(wanted):
     now, before = wanted[key], recorded.get(key, default.get(key, _ABSENT))
-    if key == _DECIDED_BY_TRAINER and now is None:
-      continue
     if now != before:
       lines.append(f"{key} {show(before)} -> {show(now)}")
   return lines

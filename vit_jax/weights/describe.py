@@ -3,6 +3,7 @@ text the `inspect` command prints (`vit_jax/commands/inspect_weights.py`)."""
 
 from vit_jax import models
 from vit_jax.errors import WeightsError
+from vit_jax.weights import decisions
 from vit_jax.weights import formats
 from vit_jax.weights import loader
 
@@ -27,7 +28,7 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
   loader.check_released_variant(path, config.model.variant)
   config = config.copy_and_resolve_references()
   config.init.checkpoint = path
-  config = loader.resolve_gelu(config)
+  config = decisions.decide(config)
   if num_classes is None:
     head = loader.read_converted(
         path,

@@ -166,35 +166,6 @@ def file_origin(path: str, cache_dir=None) -> tuple[str, Optional[bool]]:
   return origin, origin_gelu(path, origin)
 
 
-def resolve_gelu(config: ml_collections.ConfigDict,
-                 recorded: Optional[bool] = None,
-                 checkpoint: Optional[str] = None) -> ml_collections.ConfigDict:
-  """`config` with `model.gelu_approximate` decided (a copy if it changes).
-
-  Kept when set; else `recorded` (what a resumed run was trained with);
-  else the form of the origin of `checkpoint` (None: the config's
-  `init.checkpoint`); else the released models' tanh approximation.
-  """
-  if checkpoint is None:
-    checkpoint = config.init.checkpoint
-  if checkpoint:  # Before a released checkpoint is downloaded.
-    check_released_variant(checkpoint, config.model.variant)
-  if config.model.gelu_approximate is not None:
-    return config
-  value, why = True, "the released models' form (random init)"
-  if recorded is not None:
-    value, why = recorded, "as recorded in the workdir's config.json"
-  elif checkpoint:
-    origin, approximate = file_origin(checkpoint, config.init.cache_dir)
-    if approximate is not None:
-      value, why = approximate, f"as the weights' origin ({origin}) computes"
-  config = config.copy_and_resolve_references()
-  config.model.gelu_approximate = value
-  logging.info("GELU: %s, %s (config.model.gelu_approximate was unset).",
-               GELU_NAMES[value], why)
-  return config
-
-
 def check_released_variant(checkpoint: str, variant: str):
   """Refuses a released checkpoint's name with another model variant."""
   entry = released.lookup(str(checkpoint))
@@ -220,15 +191,13 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
   check_released_variant(path, config.model.variant)
   if scan.is_scanned(params):
     params = jax.eval_shape(scan.unstack_layers, params)
-  return load(
-      path, params,
-      num_prefix_tokens=1 if config.model.classifier == "token" else 0,
-      grid=target_grid(config), dont_load=config.init.dont_load,
-      resize_method=config.init.posemb_resize,
-      source_grid=config.init.source_grid,
-      gelu_approximate=(True if config.model.gelu_approximate is None else
-                        config.model.gelu_approximate),
-      cache_dir=config.init.cache_dir)
+  return load(path, params,
+              num_prefix_tokens=1 if config.model.classifier == "token" else 0,
+              grid=target_grid(config), dont_load=config.init.dont_load,
+              resize_method=config.init.posemb_resize,
+              source_grid=config.init.source_grid,
+              gelu_approximate=config.model.gelu_approximate,
+              cache_dir=config.init.cache_dir)
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
