@@ -18,6 +18,7 @@ and keeps its traceback. The console shows our own lines
 """
 
 import contextlib
+import gc
 import glob
 import importlib
 import importlib.util
@@ -250,6 +251,7 @@ def run(main):
     paths.configure_storage()
     if FLAGS.offline:
       os.environ["VIT_JAX_OFFLINE"] = "1"  # See vit_jax/weights/cache.py.
+    mistake = None  # (what to say, exit status)
     try:
       if "config" in FLAGS and FLAGS.config is not None:
         imports.load(FLAGS.config)  # Before the command reads the config.
@@ -257,7 +259,7 @@ def run(main):
     except USER_ERRORS as e:
       if _verbose():
         raise
-      _fail(e, exit_status(e))
+      mistake = (_message(e), exit_status(e))
     except Exception as e:  # A bug, or a collective a lost process broke.
       if isinstance(e, jax.errors.JaxRuntimeError):
         liveness.await_verdict()  # A lost process ends this one with a line.
@@ -266,6 +268,13 @@ def run(main):
       traceback.print_exc()
       first = (str(e).strip().splitlines() or [""])[0][:300]
       liveness.fail_and_exit(f"{type(e).__name__}: {first}", 1)
+    if mistake is not None:
+      # Said out here, not in the except clause, where the exit would keep
+      # the error, whose traceback holds the failed run's frames and what
+      # they started (input pipelines, whose threads may run Python), until
+      # interpreter exit, when those threads can no longer finish.
+      gc.collect()  # The frames' reference cycles too.
+      _fail(*mistake)
     liveness.finish()
     if jax.distributed.is_initialized():
       # Leave the multi-process runtime together, before interpreter

@@ -77,7 +77,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.cache = False  # Keep the decoded dataset in host memory.
   # Unreadable images (empty, not an image, truncated) are left out and
   # listed in WORKDIR/unreadable_files.txt; past this share of the files a
-  # pass reads, the run stops: the data is broken as a whole.
+  # pass reads, the run stops: the data is broken as a whole. Above 0, at
+  # least 2 files are always allowed (fewer than half of them), so the odd
+  # broken file of a small folder is only left out.
   config.max_unreadable_share = 0.01  # See above; 0: none tolerated.
 
   # Batches and duration.

@@ -16,7 +16,6 @@ import collections
 import dataclasses
 import math
 from typing import Iterator
-from typing import Optional
 
 import jax
 import ml_collections
@@ -142,23 +141,22 @@ def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
   return records.enumerate().map(_as_written(numbered))
 
 
-def _unreadable_log(spec: specs.DataSpec, source,
-                    split) -> unreadable.Unreadable:
+def _unreadable_log(spec: specs.DataSpec, source, split,
+                    collector) -> unreadable.Unreadable:
   """The log of one process's `split` (as `source.process_split` gives
-  it): its share of unreadable files is taken of that split's size."""
-  return unreadable.Unreadable(f"{source.name} {spec.split}",
-                               source.num_examples(split),
-                               spec.max_unreadable_share)
+  it): its allowance is taken of that split's size. Gathered by
+  `collector` (an `unreadable.Collector`) where one is given."""
+  made = collector.log if collector is not None else unreadable.Unreadable
+  return made(f"{source.name} {spec.split}", source.num_examples(split),
+              spec.max_unreadable_share)
 
 
 def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
-              labels: bool, split,
-              log: Optional[unreadable.Unreadable]) -> tf.data.Dataset:
+              labels: bool, log: unreadable.Unreadable) -> tf.data.Dataset:
   """(index, record) -> example, an unreadable file left out at its position
   (`unreadable.map_skipping_unreadable`) and named in `log`. The files are
   read first, in parallel: only decoding is skipped over."""
   example_fn = _example_fn(spec, source, base_seed, labels)
-  log = log or _unreadable_log(spec, source, split)
   image_fn = preprocess.make_image_fn(spec.pp, spec.image_size)
   log.explain = lambda name: unreadable.why_unreadable(name, image_fn)
 
@@ -188,8 +186,7 @@ def _options() -> tf.data.Options:
 
 def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
                        process_count=None, start_step: int = 0,
-                       labels: bool = True,
-                       unreadable_log=None) -> tf.data.Dataset:
+                       labels: bool = True, collector=None) -> tf.data.Dataset:
   """Endless, shuffled, augmented batches of this process's share (with
   `labels`, their one-hot or multi-hot labels).
 
@@ -198,14 +195,23 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
   folds in n. Starting at `start_step` skips the batches already consumed
   (before decoding) so a resumed run sees exactly the same batches. An
   unreadable file becomes an example of mask 0 in its place
-  (`unreadable.py`), named in `unreadable_log`.
+  (`unreadable.py`), named in the stream's log, which `collector` (an
+  `unreadable.Collector`) gathers.
   """
+  return _train_dataset(spec, source, process_index, process_count, start_step,
+                        labels, collector)[0]
+
+
+def _train_dataset(spec, source, process_index, process_count, start_step,
+                   labels, collector):
+  """`make_train_dataset`'s dataset, and its unreadable files' log."""
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   local_batch = sharding.local_batch_size(spec.batch_size, process_count=count)
   seed = spec.seed + 1000 * index
   split = source.process_split(spec.split, index, count, drop_remainder=True)
+  log = _unreadable_log(spec, source, split, collector)
   records = _numbered(source.read(split, shuffle_files=False, seed=seed))
   if spec.cache:
     records = records.cache()
@@ -222,23 +228,17 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       later_epochs.flat_map(_as_written(epoch)))
   ds = _examples(ds.enumerate(start=first_example), spec, source,
-                 tf.constant([seed, 0], tf.int64), labels, split,
-                 unreadable_log)
+                 tf.constant([seed, 0], tf.int64), labels, log)
   ds = ds.batch(local_batch, drop_remainder=True)
-  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
+  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE), log
 
 
 def make_train_iterator(spec: specs.DataSpec, source, start_step: int = 0,
-                        labels: bool = True) -> Iterator[Batch]:
+                        labels: bool = True, collector=None) -> Iterator[Batch]:
   """The numpy batches of `make_train_dataset`; a one-line error when too
-  many files are unreadable."""
-  log = _unreadable_log(
-      spec, source,
-      source.process_split(spec.split, jax.process_index(), jax.process_count(),
-                           drop_remainder=True))
+  many files are unreadable. Its pipeline stops when it is closed."""
   return unreadable.numpy_batches(
-      make_train_dataset(spec, source, start_step=start_step, labels=labels,
-                         unreadable_log=log), log)
+      *_train_dataset(spec, source, None, None, start_step, labels, collector))
 
 
 def num_eval_batches(spec: specs.DataSpec, source) -> int:
@@ -256,19 +256,27 @@ def num_eval_batches(spec: specs.DataSpec, source) -> int:
 
 def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
                       process_count=None, labels: bool = True,
-                      unreadable_log=None) -> tf.data.Dataset:
+                      collector=None) -> tf.data.Dataset:
   """One pass over this process's share, padded to a fixed number of batches
-  (with `labels`, and unreadable files, as in `make_train_dataset`)."""
+  (with `labels`, unreadable files and `collector` as in
+  `make_train_dataset`)."""
+  return _eval_dataset(spec, source, process_index, process_count, labels,
+                       collector)[0]
+
+
+def _eval_dataset(spec, source, process_index, process_count, labels,
+                  collector):
+  """`make_eval_dataset`'s dataset, and its unreadable files' log."""
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   local_batch = sharding.local_batch_size(
       spec.batch_size, what="eval_batch_size", process_count=count)
   split = source.process_split(spec.split, index, count, drop_remainder=False)
+  log = _unreadable_log(spec, source, split, collector)
   ds = _numbered(source.read(split, shuffle_files=False, seed=spec.seed))
   ds = _examples(ds.enumerate(), spec, source,
-                 tf.constant([spec.seed, 1], tf.int64), labels, split,
-                 unreadable_log)
+                 tf.constant([spec.seed, 1], tf.int64), labels, log)
   if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
@@ -277,21 +285,15 @@ def make_eval_dataset(spec: specs.DataSpec, source, process_index=None,
       })
   ds = ds.concatenate(padding.repeat()).batch(local_batch)
   ds = ds.take(num_eval_batches(spec, source))
-  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
+  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE), log
 
 
 def numpy_eval_batches(spec: specs.DataSpec, source, process_index=None,
-                       process_count=None, labels: bool = True):
+                       process_count=None, labels: bool = True, collector=None):
   """The numpy batches of one `make_eval_dataset` pass, with its unreadable
-  files counted (and a one-line error past the share)."""
-  index = jax.process_index() if process_index is None else process_index
-  count = jax.process_count() if process_count is None else process_count
-  log = _unreadable_log(
-      spec, source,
-      source.process_split(spec.split, index, count, drop_remainder=False))
-  return unreadable.numpy_batches(
-      make_eval_dataset(spec, source, process_index, process_count, labels,
-                        unreadable_log=log), log)
+  files counted (and a one-line error past the allowance)."""
+  return unreadable.numpy_batches(*_eval_dataset(
+      spec, source, process_index, process_count, labels, collector))
 
 
 class EvalBatches:
@@ -300,30 +302,31 @@ class EvalBatches:
   and every later evaluation comes from memory. `num_examples`: the split's
   (all processes'), `unreadable`: this process's unreadable files."""
 
-  def __init__(self, spec: specs.DataSpec, source, labels: bool = True):
-    self.unreadable = _unreadable_log(
-        spec, source,
-        source.process_split(spec.split, jax.process_index(),
-                             jax.process_count(), drop_remainder=False))
+  def __init__(self, spec: specs.DataSpec, source, labels: bool = True,
+               collector=None):
     self.num_examples = source.num_examples(spec.split)
-    self._dataset = make_eval_dataset(spec, source, labels=labels,
-                                      unreadable_log=self.unreadable)
+    self._dataset, self.unreadable = _eval_dataset(spec, source, None, None,
+                                                   labels, collector)
 
   def __call__(self) -> Iterator[Batch]:
     return unreadable.numpy_batches(self._dataset, self.unreadable)
 
 
-def make_eval_batches(spec: specs.DataSpec, source,
-                      labels: bool = True) -> EvalBatches:
-  return EvalBatches(spec, source, labels)
+def make_eval_batches(spec: specs.DataSpec, source, labels: bool = True,
+                      collector=None) -> EvalBatches:
+  return EvalBatches(spec, source, labels, collector)
 
 
 def prefetch_to_device(batches: Iterator[Batch], mesh, size: int = 2):
-  """Yields global sharded batches, keeping `size` transfers in flight."""
+  """Yields global sharded batches, keeping `size` transfers in flight.
+  Closing it closes `batches` (which stops their input pipeline)."""
   queue = collections.deque()
-  for batch in batches:
-    queue.append(sharding.to_global_batch(batch, mesh))
-    if len(queue) > size:
+  try:
+    for batch in batches:
+      queue.append(sharding.to_global_batch(batch, mesh))
+      if len(queue) > size:
+        yield queue.popleft()
+    while queue:
       yield queue.popleft()
-  while queue:
-    yield queue.popleft()
+  finally:
+    getattr(batches, "close", lambda: None)()

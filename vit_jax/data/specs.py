@@ -42,7 +42,8 @@ class DataSpec:
   crop_on_decode: bool = True  # See preprocess (config.pp_crop_on_decode).
   crop_antialias: bool = False  # config.pp_crop_antialias.
   uint8: bool = False  # Training hands images over as uint8 (handover).
-  # Unreadable files tolerated, a share of those read (data/unreadable.py).
+  # Unreadable files tolerated, a share of those read, and at least a few
+  # (data/unreadable.py).
   max_unreadable_share: float = 0.01
 
 

@@ -9,16 +9,17 @@ mask 0, which weighs nothing in the training loss and is not counted by
 evaluation. Positions do not move, so every run (and a resumed one, which
 skips records by count) sees exactly the same batches.
 
-Each stream's `Unreadable` log holds the distinct files it met. Past a
-share of the files the stream reads per pass (config.max_unreadable_share,
-1% by default) the run stops with one line: a dataset with that many broken
-files is broken as a whole (a failed copy, the wrong folder, HTML error
-pages saved as .jpg), and training on what is left would waste the run. A
-`Collector` (the trainer's) gathers the logs of the streams made while it is
-active and writes the files' paths into the workdir.
+Each stream's `Unreadable` log holds the distinct files it met. Past its
+allowance (config.max_unreadable_share of the files the stream reads per
+pass, 1% by default, but at least `MIN_ALLOWED` files, fewer than half of
+them, so the odd broken file of a small folder is only left out) the run
+stops with one line: a dataset with that many broken files is broken as a
+whole (a failed copy, the wrong folder, HTML error pages saved as .jpg),
+and training on what is left would waste the run. A `Collector` (the
+trainer's, passed to the streams it makes) gathers their logs and writes
+the files' paths into the workdir.
 """
 
-import contextlib
 import re
 import threading
 from typing import Callable
@@ -35,27 +36,42 @@ from vit_jax.errors import UserError
 _as_written = tf.autograph.experimental.do_not_convert
 
 DEFAULT_MAX_SHARE = 0.01
+# Files a stream always tolerates where the share is above 0 (but fewer than
+# half of its files): 1% of a small fine-tuning folder rounds down to none.
+MIN_ALLOWED = 2
 
 
-class TooManyUnreadable(Exception):
-  """Raised in the input pipeline when a stream passes its share."""
+def _floor(files_per_pass: int) -> int:
+  return min(MIN_ALLOWED, (files_per_pass - 1) // 2)
+
+
+def allowed(files_per_pass: int, max_share: float) -> int:
+  """How many unreadable files a stream of `files_per_pass` tolerates."""
+  if max_share <= 0:
+    return 0
+  return max(int(max_share * files_per_pass), _floor(files_per_pass))
 
 
 class Unreadable:
-  """The distinct files of one stream that could not be read."""
+  """The distinct files of one stream that could not be read.
+
+  `add` only notes a file: it runs in tf.data's threads. Whether the stream
+  went past its allowance is asked by its consumer (`numpy_batches`), whose
+  thread raises the error."""
 
   def __init__(self, stream: str, files_per_pass: int,
                max_share: float = DEFAULT_MAX_SHARE):
     self.stream = stream
     self.files_per_pass = files_per_pass
     self.max_share = max_share
+    self.allowed = allowed(files_per_pass, max_share)
     self.names: list[str] = []  # In the order met.
     # name -> why it is unreadable, found again (see `why_unreadable`).
     self.explain: Optional[Callable[[str], str]] = None
+    self._reader = ("" if jax.process_count() == 1 else
+                    f" that process {jax.process_index()} reads")
     self._seen = set()
     self._lock = threading.Lock()  # Met from tf.data's threads.
-    if _active is not None:
-      _active.logs.append(self)
 
   @property
   def count(self) -> int:
@@ -63,23 +79,24 @@ class Unreadable:
 
   @property
   def exceeded(self) -> bool:
-    return self.count > self.max_share * self.files_per_pass
+    return self.count > self.allowed
 
   def add(self, name: str) -> None:
     with self._lock:
       if name not in self._seen:
         self._seen.add(name)
         self.names.append(name)
-      if self.exceeded:
-        raise TooManyUnreadable(self.error_message())
 
   def error_message(self) -> str:
-    # The count and the first file met vary with tf.data's threads: the
-    # limit is what the message states.
-    return (f"More than {int(self.max_share * self.files_per_pass)} of the "
-            f"{self.files_per_pass} images process {jax.process_index()} "
-            f"reads from {self.stream} are unreadable "
-            f"(config.max_unreadable_share={self.max_share:g}), e.g. "
+    # How many are met before the consumer looks, and which first, vary
+    # with tf.data's threads: "at least", and the allowance it passed.
+    rule = f"config.max_unreadable_share={self.max_share:g}"
+    if self.max_share > 0:
+      floor = _floor(self.files_per_pass)
+      rule += f", and at least {floor} file{'s' * (floor != 1)}"
+    return (f"At least {self.count} of the {self.files_per_pass} images"
+            f"{self._reader or ' read'} from {self.stream} are unreadable, "
+            f"more than the {self.allowed} allowed ({rule}), e.g. "
             f"{self.names[0]}{self._why(self.names[0])}. Fix or remove them, "
             "or raise config.max_unreadable_share.")
 
@@ -129,6 +146,11 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
     return made.map(
         _as_written(lambda places, good: ((places, good), name_fn(*elements))))
 
+  def note(names):  # In a tf.data thread: only notes them.
+    for name in names.numpy():
+      log.add(name.decode())
+    return True
+
   def into_places(made, names):
     places, good = made
     size = tf.size(names)
@@ -145,9 +167,8 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
                            tf.cast([size], tf.int64)) == 0
     failed_names = tf.boolean_mask(names, failed)
     noted = tf.cond(
-        tf.size(failed_names) > 0, lambda: tf.py_function(
-            lambda n: [log.add(x.decode())
-                       for x in n.numpy()] and True, [failed_names], tf.bool),
+        tf.size(failed_names) > 0,
+        lambda: tf.py_function(note, [failed_names], tf.bool),
         lambda: tf.constant(True))
     with tf.control_dependencies([noted]):
       full["mask"] = tf.identity(full["mask"])
@@ -181,16 +202,30 @@ def why_unreadable(path: str, image_fn) -> str:
 
 
 def numpy_batches(dataset: tf.data.Dataset, log: Unreadable):
-  """The dataset's numpy batches; past the log's share, a one-line error,
-  as for a file listed but gone."""
+  """The dataset's numpy batches; past the log's allowance, a one-line error,
+  as for a file listed but gone.
+
+  The pipeline stops when this generator ends, however it ends (exhausted,
+  closed, failed or collected): left running, its threads would still call
+  Python (`note`) while the interpreter exits, which ends them mid-call, and
+  the pipeline's teardown then waits for them forever."""
+  batches = dataset.as_numpy_iterator()
+  gone = None
   try:
-    yield from dataset.as_numpy_iterator()
-  except tf.errors.OpError as e:
-    if log.exceeded:
-      raise UserError(log.error_message()) from None
-    if isinstance(e, tf.errors.NotFoundError):
-      raise FileNotFoundError(e.message.strip().splitlines()[0]) from None
-    raise e
+    for batch in batches:
+      if log.exceeded:
+        break
+      yield batch
+  except tf.errors.NotFoundError as e:
+    gone = e.message.strip().splitlines()[0]
+  finally:
+    del batches  # Its threads stop here.
+  # Raised here, not in the except clause: TensorFlow's error would hold
+  # the iterator's frames, and with them the pipeline.
+  if log.exceeded:
+    raise UserError(log.error_message())
+  if gone is not None:
+    raise FileNotFoundError(gone)
 
 
 def left_out(batches, images: float) -> dict[str, float]:
@@ -210,12 +245,9 @@ def summary(metrics) -> str:
   return f" ({metrics['num_unreadable']:.0f} unreadable images left out)"
 
 
-_active: Optional["Collector"] = None
-
-
 class Collector:
-  """The logs of the streams made while active; `write()` puts their files'
-  paths (one per line) in WORKDIR/unreadable_files.txt (one file per
+  """The logs of the streams it is passed to (`log`); `write()` puts their
+  files' paths (one per line) in WORKDIR/unreadable_files.txt (one file per
   process when there are several: unreadable_files.process{i}.txt)."""
 
   def __init__(self, workdir):
@@ -224,6 +256,13 @@ class Collector:
             f"unreadable_files.process{jax.process_index()}.txt")
     self.path = paths.resolve(workdir) / name
     self._written = 0
+
+  def log(self, stream: str, files_per_pass: int,
+          max_share: float = DEFAULT_MAX_SHARE) -> Unreadable:
+    """A new stream's log, gathered here."""
+    made = Unreadable(stream, files_per_pass, max_share)
+    self.logs.append(made)
+    return made
 
   @property
   def count(self) -> int:
@@ -238,12 +277,3 @@ class Collector:
     self.path.write_text("".join(f"{n}\n" for n in names))
     self._written = self.count
     return True
-
-  @contextlib.contextmanager
-  def active(self):
-    global _active
-    previous, _active = _active, self
-    try:
-      yield self
-    finally:
-      _active = previous

@@ -129,8 +129,9 @@ def make(entry: registry.Entry, context: registry.Context):
         f"{context.train_source.num_classes} (those of {config.dataset}); "
         "evaluate data with the training data's classes in their order.")
   return ClassificationEvaluator(
-      context.model, input_pipeline.make_eval_batches(entry.data,
-                                                      source), context.mesh,
+      context.model,
+      input_pipeline.make_eval_batches(
+          entry.data, source, collector=context.unreadable), context.mesh,
       eval_loss(config.loss, entry.fields["average_label_sets"]),
       context.params_sharding, config.sharding.logical_axis_rules,
       skip_unlabelled=entry.fields["skip_unlabelled"])

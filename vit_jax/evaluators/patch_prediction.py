@@ -84,6 +84,7 @@ def make(entry: registry.Entry, context: registry.Context):
   return MaskedPatchEvaluator(
       context.model,
       input_pipeline.make_eval_batches(entry.data, context.source(
-          entry.data), labels=False), context.mesh, config.masked_patch,
+          entry.data), labels=False, collector=context.unreadable),
+      context.mesh, config.masked_patch,
       models.get_variant(config.model.variant).stride, config.seed,
       context.params_sharding, config.sharding.logical_axis_rules)

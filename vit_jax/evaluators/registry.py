@@ -46,6 +46,8 @@ class Context:
   params_sharding: Any
   train_data: specs.DataSpec
   train_source: Any  # The training data's source (its classes, ...).
+  # Gathers the unreadable files of the streams made (data/unreadable.py).
+  unreadable: Any = None
 
   def source(self, data: specs.DataSpec):
     """The source of `data`: the training data's where it is the same
@@ -189,11 +191,12 @@ class Scheduled:
                                      step % self.every_steps == 0)
 
 
-def from_config(config, model, mesh, params_sharding,
-                train_source) -> list[Scheduled]:
-  """The entries that run, their evaluators made."""
+def from_config(config, model, mesh, params_sharding, train_source,
+                unreadable=None) -> list[Scheduled]:
+  """The entries that run, their evaluators made; `unreadable` (an
+  `unreadable.Collector`) gathers their streams' unreadable files."""
   context = Context(config, model, mesh, params_sharding,
-                    specs.training(config), train_source)
+                    specs.training(config), train_source, unreadable)
   made = []
   for name in _not_off(config):
     settings = config.evals[name]

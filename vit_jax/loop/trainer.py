@@ -113,13 +113,28 @@ def _starting_state(config, manager, model, tx, mesh):
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict[str, float]:
-  """Trains, evaluates periodically and at the end; returns final metrics."""
+  """Trains, evaluates periodically and at the end; returns final metrics.
+  What it starts (the checkpoint manager, the writers, the input pipeline
+  and their threads) is stopped when it returns or raises: not at
+  interpreter exit, when their threads can no longer finish."""
+  with contextlib.ExitStack() as started:
+    return _train_and_evaluate(config, workdir, started)
+
+
+def _close(manager):
+  with contextlib.suppress(Exception):  # Said already, or an error is out.
+    manager.wait_until_finished()
+  manager.close()
+
+
+def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   mesh = sharding.mesh_from_config(config)
   checks.check_config(config, mesh)
   workdir = paths.make_workdir(workdir)
   manager = checkpoint.make_manager(workdir, config)
+  started.callback(_close, manager)
   config = _decide_and_record(config, workdir, manager)
-  outputs = _Outputs(workdir)
+  outputs = started.enter_context(contextlib.closing(_Outputs(workdir)))
 
   data = specs.training(config)
   found = unreadable.Collector(workdir)  # The streams' unreadable images.
@@ -136,13 +151,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
                                            state_sharding)
   start_step = int(state.step)
-  with found.active():  # The streams made here report to it.
-    evals = evaluators.from_config(config, model, mesh, state_sharding.params,
-                                   source)
-    train_iter = input_pipeline.prefetch_to_device(
-        input_pipeline.make_train_iterator(
-            data, source, start_step,
-            labels=input_pipeline.reads_labels(config)), mesh)
+  evals = evaluators.from_config(config, model, mesh, state_sharding.params,
+                                 source, unreadable=found)
+  train_iter = started.enter_context(
+      contextlib.closing(
+          input_pipeline.prefetch_to_device(
+              input_pipeline.make_train_iterator(
+                  data, source, start_step,
+                  labels=input_pipeline.reads_labels(config), collector=found),
+              mesh)))
   first_batch = next(train_iter)
   preflight.check_fit(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
@@ -157,18 +174,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       jax.device_count(), f" ({placed})" if placed else "", jax.process_count(),
       dict(mesh.shape), config.batch_size // mesh.shape[sharding.DATA_AXIS],
       config.batch_size)
+  preemption = checkpoint.Preemption()
+  started.callback(preemption.restore)
   run = _Run(config, train_step, train_iter, evals, checkpoint.Saver(manager),
-             outputs, checkpoint.Preemption(), start_step, num_steps,
+             outputs, preemption, start_step, num_steps,
              _UnreadableReport(found))
-  try:
-    result = _loop(run, state)
-    run.saver.wait()  # A failed last save is said like any other.
-  finally:
-    run.preemption.restore()
-    with contextlib.suppress(Exception):  # Said above, or an error is out.
-      manager.wait_until_finished()
-    manager.close()
-    outputs.close()
+  result = _loop(run, state)
+  run.saver.wait()  # A failed last save is said like any other.
   return result
 
 
