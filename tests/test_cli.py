@@ -30,6 +30,25 @@ MISTAKES = {
         "--workdir=/tmp/unused"
     ], "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
                              "preset 'nosuch'"),
+    "main: negative timeout": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--lost_process_timeout=-3"
+    ], "error: flag --lost_process_timeout=-3.0: give a positive number of "
+                               "seconds"),
+    "main: exit status past 255": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--preempted_exit_code=999"
+    ], "error: flag --preempted_exit_code=999: an exit status is 0 to 255; "
+                                   "give 0"),
+    "main: process id past the count": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--num_processes=2", "--process_id=2"
+    ], "error: flags process_id=2, num_processes=2: --process_id counts from "
+                                        "0: give one below --num_processes."),
+    "predict: no classes shown": ([
+        "vit_jax", "predict", "--checkpoint=/no/such.npz", "--top_k=0",
+        "docs/digits"
+    ], "error: flag --top_k=0: 0 is not a positive integer"),
     "fewshot: missing checkpoint": ([
         "vit_jax", "fewshot", "--config=configs/fewshot.py:runlocal",
         "--checkpoints=/no/such/weights.npz"

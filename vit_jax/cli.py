@@ -82,8 +82,9 @@ flags.DEFINE_bool("distributed", False,
                   "Join a multi-process run (jax.distributed.initialize).")
 flags.DEFINE_string("coordinator_address", None,
                     "HOST:PORT of process 0; implies --distributed.")
-flags.DEFINE_integer("num_processes", None, "Processes in the run.")
-flags.DEFINE_integer("process_id", None, "This process's index.")
+flags.DEFINE_integer("num_processes", None, "Processes in the run.",
+                     lower_bound=1)
+flags.DEFINE_integer("process_id", None, "This process's index.", lower_bound=0)
 flags.DEFINE_float(
     "lost_process_timeout", 60,
     "Seconds without a heartbeat after which a multi-process run stops, "
@@ -93,6 +94,22 @@ flags.DEFINE_bool(
     "only from the cache (config.init.cache_dir). Sets "
     "VIT_JAX_OFFLINE=1, which this process and the ones it "
     "starts read.")
+
+
+def check_flag(name: str, ok, fix: str):
+  """A value of --NAME that `ok` refuses stops the command before it starts,
+  with one line: `error: flag --NAME=VALUE: FIX` (exit 2). Unset (None)
+  passes. Plain bounds are the flag's lower_bound/upper_bound instead."""
+  flags.register_validator(name, lambda value: value is None or ok(value),
+                           message=fix)
+
+
+check_flag("lost_process_timeout", lambda seconds: seconds > 0,
+           "give a positive number of seconds (60 by default).")
+flags.register_multi_flags_validator(
+    ["process_id", "num_processes"],
+    lambda f: None in f.values() or f["process_id"] < f["num_processes"],
+    "--process_id counts from 0: give one below --num_processes.")
 
 # OSError: a missing file, a config file that failed to load, storage that
 # cannot be reached.
@@ -124,10 +141,10 @@ def define_checkpoint_flags(use: str):
       "file.", lock_config=True)
   flags.DEFINE_integer(
       "image_size", None, "Resolution (default: the "
-      "checkpoint's); position embeddings are resized.")
+      "checkpoint's); position embeddings are resized.", lower_bound=1)
   flags.DEFINE_integer(
       "num_heads", None, "Attention heads; only for PyTorch files of a width "
-      "no variant has.")
+      "no variant has.", lower_bound=1)
   flags.mark_flags_as_required(["checkpoint"])
 
 
@@ -140,9 +157,6 @@ def initialize_distributed():
   if not (FLAGS.distributed or FLAGS.coordinator_address or
           os.environ.get("JAX_COORDINATOR_ADDRESS")):
     return
-  if FLAGS.lost_process_timeout <= 0:
-    raise UserError(f"--lost_process_timeout={FLAGS.lost_process_timeout} "
-                    "must be a positive number of seconds.")
   jax.distributed.initialize(
       coordinator_address=FLAGS.coordinator_address,
       num_processes=FLAGS.num_processes, process_id=FLAGS.process_id,

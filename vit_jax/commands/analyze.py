@@ -56,13 +56,13 @@ flags.DEFINE_multi_string(
     "more; default, for a training workdir: its "
     "evaluation split).")
 flags.DEFINE_integer("num_images", 128, "Images the attention is averaged "
-                     "over (at most).")
+                     "over (at most).", lower_bound=1)
 flags.DEFINE_integer("num_shown", 6, "Images in the attention rollout "
-                     "figure.")
+                     "figure.", lower_bound=1)
 flags.DEFINE_integer(
     "batch_size", 8, "Images per batch (over all devices); "
     "the attention of every layer is kept, so memory grows "
-    "with batch x layers x heads x tokens^2.")
+    "with batch x layers x heads x tokens^2.", lower_bound=1)
 flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",

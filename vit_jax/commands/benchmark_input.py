@@ -31,7 +31,8 @@ from vit_jax.errors import UserError  # noqa: E402
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config file (FILE.py:ARG).",
                                 lock_config=True)
-flags.DEFINE_integer("batches", 50, "Batches to time after two warm-up ones.")
+flags.DEFINE_integer("batches", 50, "Batches to time after two warm-up ones.",
+                     lower_bound=1)
 flags.DEFINE_string("listing", None,
                     "CLASSESxFILES: time the listing of such a folder.")
 flags.DEFINE_string("listing_root", None, "Where to build that folder.")

@@ -26,7 +26,8 @@ flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
 flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS, "Layout to write.")
 flags.DEFINE_string("out", None, "File to write.")
 flags.DEFINE_integer("num_heads", 0,
-                     "Attention heads; needed only to read PyTorch weights.")
+                     "Attention heads; needed only to read PyTorch weights.",
+                     lower_bound=0)
 flags.mark_flags_as_required(["checkpoint", "out"])
 
 

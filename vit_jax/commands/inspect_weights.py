@@ -29,7 +29,8 @@ from vit_jax.weights import released
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
                                 lock_config=True)
-flags.DEFINE_integer("num_classes", None, "Classes of the target's head.")
+flags.DEFINE_integer("num_classes", None, "Classes of the target's head.",
+                     lower_bound=1)
 flags.DEFINE_bool(
     "list_released", False, "Print the names of the released "
     "checkpoints (and their URLs) instead.")

@@ -30,10 +30,13 @@ flags.DEFINE_string(
     "topology", None, "A TPU topology libtpu describes (v3:4x4, v5e:4x4, "
     "v5p:2x2x4, tpu7x:2x2x1, ...), or cpu:N.")
 flags.DEFINE_string("out", None, "Also write the report here as JSON.")
-flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.")
+flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.",
+                     lower_bound=1)
 flags.DEFINE_float("hbm_gib", None, "Device memory, if not in the table.")
 flags.DEFINE_bool("row", False, "Print one Markdown table row instead.")
 flags.mark_flags_as_required(["config", "topology"])
+cli.check_flag("hbm_gib", lambda gib: gib > 0,
+               "give each device's memory in GiB, a positive number.")
 
 
 def _set_up_devices():

@@ -34,10 +34,11 @@ from vit_jax.data import image_files  # noqa: E402
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to predict with, with a classification head")
-flags.DEFINE_integer("top_k", 5, "Classes shown per image.")
+flags.DEFINE_integer("top_k", 5, "Classes shown per image.", lower_bound=1)
 flags.DEFINE_string("out", None, "Also write the predictions as CSV here.")
 flags.DEFINE_string("labels", None, "Class names, one per line.")
-flags.DEFINE_integer("batch_size", 64, "Images per batch (over all devices).")
+flags.DEFINE_integer("batch_size", 64, "Images per batch (over all devices).",
+                     lower_bound=1)
 
 
 def _shown(path: str) -> str:

@@ -37,6 +37,10 @@ flags.DEFINE_integer(
     "checkpoint was saved. Nonzero tells a scheduler the run is not done: "
     "launch/gke.py sets 143, so the JobSet restarts the slice and resumes.")
 flags.mark_flags_as_required(["config", "workdir"])
+cli.check_flag(
+    "preempted_exit_code", lambda status: 0 <= status <= 255,
+    "an exit status is 0 to 255; give 0 (done) or, for a scheduler that "
+    "restarts the run, e.g. 143 (128 + SIGTERM).")
 
 
 def main(argv):
