@@ -38,7 +38,7 @@ setuptools.setup(
     ],
     # One command with subcommands (vit_jax/cli.py: COMMANDS); each is also
     # `python -m vit_jax NAME`.
-    entry_points={"console_scripts": ["vit-jax = vit_jax.cli:dispatch"]},
+    entry_points={"console_scripts": ["vit-jax = vit_jax.__main__:main"]},
     extras_require={
         # The GCS emulator (fake-gcs-server) serves gs:// workdirs to tests;
         # hadolint, docker-py's build-context matcher and dockerfile-parse

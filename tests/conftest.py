@@ -4,6 +4,8 @@ and deprecations as errors."""
 import os
 import re
 
+import pytest
+
 # Must happen before JAX initialises its backends.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8")
@@ -39,8 +41,6 @@ assert not any("," in m or ":" in m for m, _ in THIRD_PARTY_DEPRECATIONS)
 os.environ["PYTHONWARNINGS"] = ",".join(
     [f"error::{c}" for c in _AS_ERRORS] +
     [f"ignore:{m}:{c}" for m, c in THIRD_PARTY_DEPRECATIONS])
-
-import pytest  # noqa: E402
 
 
 def pytest_configure(config):

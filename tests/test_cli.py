@@ -89,6 +89,24 @@ def test_a_user_mistake_is_one_line_and_status_2(case):
   assert len(errors) == 1 and errors[0].startswith(message), errors
 
 
+@pytest.mark.parametrize("args, level", [([], "2"), (["--verbose"], "0")])
+def test_the_entry_point_sets_the_log_level_before_jax_loads(args, level):
+  """TensorFlow's and XLA's C++ lines are off unless details are asked for:
+  JAX, imported by cli, would set its own default (1) had it come first."""
+  program = (
+      "import os, sys\n"
+      "from vit_jax import __main__ as entry\n"
+      "try:\n"
+      "  entry.main()\n"
+      "except SystemExit:\n"
+      "  print(os.environ['TF_CPP_MIN_LOG_LEVEL'], 'jax' in sys.modules)")
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  done = subprocess.run([sys.executable, "-c", program, "help", *args],
+                        cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert done.stdout.split() == [level, "True"], done.stderr[-2000:]
+
+
 def test_verbose_shows_the_traceback():
   args, _ = MISTAKES["export: missing checkpoint"]
   done = _run(args + ["--verbose"])

@@ -31,6 +31,6 @@ and the layers listed before it, never from one after it
                         roofline of the step), speed, profiling
   vit_jax/vtab/         the runner over the VTAB-1k tasks
   liveness, cli         a dead process ends the others; the commands'
-                        preamble and dispatcher
+                        dispatcher and errors
   vit_jax/commands/     one module per `vit-jax NAME`: flags and main only
 """

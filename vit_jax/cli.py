@@ -1,10 +1,12 @@
-"""What every command shares: the preamble, flags, log level, error policy.
+"""What every command shares: its dispatch, flags, log level, error policy.
 
 A command is a module of `vit_jax/commands/` (`vit-jax NAME` once
-installed, or `python -m vit_jax NAME`; see `COMMANDS`). It imports this
-module first, defines its flags and `main(argv)`, and ends with
-`cli.run(main)`; nothing in the library imports it. Commands that read data
-call `import_tensorflow_quietly()` right after.
+installed, or `python -m vit_jax NAME`; see `COMMANDS`) that defines its
+flags and `main(argv)`; nothing in the library imports it. The entry point
+(`vit_jax/__main__.py`) sets the environment before JAX loads; `dispatch`
+then loads TensorFlow quietly for the commands that read data, imports the
+command's module and runs its `main` with `run`. Importing a module
+changes no environment.
 
 `run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
 flag or config value, a missing file, a refused checkpoint: a `UserError`)
@@ -27,32 +29,20 @@ import re
 import sys
 import traceback
 
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+
+from vit_jax import liveness
+from vit_jax import paths
+from vit_jax.config import imports
+from vit_jax.errors import UserError
+
 
 def _verbose_by_environment() -> bool:
   return os.environ.get("VIT_JAX_VERBOSE", "") not in ("", "0")
 
-
-def _detail_requested() -> bool:
-  """--verbose or --log_level=info/debug, read before flags are parsed (the
-  libraries log while they are imported)."""
-  return _verbose_by_environment() or any(
-      a == "--verbose" or re.fullmatch(r"--log_level=(info|debug)", a)
-      for a in sys.argv[1:])
-
-
-# TensorFlow's C++ INFO and WARNING lines (it is imported by TFDS and clu).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL",
-                      "0" if _detail_requested() else "2")
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
-import jax  # noqa: E402
-
-from vit_jax import liveness  # noqa: E402
-from vit_jax import paths  # noqa: E402
-from vit_jax.config import imports  # noqa: E402
-from vit_jax.errors import UserError  # noqa: E402
 
 # Subcommand -> (module in vit_jax/commands, what it does). `vit-jax NAME`
 # and `python -m vit_jax NAME` run the module.
@@ -68,6 +58,9 @@ COMMANDS = {
     "analyze": ("analyze", "the paper's figures of what a model learnt"),
     "vtab": ("vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),
 }
+# The commands that read data, and so load TensorFlow (through TFDS, clu).
+READ_DATA = ("train", "fewshot", "plan", "benchmark-input", "predict",
+             "analyze", "vtab")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool(
@@ -172,10 +165,10 @@ def initialize_distributed():
 
 def import_tensorflow_quietly():
   """TensorFlow 2.21 prints a oneDNN notice from C++ while it loads, before
-  any log level applies; unless details were asked for, load it with stderr
-  closed. Without TensorFlow (accelerator hosts) this does nothing; a broken
-  install fails again, with its messages, where it is next imported."""
-  if _detail_requested() or "tensorflow" in sys.modules:
+  any log level applies: load it with stderr closed. Without TensorFlow
+  (accelerator hosts) this does nothing; a broken install fails again, with
+  its messages, where it is next imported."""
+  if "tensorflow" in sys.modules:
     return
   saved = os.dup(2)
   try:
@@ -300,8 +293,10 @@ def run(main):
   app.run(guarded, flags_parser=_parse_flags)
 
 
-def dispatch():
-  """`vit-jax NAME [flags]`: runs the command `NAME` (see COMMANDS)."""
+def dispatch(quiet: bool = True):
+  """`vit-jax NAME [flags]`: runs the command `NAME` (see COMMANDS); `quiet`
+  (no details asked for): TensorFlow loaded quietly first where it reads
+  data."""
   name = sys.argv[1] if len(sys.argv) > 1 else ""
   if name not in COMMANDS:
     width = max(map(len, COMMANDS))
@@ -313,6 +308,8 @@ def dispatch():
     sys.exit(0 if name in ("-h", "--help", "help") else 2)
   module_name, _ = COMMANDS[name]
   sys.argv = [f"vit-jax {name}"] + sys.argv[2:]
+  if quiet and name in READ_DATA:
+    import_tensorflow_quietly()  # Before the command's modules load it.
   command = importlib.import_module(f"vit_jax.commands.{module_name}")
   sys.modules["__main__"].__doc__ = command.__doc__  # What --help shows.
   run(command.main)

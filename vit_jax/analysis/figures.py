@@ -1,6 +1,7 @@
 """The paper's figures of what a ViT learnt, drawn from `analysis.run`.
 
-Matplotlib with the Agg backend (files only, no display). Each function
+Matplotlib figures made without pyplot (PNG files through its Agg canvas:
+no display, no global backend or figure registry). Each function
 writes one PNG: the patch-embedding filters' principal components (the
 paper's Fig. 7 left), the position-embedding similarities (Fig. 7 centre),
 the mean attention distance per head against depth (Fig. 7 right) and the
@@ -10,14 +11,11 @@ attention rollout over input images (Fig. 6).
 import io
 
 import matplotlib
+from matplotlib import figure
+import numpy as np
+import scipy.ndimage
 
-matplotlib.use("Agg")  # Before pyplot: no display is needed or used.
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import scipy.ndimage  # noqa: E402
-
-from vit_jax import paths  # noqa: E402
+from vit_jax import paths
 
 _DPI = 100
 
@@ -26,7 +24,6 @@ def _save(fig, path: str):
   """Through the path layer, so `path` may be on object storage."""
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png", dpi=_DPI, bbox_inches="tight")
-  plt.close(fig)
   paths.resolve(path).write_bytes(buffer.getvalue())
 
 
@@ -41,8 +38,8 @@ def embedding_filters(components_KxPxPxC, variance_ratio, layer: str, path: str,
   """RGB tiles of the principal components, each scaled to [0, 1]."""
   k = len(components_KxPxPxC)
   rows = -(-k // columns)
-  fig, axes = plt.subplots(rows, columns, figsize=(1.1 * columns, 1.2 * rows),
-                           squeeze=False)
+  fig = figure.Figure(figsize=(1.1 * columns, 1.2 * rows))
+  axes = fig.subplots(rows, columns, squeeze=False)
   for i, ax in enumerate(axes.ravel()):
     ax.axis("off")
     if i < k:
@@ -68,7 +65,8 @@ def position_similarity(similarity_NxN, grid, path: str):
       mosaic[r * (gh + 1):r * (gh + 1) + gh,
              c * (gw + 1):c * (gw + 1) + gw] = tile
   size = min(2 + 0.35 * max(gh, gw), 9)
-  fig, ax = plt.subplots(figsize=(size + 1, size))
+  fig = figure.Figure(figsize=(size + 1, size))
+  ax = fig.subplots()
   image = ax.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1,
                     interpolation="nearest")
   ax.set_xticks(
@@ -91,8 +89,9 @@ def mean_attention_distance(distance_LxH, image_size: int, path: str):
   """One dot per head at each depth, as the paper's Figure 7 (right)."""
   distance_LxH = np.asarray(distance_LxH)
   layers, heads = distance_LxH.shape
-  fig, ax = plt.subplots(figsize=(4.5, 3.5))
-  colors = plt.get_cmap("tab20")(np.linspace(0, 1, max(heads, 2)))
+  fig = figure.Figure(figsize=(4.5, 3.5))
+  ax = fig.subplots()
+  colors = matplotlib.colormaps["tab20"](np.linspace(0, 1, max(heads, 2)))
   for h in range(heads):
     ax.scatter(np.arange(1, layers + 1), distance_LxH[:, h], s=14,
                color=colors[h], label=f"Head {h + 1}")
@@ -121,8 +120,8 @@ def attention_rollout(shown, names, path: str):
   upsampled rollout map (the attention from the output token to the input,
   as the paper's Fig. 6), and the map overlaid on the image."""
   columns = len(shown)
-  fig, axes = plt.subplots(3, columns, figsize=(1.7 * columns, 5.4),
-                           squeeze=False)
+  fig = figure.Figure(figsize=(1.7 * columns, 5.4))
+  axes = fig.subplots(3, columns, squeeze=False)
   for (image, rollout_map), name, column in zip(shown, names, axes.T):
     image = _unit(np.asarray(image, np.float64))
     mask = _unit(upsample(rollout_map, image.shape[:2]))

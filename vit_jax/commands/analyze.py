@@ -26,27 +26,22 @@ evaluation split. `--out` defaults to `analysis/` in the training workdir
 import json
 import os
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import app
+from absl import flags
+import numpy as np
 
-# isort: split
-
-cli.import_tensorflow_quietly()
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import numpy as np  # noqa: E402
-
-from vit_jax import console  # noqa: E402
-from vit_jax import inference  # noqa: E402
-from vit_jax import paths  # noqa: E402
-from vit_jax.analysis import figures  # noqa: E402
-from vit_jax.analysis import measures  # noqa: E402
-from vit_jax.data import image_files  # noqa: E402
-from vit_jax.data import input_pipeline  # noqa: E402
-from vit_jax.data import sources  # noqa: E402
-from vit_jax.data import specs  # noqa: E402
-from vit_jax.errors import UserError  # noqa: E402
-from vit_jax.weights import loader  # noqa: E402
+from vit_jax import cli
+from vit_jax import console
+from vit_jax import inference
+from vit_jax import paths
+from vit_jax.analysis import figures
+from vit_jax.analysis import measures
+from vit_jax.data import image_files
+from vit_jax.data import input_pipeline
+from vit_jax.data import sources
+from vit_jax.data import specs
+from vit_jax.errors import UserError
+from vit_jax.weights import loader
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to analyse")

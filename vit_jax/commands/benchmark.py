@@ -10,12 +10,9 @@ host.
 
 import json
 
-from vit_jax import cli  # First: the commands' preamble.
-
-# isort: split
-
 from absl import flags
 
+from vit_jax import cli
 from vit_jax import models
 from vit_jax.performance import speed
 

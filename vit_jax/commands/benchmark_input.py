@@ -16,17 +16,12 @@ files, built in DIR (a temporary folder by default; reused if it exists).
 
 import json
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import flags
+from ml_collections import config_flags
 
-# isort: split
-
-cli.import_tensorflow_quietly()
-
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from vit_jax.data import throughput  # noqa: E402
-from vit_jax.errors import UserError  # noqa: E402
+from vit_jax import cli
+from vit_jax.data import throughput
+from vit_jax.errors import UserError
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config file (FILE.py:ARG).",

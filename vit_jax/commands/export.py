@@ -13,12 +13,9 @@ load; `timm` a safetensors file with the state dict of timm's
 TensorFlow.
 """
 
-from vit_jax import cli  # First: the commands' preamble.
-
-# isort: split
-
 from absl import flags
 
+from vit_jax import cli
 from vit_jax import console
 from vit_jax.weights import writers
 

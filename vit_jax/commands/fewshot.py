@@ -8,17 +8,12 @@ training) every host extracts its share of the features; process 0 prints
 and writes the results.
 """
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import flags
+import jax
+from ml_collections import config_flags
 
-# isort: split
-
-cli.import_tensorflow_quietly()
-
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from vit_jax.fewshot import sweep  # noqa: E402
+from vit_jax import cli
+from vit_jax.fewshot import sweep
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",

@@ -14,15 +14,12 @@ classes is the file's head's unless --num_classes says otherwise). Reads any
 format, URL or released name the loader reads.
 """
 
-from vit_jax import cli  # First: the commands' preamble.
-
-# isort: split
-
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 import numpy as np
 
+from vit_jax import cli
 from vit_jax.weights import describe
 from vit_jax.weights import released
 

@@ -9,19 +9,14 @@ what is compiled and how the report is made.
 
 import json
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import flags
+import jax
+from ml_collections import config_flags
 
-# isort: split
-
-cli.import_tensorflow_quietly()  # The config checks read dataset metadata.
-
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from vit_jax import paths  # noqa: E402
-from vit_jax.performance import planning  # noqa: E402
-from vit_jax.performance import targets  # noqa: E402
+from vit_jax import cli
+from vit_jax import paths
+from vit_jax.performance import planning
+from vit_jax.performance import targets
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config (FILE.py:ARG).",

@@ -18,19 +18,14 @@ import io
 import os
 import time
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import app
+from absl import flags
 
-# isort: split
-
-cli.import_tensorflow_quietly()
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-
-from vit_jax import console  # noqa: E402
-from vit_jax import inference  # noqa: E402
-from vit_jax import paths  # noqa: E402
-from vit_jax.data import image_files  # noqa: E402
+from vit_jax import cli
+from vit_jax import console
+from vit_jax import inference
+from vit_jax import paths
+from vit_jax.data import image_files
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to predict with, with a classification head")

@@ -11,18 +11,13 @@ detected by `jax.distributed.initialize`; elsewhere also pass
 be a `gs://` URL. See launch/ for ready-made launchers.
 """
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import app
+from absl import flags
+import jax
+from ml_collections import config_flags
 
-# isort: split
-
-cli.import_tensorflow_quietly()
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from vit_jax.loop import trainer  # noqa: E402
+from vit_jax import cli
+from vit_jax.loop import trainer
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(

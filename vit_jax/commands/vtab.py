@@ -13,20 +13,15 @@ means and the VTAB score, and writes them to WORKDIR/vtab.json. With
 `--distributed` every host runs each task together, as for training.
 """
 
-from vit_jax import cli  # First: the commands' preamble.
+from absl import app
+from absl import flags
+import jax
+from ml_collections import config_flags
 
-# isort: split
-
-cli.import_tensorflow_quietly()
-
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-import jax  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from vit_jax import console  # noqa: E402
-from vit_jax.errors import UserError  # noqa: E402
-from vit_jax.vtab import runner  # noqa: E402
+from vit_jax import cli
+from vit_jax import console
+from vit_jax.errors import UserError
+from vit_jax.vtab import runner
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
