@@ -298,11 +298,12 @@ class _UnreadableReport:
       count = int(np.sum(multihost_utils.process_allgather(np.int64(count))))
     if count > self.said:
       self.said = count
-      console.say(
-          "Left out %d unreadable images so far; they are listed in "
-          "%s.", count, self.found.path.parent /
-          ("unreadable_files*.txt"
-           if jax.process_count() > 1 else self.found.path.name))
+      listed = self.found.path.parent / ("unreadable_files*.txt"
+                                         if jax.process_count() > 1 else
+                                         self.found.path.name)
+      console.say("Left out %d unreadable %s so far; %s listed in %s.", count,
+                  "image" if count == 1 else "images",
+                  "it is" if count == 1 else "they are", listed)
 
 
 def _check_finite(step, metrics) -> float:
