@@ -109,13 +109,13 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
   the forward and again in the backward pass, instead of keeping all 12
   layers' gathered weights alive from one to the other."""
   regathered = _tpu_plan(digits_config, "fsdp")
-  in_blocks = fsdp.plan
+  in_blocks = fsdp.gathering_plan
 
   def in_the_loss_only(model, shardings):  # Gathers all, before the blocks.
     return dataclasses.replace(in_blocks(model, shardings),
                                loss_gathers=shardings, block_gather=None)
 
-  monkeypatch.setattr(fsdp, "plan", in_the_loss_only)
+  monkeypatch.setattr(fsdp, "gathering_plan", in_the_loss_only)
   kept = _tpu_plan(digits_config, "fsdp")
   # ViT-B/32 blocks: 7,087,872 parameters each, fp32 at this config's dtype.
   block_bytes = 7_087_872 * 4

@@ -160,6 +160,7 @@ def test_a_few_files_are_always_allowed():
   assert unreadable.allowed(3, 0.01) == 1  # Never half of the files.
   assert unreadable.allowed(1, 0.5) == 0
   assert unreadable.allowed(49, 0.0) == 0  # 0: none at all.
+  assert unreadable.allowed(100, 0.29) == 29  # Not 28 (0.29 * 100 in floats).
 
 
 def test_one_broken_file_among_49_is_left_out_and_named(digits_config,

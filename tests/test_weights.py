@@ -215,8 +215,8 @@ def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
   assert weights.decide(kept) is kept
   # A resumed run keeps what it was trained with (one recorded before the
   # option existed computed erf).
-  resumed = tmp_path / "resumed"
-  resumed.mkdir()
+  resumed = tmp_path / "checkpoints" / "run1"  # Its own, not its parent's.
+  resumed.mkdir(parents=True)
   for recorded, decided in (({
       "gelu_approximate": False
   }, False), ({

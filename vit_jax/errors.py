@@ -14,9 +14,6 @@
 Commands print a UserError as one line, `error: ...`, and exit with status
 2, and a CheckpointError likewise with 75 (EX_TEMPFAIL, worth a retry); any
 other exception is a bug and keeps its traceback (see `vit_jax/cli.py`).
-The one exception class defined elsewhere, `data/unreadable.py`'s
-TooManyUnreadable, never reaches a user: it stops a tf.data pipeline from
-inside, and the pipeline's reader raises a UserError in its place.
 """
 
 

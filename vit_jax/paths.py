@@ -33,6 +33,8 @@ FEWSHOT_TABLE = "fewshot.json"  # A sweep's results,
 FEWSHOT_CSV = "fewshot.csv"  # and as a spreadsheet.
 VTAB_SUMMARY = "vtab.json"  # The VTAB runner's accuracies and means.
 ANALYSIS_DIR = "analysis"  # The analyze command's figures.
+UNREADABLE_FILES = "unreadable_files"  # .txt, or .process{i}.txt per process.
+VTAB_RESULT = "result.json"  # In each VTAB task's sub-workdir.
 
 
 def configure_storage():

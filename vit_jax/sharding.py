@@ -213,14 +213,19 @@ def with_shardings(abstract, shardings):
       shardings)
 
 
-def init_params(model, image_size: int, seed: int, mesh: Mesh,
-                sharding_config=None):
-  """The model's parameters initialised in place on their shards (no host
-  copy), and their shardings (`sharding_config`'s rules; default: all
-  replicated). The key is the first half of `seed`'s, as a train state's
-  parameters take it (`training/train_state.py`), so both start alike."""
-  init = lambda key: models.init_on_zeros(model,
-                                          jax.random.split(key)[0], image_size)
+def init_keys(key) -> tuple[jax.Array, jax.Array]:
+  """(parameters' key, dropout's key) of a run's key: one rule, so random
+  parameters (`random_params`) and a train state's start alike."""
+  params_key, dropout_key = jax.random.split(key)
+  return params_key, dropout_key
+
+
+def random_params(model, image_size: int, seed: int, mesh: Mesh,
+                  sharding_config=None):
+  """The model's parameters at random init (`seed`), made in place on their
+  shards (no host copy), and their shardings (`sharding_config`'s rules;
+  default: all replicated)."""
+  init = lambda key: models.init_on_zeros(model, init_keys(key)[0], image_size)
   specs = param_partition_specs(jax.eval_shape(init, jax.random.key(0)), mesh,
                                 sharding_config or replicate_all())
   shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,

@@ -20,6 +20,7 @@ trainer's, passed to the streams it makes) gathers their logs and writes
 the files' paths into the workdir.
 """
 
+import math
 import re
 import threading
 from typing import Callable
@@ -49,7 +50,9 @@ def allowed(files_per_pass: int, max_share: float) -> int:
   """How many unreadable files a stream of `files_per_pass` tolerates."""
   if max_share <= 0:
     return 0
-  return max(int(max_share * files_per_pass), _floor(files_per_pass))
+  # The share's own floor (1e-9: 0.29 * 100 is 28.999... in floats).
+  return max(math.floor(max_share * files_per_pass + 1e-9),
+             _floor(files_per_pass))
 
 
 class Unreadable:
@@ -252,8 +255,8 @@ class Collector:
 
   def __init__(self, workdir):
     self.logs: list[Unreadable] = []
-    name = ("unreadable_files.txt" if jax.process_count() == 1 else
-            f"unreadable_files.process{jax.process_index()}.txt")
+    name = (f"{paths.UNREADABLE_FILES}.txt" if jax.process_count() == 1 else
+            f"{paths.UNREADABLE_FILES}.process{jax.process_index()}.txt")
     self.path = paths.resolve(workdir) / name
     self._written = 0
 

@@ -186,7 +186,8 @@ class Scheduled:
   evaluator: Any  # `run(params) -> metrics`, `summary(metrics) -> str`.
 
   def due(self, step: int, last_step: int) -> bool:
-    """Whether it runs after `step` (every run ends with all of them)."""
+    """Whether it runs after `step`: every `every_steps` and at the last
+    step (a run stopped by a preemption notice does not get there)."""
     return step == last_step or bool(self.every_steps and
                                      step % self.every_steps == 0)
 

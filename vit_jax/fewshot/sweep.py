@@ -53,7 +53,7 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
     gelu = path_config.model.gelu_approximate
     if gelu not in by_gelu:
       model = models.build_model(path_config.model, num_classes=None)
-      params, params_sharding = sharding.init_params(
+      params, params_sharding = sharding.random_params(
           model, config.image_size, config.seed, mesh, config.sharding)
       by_gelu[gelu] = (params, params_sharding,
                        fewshot_evaluator.from_protocol(

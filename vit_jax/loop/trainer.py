@@ -298,7 +298,7 @@ class _UnreadableReport:
       count = int(np.sum(multihost_utils.process_allgather(np.int64(count))))
     if count > self.said:
       self.said = count
-      listed = self.found.path.parent / ("unreadable_files*.txt"
+      listed = self.found.path.parent / (f"{paths.UNREADABLE_FILES}*.txt"
                                          if jax.process_count() > 1 else
                                          self.found.path.name)
       console.say("Left out %d unreadable %s so far; %s listed in %s.", count,

@@ -28,7 +28,7 @@ from vit_jax.models import scan
 
 @dataclasses.dataclass(frozen=True)
 class FsdpPlan:
-  """Where a step gathers FSDP-split parameters (`plan` decides it)."""
+  """Where a step gathers FSDP-split parameters (`gathering_plan`)."""
   params_sharding: Any  # Where parameters and their gradients live.
   loss_gathers: Any  # The shardings the loss still gathers.
   block_gather: Optional[Callable] = None  # An encoder block's own gather.
@@ -59,7 +59,7 @@ def _gather_block(variables, per_block, cast, explicit):
   }
 
 
-def plan(model, params_sharding) -> Optional[FsdpPlan]:
+def gathering_plan(model, params_sharding) -> Optional[FsdpPlan]:
   """The plan for parameters sharded as `params_sharding`; None where
   nothing is split over `data` (no FSDP: nothing to gather)."""
   if params_sharding is None or not sharding.splits_over_data(params_sharding):
@@ -96,5 +96,5 @@ def plan(model, params_sharding) -> Optional[FsdpPlan]:
 def blocks_gather(model, params_sharding) -> bool:
   """Whether the encoder blocks gather their own FSDP-split parameters (so
   the backward pass gathers them again)."""
-  gathering = plan(model, params_sharding)
+  gathering = gathering_plan(model, params_sharding)
   return gathering is not None and gathering.block_gather is not None

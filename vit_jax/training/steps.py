@@ -1,7 +1,7 @@
 """The jitted train step: gradients of the config's objective (accumulated
 over micro-batches where asked), one optimizer update, the EMA. Imports no
-TensorFlow: this is what runs on the accelerator, so benchmarks and
-inference can use it where only jax/flax/optax are installed.
+TensorFlow: this is what runs on the accelerator, so the benchmark can use
+it where only jax/flax/optax are installed.
 """
 
 from typing import Callable
@@ -65,11 +65,11 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
   `accum_steps > 1` averages the gradients of that many micro-batches before
   one update (`accumulate`). With `ema_decay` the state's `ema_params`
   follow the parameters. Given the parameters' shardings, parameters split
-  over `data` are gathered where `fsdp.plan` says. Parameters matching a
-  regex of `frozen` (config.frozen) get no gradient computed; the metric
-  `grad_norm` then counts the trained parameters only.
+  over `data` are gathered where `fsdp.gathering_plan` says. Parameters
+  matching a regex of `frozen` (config.frozen) get no gradient computed;
+  the metric `grad_norm` then counts the trained parameters only.
   """
-  gathering = fsdp.plan(model, params_sharding)
+  gathering = fsdp.gathering_plan(model, params_sharding)
   if gathering is not None:
     model = gathering.wrap_model(model)
 

@@ -30,8 +30,7 @@ class TrainState:
 def _init_fn(model, tx, image_size: int, ema: bool):
 
   def init(key):
-    # The parameters take the first half (as `sharding.init_params`).
-    params_key, dropout_key = jax.random.split(key)
+    params_key, dropout_key = sharding.init_keys(key)
     params = models.init_on_zeros(model, params_key, image_size)
     return TrainState(step=jnp.zeros(
         (), jnp.int32), params=params, opt_state=tx.init(params),

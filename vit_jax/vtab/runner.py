@@ -35,7 +35,7 @@ from vit_jax.errors import UserError
 from vit_jax.loop import trainer
 from vit_jax.weights import loader
 
-RESULT_FILE = "result.json"  # In each task's sub-workdir.
+RESULT_FILE = paths.VTAB_RESULT
 SUMMARY_FILE = paths.VTAB_SUMMARY
 
 

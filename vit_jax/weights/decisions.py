@@ -4,7 +4,8 @@ The defaults leave one field open: `config.model.gelu_approximate` (None:
 follow the weights the run starts from). `decide` turns a user's config,
 with the run it resumes or the checkpoint it starts from, into a decided
 copy, and says why at INFO: the field kept where set; else as the resumed
-run computed it (its config.json); else as the origin of the checkpoint
+run computed it (its config.json; one written before the option existed:
+the exact erf); else as the origin of the checkpoint
 computes it (timm, Hugging Face: exact erf; the released .npz files: tanh);
 else the released models' tanh approximation. Training, inference,
 few-shot sweeps, VTAB and `inspect` call it first, and `models.build_model`
@@ -12,15 +13,28 @@ refuses a config that has not been through it, so every part reads the
 same decided value (and config.json records it).
 """
 
+import json
 import os
 from typing import Optional
 
 from absl import logging
 import ml_collections
 
+from vit_jax import paths
 from vit_jax.weights import convert
 from vit_jax.weights import loader
 from vit_jax.weights import released
+
+
+def _recorded_gelu(workdir) -> Optional[bool]:
+  """The GELU form WORKDIR/config.json records (a run written before the
+  option existed computed the exact erf: False); None without the file."""
+  path = paths.resolve(workdir) / paths.CONFIG_FILE
+  if not path.exists():
+    return None
+  value = json.loads(path.read_text()).get("model", {}).get(
+      "gelu_approximate", False)
+  return None if value is None else bool(value)
 
 
 def _released_name(checkpoint: str) -> bool:
@@ -41,7 +55,7 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
   if config.model.gelu_approximate is not None:
     return config
   value, why = True, "the released models' form (random init)"
-  resumed = (loader.origin_gelu(str(resumed_workdir), "orbax")
+  resumed = (_recorded_gelu(resumed_workdir)
              if resumed_workdir is not None else None)
   if resumed is not None:
     value, why = resumed, "as the resumed run computed it (its config.json)"
