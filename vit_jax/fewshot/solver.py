@@ -269,10 +269,10 @@ class Protocol:
   @classmethod
   def of(cls, fewshot) -> "Protocol":
     """The protocol of config.fewshot."""
-    return cls(tuple(
-        fewshot.shots), fewshot.seeds, fewshot.l2_selection, fewshot.l2_reg,
-               tuple(fewshot.l2_grid), fewshot.loo_max_heldout,
-               fewshot.on_too_few, fewshot.float64)
+    shots, l2_grid = tuple(fewshot.shots), tuple(fewshot.l2_grid)
+    return cls(shots, fewshot.seeds, fewshot.l2_selection, fewshot.l2_reg,
+               l2_grid, fewshot.loo_max_heldout, fewshot.on_too_few,
+               fewshot.float64)
 
 
 def run_protocol(train_NxD, train_labels_N, test_MxD, test_labels_M,

@@ -83,10 +83,10 @@ def build_model(model_config: ml_collections.ConfigDict,
 
 
 def from_config(config, num_classes):
-  """The model of a training config (one call for training, evaluation,
-  inference and few-shot): with a head of `num_classes` (None: none); for
+  """The model a training config trains (the loop, the plan and `inspect`
+  build it so): with a head of `num_classes` (None: none); for
   config.objective=masked_patch no head but the [mask] token and the patch
-  head."""
+  head. Inference and few-shot read a plain ViT (`build_model`)."""
   if config.objective != "masked_patch":
     return build_model(config.model, num_classes)
   mp = config.masked_patch

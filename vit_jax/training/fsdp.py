@@ -30,7 +30,7 @@ from vit_jax.models import scan
 class FsdpPlan:
   """Where a step gathers FSDP-split parameters (`gathering_plan`)."""
   params_sharding: Any  # Where parameters and their gradients live.
-  loss_gathers: Any  # The shardings the loss still gathers.
+  loss_gathers: Any = None  # The shardings the loss gathers (None: none).
   block_gather: Optional[Callable] = None  # An encoder block's own gather.
   explicit: bool = False  # Explicit collectives: the loss runs per shard.
 
@@ -42,6 +42,8 @@ class FsdpPlan:
 
   def gather(self, params):
     """The parameters the loss reads, gathered over `data`."""
+    if self.loss_gathers is None:
+      return params
     return sharding.gather_over_data(params, self.loss_gathers,
                                      explicit=self.explicit)
 
@@ -59,11 +61,11 @@ def _gather_block(variables, per_block, cast, explicit):
   }
 
 
-def gathering_plan(model, params_sharding) -> Optional[FsdpPlan]:
-  """The plan for parameters sharded as `params_sharding`; None where
-  nothing is split over `data` (no FSDP: nothing to gather)."""
+def gathering_plan(model, params_sharding) -> FsdpPlan:
+  """The plan for parameters sharded as `params_sharding` (None: not
+  given); it gathers nothing where nothing is split over `data`."""
   if params_sharding is None or not sharding.splits_over_data(params_sharding):
-    return None
+    return FsdpPlan(params_sharding)
   mesh = jax.tree.leaves(params_sharding)[0].mesh
   explicit = mesh.shape[sharding.MODEL_AXIS] == 1
   names = scan.encoder_blocks(params_sharding)
@@ -96,5 +98,4 @@ def gathering_plan(model, params_sharding) -> Optional[FsdpPlan]:
 def blocks_gather(model, params_sharding) -> bool:
   """Whether the encoder blocks gather their own FSDP-split parameters (so
   the backward pass gathers them again)."""
-  gathering = gathering_plan(model, params_sharding)
-  return gathering is not None and gathering.block_gather is not None
+  return gathering_plan(model, params_sharding).block_gather is not None

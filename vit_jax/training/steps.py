@@ -70,23 +70,18 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
   the metric `grad_norm` then counts the trained parameters only.
   """
   gathering = fsdp.gathering_plan(model, params_sharding)
-  if gathering is not None:
-    model = gathering.wrap_model(model)
+  model = gathering.wrap_model(model)
 
   def loss(params, batch, rng):
     batch = {**batch, "image": handover.images_in_value_range(batch["image"])}
-    params = optim.stop_frozen_gradients(frozen, params)
-    if gathering is not None:
-      params = gathering.gather(params)
+    params = gathering.gather(optim.stop_frozen_gradients(frozen, params))
 
     def apply(images, **kwargs):  # The model in training mode.
       return model.apply({"params": params}, images, train=True, **kwargs)
 
     return objective(apply, batch, rng)
 
-  if gathering is not None:
-    loss = gathering.wrap_loss(loss, mesh)
-  grad_fn = jax.value_and_grad(loss, has_aux=True)
+  grad_fn = jax.value_and_grad(gathering.wrap_loss(loss, mesh), has_aux=True)
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)

@@ -190,6 +190,7 @@ class _Module(NamedTuple):
 
 
 _OURS_BLOCK = "Transformer/encoderblock_{}/"
+_QKV = ("q", "k", "v")  # timm's split of attn.qkv, in its order.
 # The one name correspondence with the PyTorch code bases, read both ways
 # (`from_timm`, `from_hugging_face`, `to_timm`). Transformers 4 wrote the
 # Hub's files. timm fuses query, key and value into `attn.qkv`, read as
@@ -206,15 +207,11 @@ _MODULES = (
             "layernorm"),
     _Module("head", "dense", "head", "classifier", "classifier"),
     _Module("pre_logits", "dense", None, "pooler.dense", "pooler.dense"),
-    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/query", "heads_in",
-            "blocks.{}.attn.q", "encoder.layer.{}.attention.attention.query",
-            "layers.{}.attention.q_proj"),
-    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/key", "heads_in",
-            "blocks.{}.attn.k", "encoder.layer.{}.attention.attention.key",
-            "layers.{}.attention.k_proj"),
-    _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/value", "heads_in",
-            "blocks.{}.attn.v", "encoder.layer.{}.attention.attention.value",
-            "layers.{}.attention.v_proj"),
+    *(_Module(_OURS_BLOCK + f"MultiHeadDotProductAttention_1/{name}",
+              "heads_in", f"blocks.{{}}.attn.{short}",
+              f"encoder.layer.{{}}.attention.attention.{name}",
+              f"layers.{{}}.attention.{short}_proj")
+      for short, name in zip(_QKV, ("query", "key", "value"))),
     _Module(_OURS_BLOCK + "MultiHeadDotProductAttention_1/out", "heads_out",
             "blocks.{}.attn.proj", "encoder.layer.{}.attention.output.dense",
             "layers.{}.attention.o_proj"),
@@ -239,7 +236,6 @@ _ARRAYS = {
     "heads_out": (
         (".weight", "/kernel", "heads_out"), (".bias", "/bias", "same")),
 }
-_QKV = ("q", "k", "v")
 
 
 def _to_ours(how: str, value, num_heads: int):
