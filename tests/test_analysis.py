@@ -142,7 +142,7 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   path = str(tmp_path / "hybrid.npz")
   writers.save_npz(params, path)
   assert architecture.read(path) == architecture.Architecture(
-      "testing-hybrid", "token", None, 5, 32)
+      "testing-hybrid", "token", True, "learn", None, 5, 32)
   stem = model.apply({"params": params}, x,
                      return_intermediates=True)[1]["stem"]
   stem_grid = [s // model.patch_size for s in stem.shape[1:3]]

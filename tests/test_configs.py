@@ -45,10 +45,12 @@ def test_every_default_is_documented():
   assert not undocumented
 
 
-@pytest.mark.parametrize("name", ["pretrain", "finetune"])
+@pytest.mark.parametrize("name", ["pretrain", "pretrain:plain_i1k", "finetune"])
 def test_recipe_runs_locally(name, tfds_data_dir, tmp_path):
   """Each recipe's `runlocal` form trains and evaluates end to end."""
-  config = importlib.import_module(f"configs.{name}").get_config("runlocal")
+  module, _, recipe = name.partition(":")
+  config = importlib.import_module(f"configs.{module}").get_config(
+      f"{recipe},runlocal" if recipe else "runlocal")
   config.data_dir = tfds_data_dir
   result = trainer.train_and_evaluate(config, str(tmp_path))
   assert 0.0 <= result["test/accuracy"] <= 1.0

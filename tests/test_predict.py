@@ -143,8 +143,8 @@ def test_the_architecture_is_read_from_the_file(tmp_path, save):
   path = str(tmp_path / ("w.npz" if save == "npz" else "w.safetensors"))
   (writers.save_npz if save == "npz" else writers.save_timm)(params, path)
   assert architecture.read(path) == architecture.Architecture(
-      variant="testing", classifier="token", representation_size=None,
-      num_classes=7, image_size=24)
+      variant="testing", classifier="token", class_token=True, posemb="learn",
+      representation_size=None, num_classes=7, image_size=24)
   config, trained_here, _ = inference.config_for(path, image_size=32)
   assert not trained_here and config.image_size == 32
   assert config.model.variant == "testing" and config.pp_eval

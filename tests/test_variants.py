@@ -31,6 +31,16 @@ GOLDEN_PARAM_COUNTS = {
     "ViT-H/14": 632_045_800,
     "ViT-g/14": 1_012_611_432,
     "ViT-G/14": 1_844_440_680,
+    # big_vision's table (its plain ViTs and SigLIP towers), counted here in
+    # the same form as the rows above.
+    "ViT-M/16": 38_837_736,
+    "ViT-M/32": 39_942_120,
+    "ViT-So400m/14": 413_597_656,
+    "ViT-So400m/16": 413_735_896,
+    "ViT-g-opt/14": 1_136_101_864,
+    "ViT-g-opt/16": 1_136_286_184,
+    "ViT-G-opt/14": 1_664_842_216,
+    "ViT-e/14": 3_807_214_312,
     "R50+ViT-B/16": 98_659_112,
     "R50+ViT-L/32": 328_994_856,
     "R26+ViT-S/32": 36_431_912,
@@ -97,12 +107,44 @@ def plain_vit_param_count(v, image_size: int = 224, classes: int = 1000):
           (d * classes + classes))
 
 
-@pytest.mark.parametrize("name",
-                         ["ViT-B/16", "ViT-H/14", "ViT-g/14", "ViT-G/14"])
+@pytest.mark.parametrize("name", [
+    "ViT-B/16", "ViT-H/14", "ViT-g/14", "ViT-G/14", "ViT-M/16", "ViT-So400m/14",
+    "ViT-g-opt/16", "ViT-G-opt/14", "ViT-e/14"
+])
 def test_golden_count_matches_closed_form(name):
   """An independent check of the golden table (about 1.0B for ViT-g/14 and
   1.8B for ViT-G/14, as Zhai et al. report)."""
   assert plain_vit_param_count(VARIANTS[name]) == GOLDEN_PARAM_COUNTS[name]
+
+
+def siglip_tower_param_count(v, image_size: int):
+  """Closed form of a SigLIP image tower: no class token, learned position
+  embeddings, the blocks and final norm, a MAP head (probe, attention,
+  LayerNorm, MLP) and no classification head."""
+  d, f, p = v.hidden_size, v.mlp_dim, v.patch_size
+  attention, mlp = 4 * (d * d + d), (d * f + f) + (f * d + d)
+  block = 2 * 2 * d + attention + mlp
+  map_head = d + attention + 2 * d + mlp
+  return ((p * p * 3 * d + d) + (image_size // p)**2 * d +
+          v.num_layers * block + 2 * d + map_head)
+
+
+@pytest.mark.parametrize(
+    "name,size,golden",
+    [
+        ("ViT-So400m/14", 224, 427_680_704),
+        # The "384 px" release: a 27 x 27 grid (big_vision's convolution drops
+        # the last 6 pixels; here the image is 378 px).
+        ("ViT-So400m/14", 378, 428_225_600),
+        ("ViT-B/16", 224, 92_884_224),
+    ])
+def test_siglip_image_tower_counts(name, size, golden):
+  """SigLIP's towers (MAP pooling, no class token, no head): the model's
+  count, the closed form's, and the golden number agree."""
+  params, _, _ = abstract_init(name, size, classifier="map", class_token=False,
+                               num_classes=None, scan_layers=True)
+  count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+  assert count == siglip_tower_param_count(VARIANTS[name], size) == golden
 
 
 def test_every_golden_count_is_a_registered_variant():

@@ -299,7 +299,8 @@ def test_hybrid_grid_follows_the_stem_stride(tmp_path):
   path = str(tmp_path / "hybrid.npz")
   writers.save_npz(init(model, size=32), path)
   loaded, report = load_params(path, model, size=64, grid=(64 // v.stride,) * 2)
-  assert report.resized[0][1:] == ((1, 17, 16), (1, 65, 16))
+  assert report.resized[0][1:] == ((1, 17, 16), (1, 65, 16),
+                                   "4x4 -> 8x8 grid, bilinear")
   assert np.all(np.isfinite(logits(model, loaded, images(size=64))))
 
 

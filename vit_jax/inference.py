@@ -107,6 +107,7 @@ def config_for(
     else:
       config.model.update(
           dict(variant=arch.variant, classifier=arch.classifier,
+               class_token=arch.class_token, posemb=arch.posemb,
                representation_size=arch.representation_size))
       config.image_size = arch.image_size
       # The released models' evaluation: resize to the resolution, no crop.

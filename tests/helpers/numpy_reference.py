@@ -10,6 +10,12 @@ comparing with it checks the model rather than restating it:
   StdConv kernel   (w - mean) / (std + 1e-5) per output channel, biased std
   GroupNorm        32 groups, eps 1e-6
   convolutions     'SAME' padding as XLA pads (extra pixel at the end)
+  sincos2d         MoCo v3's fixed position embeddings (Chen et al. 2021):
+                   per token at column x and row y, D/4 channels each of
+                   sin(x w), cos(x w), sin(y w), cos(y w) with
+                   w_k = 10000^(-k / (D/4 - 1)); added to the patches only
+  MAP head         a learned probe attends over the patch tokens (one query),
+                   then probe + MLP(LN(probe)) (Lee et al. 2019; big_vision)
 
 Parameters are the nested tree of the released names.
 """
@@ -142,32 +148,79 @@ def resnet_stem(x, p, standardize_fn=standardize):
 # -------------------------------------------------------------------- ViT --
 
 
+def sincos2d(grid_h, grid_w, width, temperature=10_000.0):
+  """(H*W, D), tokens row by row."""
+  quarter = width // 4
+  omega = temperature**(-np.arange(quarter) / (quarter - 1))
+  rows, cols = np.divmod(np.arange(grid_h * grid_w), grid_w)
+  return np.concatenate([
+      np.sin(np.outer(cols, omega)),
+      np.cos(np.outer(cols, omega)),
+      np.sin(np.outer(rows, omega)),
+      np.cos(np.outer(rows, omega))
+  ], axis=1)
+
+
+def mlp_block(x, p, gelu):
+  return dense(gelu(dense(x, p["Dense_0"])), p["Dense_1"])
+
+
+def map_head(x_BxNxD, p, gelu=gelu_tanh):
+  """Multihead attention pooling: B x D."""
+  probe = np.broadcast_to(p["probe"], (x_BxNxD.shape[0], 1, x_BxNxD.shape[-1]))
+  mha = p["MultiHeadDotProductAttention_0"]
+  proj = lambda inp, name: (np.einsum("bnd,dhk->bnhk", inp, mha[name]["kernel"])
+                            + mha[name]["bias"])
+  q, k, v = proj(probe, "query"), proj(x_BxNxD, "key"), proj(x_BxNxD, "value")
+  weights = softmax(np.einsum("bmhk,bnhk->bhmn", q, k) / np.sqrt(q.shape[-1]))
+  y = np.einsum("bhmn,bnhk->bmhk", weights, v)
+  y = np.einsum("bmhk,hkd->bmd", y, mha["out"]["kernel"]) + mha["out"]["bias"]
+  y = y + mlp_block(layer_norm(y, p["LayerNorm_0"]), p["MlpBlock_0"], gelu)
+  return y[:, 0]
+
+
 def vit(params, images_BxHxWxC, patch, classifier="token", gelu=gelu_tanh,
-        standardize_fn=standardize):
-  """Returns (logits, pre-logits) of ViT or the hybrid (if `conv_root`)."""
+        standardize_fn=standardize, class_token=None, posemb="learn"):
+  """Returns (logits, pre-logits) of ViT or the hybrid (if `conv_root`).
+
+  `class_token` None: with one exactly for the token classifier; gap and map
+  pool the patch tokens. `posemb`: learn (the stored table covers the class
+  token too) or sincos2d (the patches only).
+  """
   p = _to_float64(params)
   x = np.asarray(images_BxHxWxC, np.float64)
   if "conv_root" in p:
     x = resnet_stem(x, p, standardize_fn)
   kernel = p["embedding"]["kernel"]  # (P, P, C, D)
+  grid = (x.shape[1] // patch, x.shape[2] // patch)
   x = patchify(x, patch) @ kernel.reshape(-1, kernel.shape[-1])
   x = x + p["embedding"]["bias"]
-  if classifier == "token":
+  if posemb == "sincos2d":
+    x = x + sincos2d(*grid, x.shape[-1])
+  prefix = int(classifier == "token" if class_token is None else class_token)
+  if prefix:
     cls = np.broadcast_to(p["cls"], (x.shape[0], 1, x.shape[-1]))
     x = np.concatenate([cls, x], axis=1)
   enc = p["Transformer"]
-  x = x + enc["posembed_input"]["pos_embedding"]
+  if posemb == "learn":
+    x = x + enc["posembed_input"]["pos_embedding"]
   for i in range(sum(k.startswith("encoderblock_") for k in enc)):
     block = enc[f"encoderblock_{i}"]
     x = x + attention(layer_norm(x, block["LayerNorm_0"]),
                       block["MultiHeadDotProductAttention_1"])
-    mlp = block["MlpBlock_3"]
-    h = gelu(dense(layer_norm(x, block["LayerNorm_2"]), mlp["Dense_0"]))
-    x = x + dense(h, mlp["Dense_1"])
+    x = x + mlp_block(layer_norm(x, block["LayerNorm_2"]), block["MlpBlock_3"],
+                      gelu)
   x = layer_norm(x, enc["encoder_norm"])
-  x = x[:, 0] if classifier == "token" else x.mean(axis=1)
+  if classifier == "token":
+    x = x[:, 0]
+  elif classifier == "map":
+    x = map_head(x[:, prefix:], p["MAPHead_0"], gelu)
+  else:
+    x = x[:, prefix:].mean(axis=1)
   if "pre_logits" in p:
     x = np.tanh(dense(x, p["pre_logits"]))
+  if "head" not in p:
+    return x, x
   return dense(x, p["head"]), x
 
 

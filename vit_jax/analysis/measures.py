@@ -29,6 +29,7 @@ import numpy as np
 
 from vit_jax import console
 from vit_jax import inference
+from vit_jax import models
 from vit_jax import sharding
 from vit_jax.models import resnet
 from vit_jax.weights import convert
@@ -103,13 +104,17 @@ def rollout_matrix(attention_LxBxHxTxT):
 
 
 def head_reads(classifier: str, tokens: int, batch: int,
-               map_attention_BxHx1xT=None):
-  """B x T: how the head weighs the encoder's output tokens."""
+               map_attention_BxHx1xN=None, num_prefix: int = 0):
+  """B x T: how the head weighs the encoder's output tokens (gap and map
+  read the patch tokens only, the last T - num_prefix)."""
   if classifier == "token":
     return jnp.zeros((batch, tokens)).at[:, 0].set(1.0)
+  reads = jnp.zeros((batch, tokens))
   if classifier == "map":
-    return jnp.mean(map_attention_BxHx1xT[:, :, 0], axis=1)
-  return jnp.full((batch, tokens), 1.0 / tokens)  # gap: the mean token.
+    return reads.at[:, num_prefix:].set(
+        jnp.mean(map_attention_BxHx1xN[:, :, 0], axis=1))
+  # gap: the mean patch token.
+  return reads.at[:, num_prefix:].set(1.0 / (tokens - num_prefix))
 
 
 def attention_rollout(attention_LxBxHxTxT, reads_BxT, num_prefix: int):
@@ -137,7 +142,7 @@ def run(loaded, batches: Iterable[dict], max_images: int,
   `num_shown` images is kept, with them (`Shown`)."""
   config, model = loaded.config, loaded.model
   params = jax.device_get(loaded.params)
-  prefix = 1 if config.model.classifier == "token" else 0
+  prefix = models.num_prefix_tokens(config.model)
   grid = (config.image_size // loaded.stride,) * 2
   distances = jnp.asarray(patch_distances(grid, loaded.stride), jnp.float32)
 
@@ -147,7 +152,7 @@ def run(loaded, batches: Iterable[dict], max_images: int,
     attention = out["attention_weights"]  # L x B x H x T x T
     distance_LxBxH = mean_attention_distance(attention, distances, prefix)
     reads = head_reads(config.model.classifier, attention.shape[-1],
-                       attention.shape[1], out.get("map_attention"))
+                       attention.shape[1], out.get("map_attention"), prefix)
     return (jnp.transpose(distance_LxBxH,
                           (1, 0, 2)), attention_rollout(attention, reads,
                                                         prefix), images)

@@ -18,6 +18,12 @@ def get_model_config() -> ml_collections.ConfigDict:
   # representation_size: width of the tanh pre-logits layer that the paper
   # uses at pre-training only; None (the default) means no such layer.
   model.classifier = "token"  # token (class token) | gap | map (attn pool).
+  # A class token before the patches; None: exactly when classifier=token
+  # (gap and map then pool the patch tokens only).
+  model.class_token = config_dict.placeholder(bool)  # See above.
+  # Position embeddings: learn (the paper's) | sincos2d (fixed 2D sin-cos,
+  # big_vision's plain ViTs; nothing stored or loaded).
+  model.posemb = "learn"  # See above.
   model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.

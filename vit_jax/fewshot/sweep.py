@@ -6,9 +6,11 @@ r"""Few-shot sweep: checkpoints x datasets x shots, as a table, JSON and CSV.
 
 Each checkpoint (any format `config.init.checkpoint` reads, or `random`:
 `config.model` at random init with `config.seed`, the baseline a learnt
-representation should beat) is loaded into `config.model` without a head;
-the features of each dataset's train and test splits are extracted once and
-reused for every shot count, seed and L2 strength. Writes
+representation should beat) is loaded without a head into the model it holds
+(its variant, pooling, class token and position embeddings read from the file,
+the rest of `config.model` kept), so a SigLIP image tower (`FILE:img`) is swept
+beside a ViT; the features of each dataset's train and test splits are
+extracted once and reused for every shot count, seed and L2 strength. Writes
 WORKDIR/fewshot.json and fewshot.csv; prints the table (mean accuracy over
 seeds; `full` is the linear probe on the whole train split).
 """
@@ -26,6 +28,7 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
+from vit_jax.weights import architecture
 
 # The checkpoint name of the config's model at random init (a path of that
 # name is given as ./random).
@@ -44,21 +47,22 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   models.check_image_size(config.model.variant, config.image_size,
                           "config.image_size")
   mesh = sharding.mesh_from_config(config)
-  by_gelu = {}  # GELU form -> (random params, their shardings, evaluator).
+  by_model = {}  # Model config -> (random params, shardings, evaluator).
   table, notes = {}, []
   for path in checkpoints:
     random_init = path == RANDOM_INIT
-    path_config = weights.decide(config,
-                                 checkpoint=None if random_init else path)
-    gelu = path_config.model.gelu_approximate
-    if gelu not in by_gelu:
+    path_config = weights.decide(
+        config if random_init else with_model_of(config, path),
+        checkpoint=None if random_init else path)
+    key = path_config.model.to_json()
+    if key not in by_model:
       model = models.build_model(path_config.model, num_classes=None)
       params, params_sharding = sharding.random_params(
           model, config.image_size, config.seed, mesh, config.sharding)
-      by_gelu[gelu] = (params, params_sharding,
+      by_model[key] = (params, params_sharding,
                        fewshot_evaluator.from_protocol(
                            model, config, mesh, params_sharding, datasets))
-    random_params, params_sharding, evaluator = by_gelu[gelu]
+    random_params, params_sharding, evaluator = by_model[key]
     params = random_params if random_init else weights.init_params(
         path_config, path, random_params, params_sharding)
     metrics, path_notes = evaluator.run_with_notes(params)
@@ -69,6 +73,20 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
       table[path].setdefault(dataset, {})[column] = value
     logging.info("Few-shot results of %s: %s", path, table[path])
   return table, notes
+
+
+def with_model_of(config: ml_collections.ConfigDict,
+                  path: str) -> ml_collections.ConfigDict:
+  """`config` with the model the checkpoint at `path` holds."""
+  arch = architecture.read(path, cache_dir=config.init.cache_dir)
+  config = config.copy_and_resolve_references()
+  config.model.update(
+      dict(variant=arch.variant, classifier=arch.classifier,
+           class_token=arch.class_token, posemb=arch.posemb,
+           representation_size=arch.representation_size))
+  models.check_image_size(arch.variant, config.image_size,
+                          f"config.image_size (for {path})")
+  return config
 
 
 def describe_protocol(fewshot_config) -> str:

@@ -15,8 +15,10 @@ from vit_jax.models.variants import check_image_size
 from vit_jax.models.variants import get_variant
 from vit_jax.models.vit import ATTENTION
 from vit_jax.models.vit import CLASSIFIERS
+from vit_jax.models.vit import POSEMB_TYPES
 from vit_jax.models.vit import REMAT_POLICIES
 from vit_jax.models.vit import VisionTransformer
+from vit_jax.models.vit import has_class_token
 
 DTYPES = {
     "float32": jnp.float32,
@@ -24,18 +26,46 @@ DTYPES = {
     "float16": jnp.float16
 }
 
+# Fields added after workdirs were first recorded, with the value that
+# keeps an older config.json's meaning.
+_LATER_FIELDS = {"attention": "auto", "posemb": "learn", "class_token": None}
+
+
+def model_field(model_config: ml_collections.ConfigDict, field: str):
+  """`config.model.FIELD`, or what an older recorded config meant by its
+  absence."""
+  return model_config.get(field, _LATER_FIELDS.get(field))
+
+
+def num_prefix_tokens(model_config: ml_collections.ConfigDict) -> int:
+  """Tokens before the patch grid: 1 with a class token, else 0."""
+  return int(
+      has_class_token(model_config.classifier,
+                      model_field(model_config, "class_token")))
+
 
 def check_model_config(model_config: ml_collections.ConfigDict):
   """Raises a clear error for a bad `config.model` before anything is traced."""
-  get_variant(model_config.variant)
+  variant = get_variant(model_config.variant)
   for field, allowed in (("classifier", CLASSIFIERS), ("remat", REMAT_POLICIES),
-                         ("dtype", DTYPES), ("param_dtype",
-                                             DTYPES), ("attention", ATTENTION)):
-    # Configs recorded before `attention` existed lack it: the default.
-    value = model_config.get(field, "auto" if field == "attention" else None)
+                         ("dtype", DTYPES), ("param_dtype", DTYPES),
+                         ("attention", ATTENTION), ("posemb", POSEMB_TYPES)):
+    value = model_field(model_config, field)
     if value not in allowed:
       raise UserError(f"config.model.{field}={value!r} is not "
                       f"one of {', '.join(allowed)}.")
+  if (model_config.classifier == "token" and
+      model_field(model_config, "class_token") is False):
+    raise UserError(
+        "config.model.classifier=token reads the class token, but "
+        "config.model.class_token=False removes it; pool the patches with "
+        "classifier gap or map, or unset class_token.")
+  if model_field(model_config,
+                 "posemb") == "sincos2d" and (variant.hidden_size % 4):
+    raise UserError(
+        f"config.model.posemb=sincos2d needs a width divisible by 4; "
+        f"{model_config.variant} is {variant.hidden_size} wide. Use "
+        "posemb=learn.")
 
 
 def _decided_gelu(model_config: ml_collections.ConfigDict) -> bool:
@@ -65,6 +95,8 @@ def build_model(model_config: ml_collections.ConfigDict,
       patch_size=variant.patch_size,
       resnet=variant.resnet,
       classifier=model_config.classifier,
+      class_token=model_field(model_config, "class_token"),
+      posemb=model_field(model_config, "posemb"),
       representation_size=model_config.representation_size,
       head_bias_init=model_config.head_bias_init,
       dropout_rate=model_config.dropout_rate,
@@ -72,7 +104,7 @@ def build_model(model_config: ml_collections.ConfigDict,
       drop_path_rate=model_config.drop_path_rate,
       remat=model_config.remat,
       scan_layers=model_config.scan_layers,
-      attention=model_config.get("attention", "auto"),
+      attention=model_field(model_config, "attention"),
       gelu_approximate=_decided_gelu(model_config),
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
@@ -124,6 +156,6 @@ def param_shapes(model, image_size: int):
 
 __all__ = [
     "VARIANTS", "VisionTransformer", "build_model", "check_image_size",
-    "from_config", "get_variant", "check_model_config", "DTYPES",
-    "init_on_zeros", "param_shapes"
+    "from_config", "get_variant", "check_model_config", "DTYPES", "model_field",
+    "num_prefix_tokens", "init_on_zeros", "param_shapes"
 ]

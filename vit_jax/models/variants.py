@@ -48,6 +48,14 @@ _WIDTHS = {
     # "Scaling Vision Transformers" (Zhai et al., 2022), Table 2: for pods.
     "g": dict(hidden_size=1408, mlp_dim=6144, num_heads=16, num_layers=40),
     "G": dict(hidden_size=1664, mlp_dim=8192, num_heads=16, num_layers=48),
+    # big_vision's variant table: M, the shape-optimised So400m ("Getting ViT
+    # in Shape", Alabdulmohsin et al. 2023; SigLIP's tower), g-opt, G-opt
+    # and e (PaLI's ViT-e).
+    "M": dict(hidden_size=512, mlp_dim=2048, num_heads=8, num_layers=12),
+    "So400m": dict(hidden_size=1152, mlp_dim=4304, num_heads=16, num_layers=27),
+    "g-opt": dict(hidden_size=1536, mlp_dim=6144, num_heads=16, num_layers=40),
+    "G-opt": dict(hidden_size=1536, mlp_dim=8192, num_heads=16, num_layers=48),
+    "e": dict(hidden_size=1792, mlp_dim=15360, num_heads=16, num_layers=56),
 }
 _R50 = ResNetSpec(num_layers=(3, 4, 9))  # The paper's hybrid: stage 4 removed.
 _R50_FULL = ResNetSpec(num_layers=(3, 4, 6, 3))
@@ -66,6 +74,14 @@ VARIANTS: dict[str, Variant] = {
     "ViT-H/14": Variant(**_WIDTHS["H"], patch_size=14),
     "ViT-g/14": Variant(**_WIDTHS["g"], patch_size=14),
     "ViT-G/14": Variant(**_WIDTHS["G"], patch_size=14),
+    "ViT-M/16": Variant(**_WIDTHS["M"], patch_size=16),
+    "ViT-M/32": Variant(**_WIDTHS["M"], patch_size=32),
+    "ViT-So400m/14": Variant(**_WIDTHS["So400m"], patch_size=14),
+    "ViT-So400m/16": Variant(**_WIDTHS["So400m"], patch_size=16),
+    "ViT-g-opt/14": Variant(**_WIDTHS["g-opt"], patch_size=14),
+    "ViT-g-opt/16": Variant(**_WIDTHS["g-opt"], patch_size=16),
+    "ViT-G-opt/14": Variant(**_WIDTHS["G-opt"], patch_size=14),
+    "ViT-e/14": Variant(**_WIDTHS["e"], patch_size=14),
     "R50+ViT-B/16": Variant(**_WIDTHS["B"], patch_size=1, resnet=_R50),
     "R50+ViT-L/32": Variant(**_WIDTHS["L"], patch_size=1, resnet=_R50_FULL),
     "R26+ViT-S/32": Variant(**_WIDTHS["S"], patch_size=1, resnet=_R26),

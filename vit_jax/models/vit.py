@@ -13,6 +13,12 @@ parameters carry a leading layer axis (see `scan.py` for conversion). The
 model holds nothing only training uses: masked patch prediction composes its
 [mask] token and head around it (`masked_patch.MaskedPatchViT`).
 
+big_vision's plain ViTs ("Better plain ViT baselines", SigLIP's image
+towers) differ in three options, each a field here: fixed 2D sin-cos position
+embeddings (`posemb="sincos2d"`, added to the patches before any class
+token), no class token (`class_token=False`; gap and map pool the patch
+tokens), and pooling by global average or a MAP head (`classifier`).
+
 Precision: `dtype` is the compute dtype of every matmul/conv, `param_dtype` the
 storage dtype; softmax, LayerNorm statistics and the logits are fp32.
 
@@ -36,6 +42,9 @@ from vit_jax.models.variants import ResNetSpec
 
 Dtype = Any
 CLASSIFIERS = ("token", "gap", "map")
+# Position embeddings: learned (the paper), or fixed 2D sin-cos ones
+# (big_vision's `sincos2d`, as MoCo v3 defines them; nothing is stored).
+POSEMB_TYPES = ("learn", "sincos2d")
 # How attention is computed where its weights are not needed (see
 # `MultiHeadDotProductAttention`).
 ATTENTION = ("auto", "explicit", "xla", "cudnn")
@@ -288,6 +297,31 @@ class AddPositionEmbs(nn.Module):
     return x_BxNxD + posemb.astype(x_BxNxD.dtype)
 
 
+def posemb_sincos2d(grid_h: int, grid_w: int, width: int,
+                    temperature: float = 10_000.0):
+  """1 x (H*W) x D fixed position embeddings, tokens in row-major order.
+
+  A quarter of the channels each: sin(x w_k), cos(x w_k), sin(y w_k),
+  cos(y w_k), with x the column and y the row of the token and
+  w_k = temperature^(-k / (D/4 - 1)), k = 0 .. D/4 - 1.
+  """
+  if width % 4:  # models.check_model_config says so before tracing.
+    raise ValueError(f"sincos2d position embeddings need a width divisible "
+                     f"by 4, not {width}.")
+  y, x = jnp.mgrid[:grid_h, :grid_w]
+  quarter = width // 4
+  omega = 1.0 / temperature**(jnp.arange(quarter) / max(quarter - 1, 1))
+  x_angles = x.reshape(-1, 1) * omega[None]
+  y_angles = y.reshape(-1, 1) * omega[None]
+  table = jnp.concatenate([
+      jnp.sin(x_angles),
+      jnp.cos(x_angles),
+      jnp.sin(y_angles),
+      jnp.cos(y_angles)
+  ], axis=1)
+  return table[None].astype(jnp.float32)
+
+
 class MAPHead(nn.Module):
   """Multihead attention pooling: a learned probe attends over the tokens.
   Returns (pooled B x D, the probe's attention B x H x 1 x N)."""
@@ -324,7 +358,11 @@ class VisionTransformer(nn.Module):
   num_layers: int
   patch_size: int
   resnet: Optional[ResNetSpec] = None
-  classifier: str = "token"
+  classifier: str = "token"  # How the head pools: one of CLASSIFIERS.
+  # A class token before the patches; None: exactly when classifier="token".
+  # gap and map pool the patch tokens only.
+  class_token: Optional[bool] = None
+  posemb: str = "learn"  # One of POSEMB_TYPES.
   representation_size: Optional[int] = None
   head_bias_init: float = 0.0
   dropout_rate: float = 0.0
@@ -338,6 +376,11 @@ class VisionTransformer(nn.Module):
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+
+  @property
+  def num_prefix_tokens(self) -> int:
+    """Tokens before the patch grid: 1 with a class token, else 0."""
+    return int(has_class_token(self.classifier, self.class_token))
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,
@@ -362,7 +405,11 @@ class VisionTransformer(nn.Module):
     if patch_embeddings_fn is not None:
       x_BxNxD = patch_embeddings_fn(x_BxNxD)
 
-    if self.classifier == "token":
+    if self.posemb == "sincos2d":  # Before the class token, which has none.
+      x_BxNxD = x_BxNxD + posemb_sincos2d(grid_h, grid_w, width).astype(
+          x_BxNxD.dtype)
+    prefix = self.num_prefix_tokens
+    if prefix:
       cls = self.param("cls", nn.initializers.zeros, (1, 1, width),
                        self.param_dtype)
       cls_Bx1xD = jnp.tile(cls, (batch, 1, 1)).astype(self.dtype)
@@ -372,16 +419,15 @@ class VisionTransformer(nn.Module):
         num_layers=self.num_layers, mlp_dim=self.mlp_dim,
         num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
-        drop_path_rate=self.drop_path_rate, use_posemb=self.use_posemb,
-        remat=self.remat, scan_layers=self.scan_layers,
+        drop_path_rate=self.drop_path_rate, use_posemb=self.use_posemb and
+        self.posemb == "learn", remat=self.remat, scan_layers=self.scan_layers,
         gelu_approximate=self.gelu_approximate, attention=self.attention,
         gather_block=self.gather_block, dtype=self.dtype,
         param_dtype=self.param_dtype, name="Transformer")(x_BxNxD, not train,
                                                           return_intermediates)
     out["encoded"] = encoded
     # The patches' output tokens (without the class token).
-    out["patch_tokens"] = (encoded[:, 1:]
-                           if self.classifier == "token" else encoded)
+    out["patch_tokens"] = patch_tokens = encoded[:, prefix:]
     if captured is not None:
       out["blocks"] = captured["block"]  # L x B x N x D
       out["attention_weights"] = captured["attention"]  # L x B x H x N x N
@@ -389,11 +435,11 @@ class VisionTransformer(nn.Module):
     if self.classifier == "token":
       x_BxD = encoded[:, 0]
     elif self.classifier == "gap":
-      x_BxD = jnp.mean(encoded, axis=1)
+      x_BxD = jnp.mean(patch_tokens, axis=1)
     elif self.classifier == "map":
       x_BxD, probe_attention = MAPHead(
           self.mlp_dim, self.num_heads, self.gelu_approximate, dtype=self.dtype,
-          param_dtype=self.param_dtype, name="MAPHead_0")(encoded)
+          param_dtype=self.param_dtype, name="MAPHead_0")(patch_tokens)
       if return_intermediates:
         out["map_attention"] = probe_attention  # B x H x 1 x N
     else:  # models.check_model_config refuses others before this runs.
@@ -414,6 +460,12 @@ class VisionTransformer(nn.Module):
             self.head_bias_init), name="head")(x_BxD)
     out["logits"] = logits_BxK
     return logits_BxK, out
+
+
+def has_class_token(classifier: str, class_token: Optional[bool]) -> bool:
+  """Whether the model has a class token (`class_token` None: the classifier
+  says, token pooling being the class token's)."""
+  return classifier == "token" if class_token is None else bool(class_token)
 
 
 def _check_divisible(size_hw, patch_size: int, hybrid: bool):

@@ -133,8 +133,8 @@ def _tensor_parallel_activations(config, mesh) -> float:
   if not any("tp" in strategy for _, strategy in config.sharding.params):
     return 0.0
   variant = models.get_variant(config.model.variant)
-  tokens = (config.image_size // variant.stride)**2 + (
-      1 if config.model.classifier == "token" else 0)
+  tokens = (config.image_size // variant.stride)**2 + (models.num_prefix_tokens(
+      config.model))
   return communication.tensor_parallel_activations(
       config.batch_size // mesh.shape[sharding.DATA_AXIS], tokens,
       variant.hidden_size, variant.num_layers, mesh.shape[sharding.MODEL_AXIS],

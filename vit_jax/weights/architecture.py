@@ -1,15 +1,17 @@
 """The model a weights file holds, read from its parameters' shapes.
 
     arch = read(path)  # Architecture(variant='ViT-B/16', classifier='token',
+                       #   class_token=True, posemb='learn',
                        #   representation_size=None, num_classes=1000,
                        #   image_size=224)
 
-So a released `.npz`, a big_vision checkpoint or a timm / Hugging Face file
-can be used (predicted with, analysed) without naming a config: the widths,
-depth, heads, patch size and hybrid stem pick the entry of the variant table;
-the class token, MAP head and pre-logits layer say the classifier; the head
-says the classes and the position embeddings the resolution they were
-trained at. PyTorch files do not store the number of heads; it follows from
+So a released `.npz`, a big_vision checkpoint or a timm / Hugging Face file can
+be used (predicted with, analysed) without naming a config: the widths, depth,
+heads, patch size and hybrid stem pick the entry of the variant table; the
+class token, MAP head and pre-logits layer say the classifier; the head says
+the classes and the position embeddings the resolution they were trained at (a
+file without them has fixed sincos2d ones, which say nothing: big_vision's 224
+px is assumed). PyTorch files do not store the number of heads; it follows from
 the width (every variant of one width has the same heads) unless given.
 """
 
@@ -29,6 +31,7 @@ from vit_jax.weights import formats
 from vit_jax.weights import posemb
 
 _BLOCK = "Transformer/encoderblock_{}/"
+SINCOS_IMAGE_SIZE = 224  # What big_vision's plain ViTs train at.
 _TORCH_PATCH_PROJECTION = ("patch_embed.proj.weight",
                            "patch_embeddings.projection.weight")
 
@@ -37,6 +40,8 @@ _TORCH_PATCH_PROJECTION = ("patch_embed.proj.weight",
 class Architecture:
   variant: str  # A name of models/variants.py.
   classifier: str  # token | gap | map.
+  class_token: bool
+  posemb: str  # learn | sincos2d.
   representation_size: Optional[int]  # The pre-logits width; None: none.
   num_classes: Optional[int]  # None: no head.
   image_size: int  # The resolution its position embeddings were trained at.
@@ -76,24 +81,27 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
   if name is None:
     raise WeightsError(
         f"{path} is a ViT no entry of models/variants.py describes "
-        f"({variant}); pass --config with a config of that model.")
-  if "cls" in params:
-    classifier = "token"
-  elif any(k.startswith("MAPHead_0/") for k in params):
+        f"({variant}); register it (vit_jax.models.variants.register in a "
+        "module of config.imports), or pass --config with that model.")
+  if any(k.startswith("MAPHead_0/") for k in params):
     classifier = "map"
+  elif "cls" in params:
+    classifier = "token"
   else:
     classifier = "gap"
   pre_logits = params.get("pre_logits/kernel")
   head = params.get("head/kernel")
   table = params.get(convert.POSEMB)
-  if table is None:
-    raise WeightsError(f"{path} has no position embeddings.")
-  grid = posemb.square_grid(table.shape[-2] - posemb_prefix_tokens, path)
+  image_size = SINCOS_IMAGE_SIZE
+  if table is not None:
+    grid = posemb.square_grid(table.shape[-2] - posemb_prefix_tokens, path)
+    image_size = grid[0] * variant.stride
   return Architecture(
-      variant=name, classifier=classifier,
+      variant=name, classifier=classifier, class_token="cls" in params,
+      posemb="sincos2d" if table is None else "learn",
       representation_size=None if pre_logits is None else pre_logits.shape[-1],
       num_classes=None if head is None else head.shape[-1],
-      image_size=grid[0] * variant.stride)
+      image_size=image_size)
 
 
 def _variant(params, path) -> Variant:

@@ -16,6 +16,7 @@ import numpy as np
 
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
+from vit_jax.weights import formats
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 
@@ -31,6 +32,7 @@ class Converted:
   params: dict[str, np.ndarray]
   posemb_prefix_tokens: int  # Prefix tokens in the stored position embeddings.
   origin: str  # The code base that wrote it (`detect_origin`).
+  notes: list[str] = dataclasses.field(default_factory=list)  # For the report.
 
 
 # The block module names of the two Flax generations: older Flax counted
@@ -63,7 +65,8 @@ def detect_origin(fmt: str, names, path: str) -> str:
                          (MultiHeadDotProductAttention_0, LayerNorm_1,
                          MlpBlock_0) and Transformer/posembed_input;
   big_vision             current-Flax block names and a top-level
-                         pos_embedding (no class-token entry);
+                         pos_embedding (no class-token entry), or none
+                         (fixed sincos2d position embeddings);
   timm, hugging_face     PyTorch names; orbax: this project's workdirs.
   """
   if fmt == "orbax":
@@ -79,7 +82,7 @@ def detect_origin(fmt: str, names, path: str) -> str:
     raise WeightsError(f"{path} holds PyTorch weights but neither timm's nor "
                        "Hugging Face's ViT names (e.g. 'blocks.0.attn.qkv."
                        "weight' or 'vit.embeddings.cls_token').")
-  names = list(_strip_prefixes(dict.fromkeys(names)))
+  names = list(_flax_names(dict.fromkeys(names), path)[0])
   modules = {m.group(1) for n in names if (m := _BLOCK_MODULE.match(n))}
   old, new = modules & set(_OLD_BLOCK_NAMES), modules & set(_NEW_BLOCK_NAMES)
   top_posemb, nested_posemb = "pos_embedding" in names, POSEMB in names
@@ -97,8 +100,7 @@ def detect_origin(fmt: str, names, path: str) -> str:
   if new and nested_posemb and not top_posemb:
     return "released_current_flax"
   if new and not (top_posemb or nested_posemb):
-    raise WeightsError(f"{path} has no position embeddings; only learned "
-                       "('learn') position embeddings are read.")
+    return "big_vision"  # Fixed (sincos2d) position embeddings: none stored.
   raise WeightsError(f"{path} has position embeddings both at "
                      f"'pos_embedding' and at '{POSEMB}'; it is not a "
                      "checkpoint of one model.")
@@ -112,14 +114,49 @@ def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
     return from_timm(tensors, num_heads, path)
   if origin == "hugging_face":
     return from_hugging_face(tensors, num_heads, path)
-  tensors = _strip_prefixes(tensors)
+  tensors, note = _flax_names(tensors, path)
   if origin == "big_vision":
-    return from_big_vision(tensors, path)
-  if origin == "released_current_flax":
-    tensors = {_rename_block(k): v for k, v in tensors.items()}
-  converted = from_released(tensors, fmt)
-  converted.origin = origin
+    converted = from_big_vision(tensors, path)
+  else:
+    if origin == "released_current_flax":
+      tensors = {_rename_block(k): v for k, v in tensors.items()}
+    converted = from_released(tensors, fmt)
+    converted.origin = origin
+  converted.notes += [note] if note else []
   return converted
+
+
+def _flax_names(tensors, path) -> tuple[dict, Optional[str]]:
+  """A Flax file's entries without wrappers, of one tower (`_select_tower`),
+  and what the report should say about the tower."""
+  return _select_tower(_strip_prefixes(tensors), path)
+
+
+def _select_tower(tensors, path) -> tuple[dict, Optional[str]]:
+  """The entries of the tower `path` names (`FILE:TOWER`), or of the image
+  tower `img/` of a two-tower file (SigLIP's) that names none, without the
+  tower's prefix; other files as they are."""
+  _, tower = formats.split_tower(path)
+  # Top-level entries, folders with a trailing '/' (img/, txt/, t, b).
+  top = sorted(
+      {name.split("/")[0] + ("/" if "/" in name else "") for name in tensors})
+  if tower is None:
+    if "img/" not in top or "Transformer/" in top:
+      return tensors, None
+    tower = "img"
+    note = ("read the image tower (img/) of a two-tower file; left out "
+            f"{', '.join(t for t in top if t != 'img/')}")
+  else:
+    note = f"read the tower {tower}/ that the path names"
+  picked = {
+      name[len(tower) + 1:]: value
+      for name, value in tensors.items()
+      if name.startswith(tower + "/")
+  }
+  if not picked:
+    raise WeightsError(f"{path} has no tower {tower!r}: its top-level names "
+                       f"are {', '.join(top)}.")
+  return picked, note
 
 
 def _strip_prefixes(tensors):
@@ -395,6 +432,11 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "exported file would give other logits. Export a model without it "
         "(e.g. after fine-tuning with config.model.representation_size=None), "
         "or use --format=npz, which keeps it.")
+  if POSEMB not in params:
+    raise WeightsError(
+        "The model's position embeddings are fixed (sincos2d) and stored "
+        "nowhere; timm's VisionTransformer file has no place to say so. Use "
+        "--format=npz.")
   if "cls" not in params or any(
       k.startswith(("conv_root", "MAPHead_0")) for k in params):
     raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "

@@ -10,17 +10,20 @@ The format is decided by what the file is, not by its name:
   safetensors  timm or Hugging Face weights;
   torch        a PyTorch pickle (`.bin`, `.pth`), read with torch if present.
 
-Paths may be local, URLs (`gs://...`, see `vit_jax.paths`) or names of
-released checkpoints (`ViT-B/16@i21k`): a file at a URL or by name is read
-from its copy in the local cache (`cache.locate`, which downloads it once).
-`cache_dir` is config.init.cache_dir (None: the default). Every problem
-(missing path, truncated or foreign file) is a `WeightsError` that names the
-file and what was expected.
+`FILE:TOWER` names one tower of a two-tower file (SigLIP's `FILE:img`); the
+converter (`convert.py`) picks it out. Paths may be local, URLs (`gs://...`,
+see `vit_jax.paths`) or names of released checkpoints (`ViT-B/16@i21k`): a file
+at a URL or by name is read from its copy in the local cache (`cache.locate`,
+which downloads it once). `cache_dir` is config.init.cache_dir (None: the
+default). Every problem (missing path, truncated or foreign file) is a
+`WeightsError` that names the file and what was expected.
 """
 
 import io
 import json
+import re
 import struct
+from typing import Optional
 import zipfile
 
 from etils import epath
@@ -62,7 +65,15 @@ def read_names(path: str, cache_dir=None) -> tuple[str, list[str]]:
   return fmt, list(_read_torch(path, names_only=True))
 
 
+def split_tower(path) -> tuple[str, Optional[str]]:
+  """'FILE:TOWER' -> (FILE, TOWER), big_vision's way of naming one tower of
+  a two-tower file (`siglip.npz:img`); any other path -> (path, None)."""
+  match = re.fullmatch(r"(.+[^:/]):([A-Za-z_]\w*)", str(path))
+  return (match.group(1), match.group(2)) if match else (str(path), None)
+
+
 def _existing(path, cache_dir=None) -> epath.Path:
+  path, _ = split_tower(path)
   resolved = paths.resolve(cache.locate(path, cache_dir))
   if not resolved.exists():
     hint = "" if paths.is_remote(path) else released.unknown_name_hint(

@@ -33,16 +33,19 @@ import ml_collections
 import numpy as np
 
 from vit_jax import console
+from vit_jax import models
 from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import convert
 from vit_jax.weights import formats
+from vit_jax.weights import patch_resize
 from vit_jax.weights import posemb
 from vit_jax.weights import released
 
 POSEMB = convert.POSEMB
+PATCH_KERNEL = "embedding/kernel"
 GELU_NAMES = {True: "tanh approximation", False: "exact erf"}
 
 
@@ -52,13 +55,15 @@ class Report:
   path: str
   origin: str  # The code base that wrote the file (convert.detect_origin).
   matched: list = dataclasses.field(default_factory=list)
-  resized: list = dataclasses.field(default_factory=list)  # (name, old, new)
+  # (name, old shape, new shape, how).
+  resized: list = dataclasses.field(default_factory=list)
   reinitialised: list = dataclasses.field(default_factory=list)  # (name, why)
   dropped: list = dataclasses.field(default_factory=list)  # (name, why)
   missing: list = dataclasses.field(default_factory=list)
   unexpected: list = dataclasses.field(default_factory=list)
   mismatched: list = dataclasses.field(default_factory=list)  # (name, f, t)
   warnings: list = dataclasses.field(default_factory=list)
+  notes: list = dataclasses.field(default_factory=list)  # What was read.
   gelu: str = ""  # The GELU of the file's origin and of the model.
 
   @property
@@ -82,9 +87,10 @@ class Report:
         f"{self.path} (written by {self.origin}): "
         f"{len(self.matched)} matching"
     ]
+    rows += [f"  {note}" for note in self.notes]
     if self.gelu:
       rows.append(f"  GELU: {self.gelu}")
-    resized = [f"{n}: {o} -> {t}" for n, o, t in self.resized]
+    resized = [f"{n}: {o} -> {t} ({how})" for n, o, t, how in self.resized]
     reinitialised = [f"{n} ({why})" for n, why in self.reinitialised]
     dropped = [f"{n} ({why})" for n, why in self.dropped]
     mismatched = [f"{n}: {f} vs {t}" for n, f, t in self.mismatched]
@@ -191,9 +197,8 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
   check_released_variant(path, config.model.variant)
   if scan.is_scanned(params):
     params = jax.eval_shape(scan.unstack_layers, params)
-  return load(path, params,
-              num_prefix_tokens=1 if config.model.classifier == "token" else 0,
-              grid=target_grid(config), dont_load=config.init.dont_load,
+  return load(path, params, num_prefix_tokens=models.num_prefix_tokens(
+      config.model), grid=target_grid(config), dont_load=config.init.dont_load,
               resize_method=config.init.posemb_resize,
               source_grid=config.init.source_grid,
               gelu_approximate=config.model.gelu_approximate,
@@ -239,7 +244,10 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   """
   target_flat = flax.traverse_util.flatten_dict(target, sep="/")
   source = read_converted(path, _num_heads(target_flat), cache_dir)
-  report = Report(path=path, origin=source.origin)
+  report = Report(path=path, origin=source.origin, notes=list(source.notes))
+  if POSEMB not in source.params and POSEMB not in target_flat:
+    report.notes.append("position embeddings: fixed 2D sin-cos (sincos2d), "
+                        "none stored")
   _check_dont_load(dont_load, target_flat, source.params, path)
   _compare_gelu(origin_gelu(path, source.origin), gelu_approximate, report)
   loaded = {}
@@ -261,6 +269,10 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
     elif tuple(value.shape) == shape:
       loaded[name] = value
       report.matched.append(name)
+    elif name == PATCH_KERNEL and value.shape[2:] == shape[2:]:
+      loaded[name] = patch_resize.pi_resize(value, shape[:2])
+      report.resized.append((name, tuple(
+          value.shape), shape, "PI-resize, as FlexiViT"))
     elif name.startswith("head/"):
       report.reinitialised.append(
           (name, f"{value.shape[-1]} classes in the file, {shape[-1]} in the "
@@ -323,7 +335,9 @@ def _resize(value, shape, source, num_prefix_tokens, grid, method, source_grid,
   if tuple(value.shape) == shape and old_grid == tuple(grid):
     report.matched.append(POSEMB)
   else:
-    report.resized.append((POSEMB, tuple(value.shape), shape))
+    report.resized.append((POSEMB, tuple(
+        value.shape), shape, f"{old_grid[0]}x{old_grid[1]} -> "
+                           f"{grid[0]}x{grid[1]} grid, {method}"))
   return resized
 
 
@@ -368,11 +382,31 @@ def _warn_zero_head(loaded, report):
     logging.warning(message)
 
 
+# (what the file has, what the model has, the config that matches the file)
+# for the parts a config's options add or remove.
+_OPTION_HINTS = (
+    (POSEMB, "learned position embeddings", "fixed ones",
+     "config.model.posemb=learn"),
+    ("cls", "a class token", "none",
+     "config.model.class_token=True (or classifier=token)"),
+    ("MAPHead_0/probe", "a MAP head", "none", "config.model.classifier=map"),
+)
+_OPTION_HINTS_REVERSED = (
+    (POSEMB, "no position embeddings (fixed sincos2d ones)", "learned ones",
+     "config.model.posemb=sincos2d"),
+    ("cls", "no class token", "one",
+     "config.model.classifier=gap or map (or class_token=False)"),
+    ("MAPHead_0/probe", "no MAP head", "one",
+     "config.model.classifier=token or gap"),
+)
+
+
 def _hint(file_params, target_flat) -> str:
-  """Says when the file is a different model size, e.g. B/16 into L/16."""
+  """Says when the file is a different model size (e.g. B/16 into L/16),
+  or a model with other options (position embeddings, class token, MAP)."""
 
   def describe(flat):
-    kernel = flat.get("embedding/kernel")
+    kernel = flat.get(PATCH_KERNEL)
     layers = len({
         m.group(1)
         for k in flat
@@ -380,10 +414,19 @@ def _hint(file_params, target_flat) -> str:
     })
     if kernel is None:
       return None
-    return f"width {kernel.shape[-1]}, patch {kernel.shape[0]}, {layers} layers"
+    return f"width {kernel.shape[-1]}, {layers} layers"
 
   theirs, ours = describe(file_params), describe(target_flat)
   if theirs and ours and theirs != ours:
     return (f"The file is a different model ({theirs}) from the config's "
             f"({ours}).\n")
-  return ""
+  hints = [
+      f"The file has {has}, the model {other}: set {fix}.\n"
+      for name, has, other, fix in _OPTION_HINTS
+      if name in file_params and name not in target_flat
+  ] + [
+      f"The file has {has}, the model {other}: set {fix}.\n"
+      for name, has, other, fix in _OPTION_HINTS_REVERSED
+      if name not in file_params and name in target_flat
+  ]
+  return "".join(hints)
