@@ -1,4 +1,5 @@
-"""Independent PyTorch ViTs (timm, Hugging Face) built locally, random weights.
+"""Independent PyTorch ViTs (timm, Hugging Face) and timm's MLP-Mixer, built
+locally, random weights.
 
 Used where torch is installed, never by the suite itself:
 tests/references/generate.py stores what these models compute, and
@@ -113,6 +114,24 @@ def timm_hybrid_vit(
         # Unit-variance kernels: the standardisation epsilons (timm 1e-8,
         # the released code 1e-5) then differ by 1e-5 relative, not 2.5e-4.
         p.mul_(5.0)
+  return model
+
+
+def timm_mixer(width=32, layers=2, mlp_ratio=(0.5, 4.0), patch=8, size=32,
+               classes=10):
+  """timm's MLP-Mixer: 16 tokens, token MLP 16 wide, channel MLP 128."""
+  timm = import_timm()
+  model = timm.models.mlp_mixer.MlpMixer(
+      img_size=size, patch_size=patch, embed_dim=width, num_blocks=layers,
+      mlp_ratio=mlp_ratio, num_classes=classes)
+  model = randomize(model, seed=3)
+  import torch  # pylint: disable=g-import-not-at-top
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if "norm" in name and name.endswith("weight"):
+        # LayerNorm scales near 1: pre-activations O(1), where the GELU
+        # forms differ (tanh vs erf) by more than the parity tolerance.
+        p.add_(1.0)
   return model
 
 

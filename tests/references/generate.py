@@ -2,6 +2,7 @@
 
     make references     # = the torch environment, then:
     .venv-torch/bin/python -m tests.references.generate
+    .venv-torch/bin/python -m tests.references.generate mixer   # that only
 
 Runs where torch, timm and transformers are installed (the pins of
 `requirements.txt`; `make torch-env` builds that environment on Python 3.11
@@ -12,6 +13,7 @@ the models are built from their classes, with random weights.
 
 import json
 import platform
+import sys
 
 import numpy as np
 
@@ -23,13 +25,18 @@ def _state_dict(model) -> dict:
   return {k: v.contiguous() for k, v in model.state_dict().items()}
 
 
+def _tiny_images() -> np.ndarray:
+  """What `stored.tiny_images()` reads back."""
+  return np.random.default_rng(0).uniform(
+      -1, 1, (3, stored.TINY_IMAGE_SIZE, stored.TINY_IMAGE_SIZE, 3)).astype(
+          np.float32)
+
+
 def write_tiny(versions: dict):
   """The tiny models' weights (safetensors, and a .pth for timm's) and
   their logits of the images the tests use."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  images = np.random.default_rng(0).uniform(
-      -1, 1, (3, stored.TINY_IMAGE_SIZE, stored.TINY_IMAGE_SIZE, 3)).astype(
-          np.float32)
+  images = _tiny_images()
   outputs = {"images": images}
   for name, model in (("timm", torch_reference.timm_vit()),
                       ("hybrid", torch_reference.timm_hybrid_vit()),
@@ -40,6 +47,19 @@ def write_tiny(versions: dict):
   torch_reference.save_state_dict(torch_reference.timm_vit(),
                                   stored.path("tiny_timm.pth"))
   st_numpy.save_file(outputs, stored.path("tiny_logits.safetensors"),
+                     metadata=versions)
+
+
+def write_tiny_mixer(versions: dict):
+  """timm's tiny MLP-Mixer: its state dict, and its logits of the same
+  images, in a file of their own (the other files' bytes stay as they
+  were)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  model = torch_reference.timm_mixer()
+  torch_reference.save_state_dict(model, stored.path("tiny_mixer.safetensors"))
+  logits = torch_reference.torch_logits(model, _tiny_images())
+  st_numpy.save_file({"mixer": logits},
+                     stored.path("tiny_mixer_logits.safetensors"),
                      metadata=versions)
 
 
@@ -79,7 +99,8 @@ def write_full_size(versions: dict):
     f.write("\n")
 
 
-def main():
+def main(argv):
+  """No argument: every file; `mixer`: the Mixer's files only."""
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -89,11 +110,15 @@ def main():
       "timm": timm.__version__,
       "transformers": transformers.__version__
   }
-  write_tiny(versions)
-  write_full_size(versions)
+  if argv[1:] not in ([], ["mixer"]):
+    raise SystemExit(f"usage: {argv[0]} [mixer]")
+  if not argv[1:]:
+    write_tiny(versions)
+    write_full_size(versions)
+  write_tiny_mixer(versions)
   print("Wrote tests/references with " +
         ", ".join(f"{k} {v}" for k, v in versions.items()))
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv)

@@ -14,6 +14,12 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            tiny timm model's shape), transformers 5's names
   tiny_logits.safetensors  the images all tiny models were run on (NHWC)
                            and each model's logits
+  tiny_mixer.safetensors   timm's MlpMixer (width 32, 2 blocks, patch 8,
+                           32 px so 16 tokens, token MLP 16 and channel MLP
+                           128 wide, 10 classes), random weights
+  tiny_mixer_logits.safetensors
+                           its logits of the same images ("mixer"); a file
+                           of its own, written by `generate.py mixer`
   full_size.json           timm's ViT-B/16 and R50+ViT-B/16 and Hugging
                            Face's ViT-B/16 at 224 px: each parameter's name
                            and shape in creation order, and the logits of
@@ -48,6 +54,12 @@ def tiny_images() -> np.ndarray:
 def tiny_logits(model: str) -> np.ndarray:
   """'timm', 'hybrid' or 'hf': that tiny model's logits of tiny_images()."""
   return _tiny_outputs()[model]
+
+
+def tiny_mixer_logits() -> np.ndarray:
+  """timm's tiny MLP-Mixer's logits of tiny_images()."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  return st_numpy.load_file(path("tiny_mixer_logits.safetensors"))["mixer"]
 
 
 def _tiny_outputs() -> dict:

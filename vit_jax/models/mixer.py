@@ -1,0 +1,181 @@
+"""MLP-Mixer (Tolstikhin et al., 2021) in Flax Linen: ViT's sibling without
+attention. Each block mixes across patches, then across channels:
+
+    U = X + W2 GELU(W1 LN(X)^T)^T      token mixing (over the N patches)
+    Y = U + W4 GELU(W3 LN(U))           channel mixing (over the D channels)
+
+then a LayerNorm, the mean over patches and a linear head. There are no
+position embeddings and no class token.
+
+Parameter names are those of the released Mixer checkpoints
+(google-research/vision_transformer and big_vision): `stem`,
+`MixerBlock_{i}/{LayerNorm_0, token_mixing/Dense_{0,1}, LayerNorm_1,
+channel_mixing/Dense_{0,1}}`, `pre_head_layer_norm`, `head`, plus an optional
+`pre_logits` as in the ViT. Initialisers are Flax's defaults, as in that code.
+
+Precision and GELU as in `vit.py`: `dtype` computes, `param_dtype` stores,
+LayerNorm statistics and logits are fp32; tanh GELU (the released weights)
+unless `gelu_approximate=False` (timm's exact erf).
+"""
+
+import functools
+from typing import Any
+from typing import Callable
+from typing import Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from vit_jax.models import partitioning as lx
+from vit_jax.models import vit
+
+Dtype = Any
+
+# The token-mixing hidden units, B x D x F: its MLP runs along the patches,
+# so channels sit where tokens sit in the channel MLP. Its F splits like the
+# channel MLP's (MLP), so tensor parallelism cuts both MLPs the same way.
+TOKEN_MIXING_HIDDEN_AXES = (lx.BATCH, lx.EMBED, lx.MLP)
+
+
+class MixerMlp(nn.Module):
+  """Dense -> GELU -> Dense along the last axis, with dropout after each.
+
+  Not `vit.MlpBlock`: this one keeps Flax's default initialisers, as the
+  released Mixer does, and takes its hidden units' logical axes, which
+  differ between the two mixing MLPs.
+  """
+  mlp_dim: int
+  hidden_axes: lx.LogicalAxes
+  dropout_rate: float = 0.0
+  gelu_approximate: bool = True
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool):
+    dense = functools.partial(nn.Dense, dtype=self.dtype,
+                              param_dtype=self.param_dtype)
+    h = nn.gelu(
+        dense(self.mlp_dim, name="Dense_0")(x),
+        approximate=self.gelu_approximate)
+    h = nn.with_logical_constraint(h, self.hidden_axes)
+    h = nn.Dropout(self.dropout_rate)(h, deterministic)
+    y = dense(x.shape[-1], name="Dense_1")(h)
+    return nn.Dropout(self.dropout_rate)(y, deterministic)
+
+
+class MixerBlock(nn.Module):
+  """Token mixing, then channel mixing, each pre-LN and residual."""
+  tokens_mlp_dim: int
+  channels_mlp_dim: int
+  dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0  # This block's rate; see `vit.drop_path`.
+  gelu_approximate: bool = True
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxNxD, deterministic: bool):
+    norm = functools.partial(nn.LayerNorm, dtype=self.dtype,
+                             param_dtype=self.param_dtype)
+    mlp = functools.partial(MixerMlp, dropout_rate=self.dropout_rate,
+                            gelu_approximate=self.gelu_approximate,
+                            dtype=self.dtype, param_dtype=self.param_dtype)
+    drop_path = vit.drop_path(self.drop_path_rate)
+
+    y_BxDxN = jnp.swapaxes(norm(name="LayerNorm_0")(x_BxNxD), 1, 2)
+    y_BxDxN = mlp(self.tokens_mlp_dim, TOKEN_MIXING_HIDDEN_AXES,
+                  name="token_mixing")(y_BxDxN, deterministic)
+    y_BxNxD = jnp.swapaxes(y_BxDxN, 1, 2)
+    x_BxNxD = x_BxNxD + drop_path(y_BxNxD, deterministic)
+    x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
+
+    y_BxNxD = mlp(self.channels_mlp_dim, lx.HIDDEN_AXES, name="channel_mixing")(
+        norm(name="LayerNorm_1")(x_BxNxD), deterministic)
+    x_BxNxD = x_BxNxD + drop_path(y_BxNxD, deterministic)
+    return nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
+
+
+def block_drop_path_rates(rate: float, num_layers: int) -> list[float]:
+  """Stochastic depth rising linearly from 0 (first block) to `rate` (last),
+  as big_vision's Mixer schedules it. Each drop is the ViT's (survivors
+  scaled by 1/(1-rate), as timm does; big_vision's Mixer does not scale)."""
+  return [rate * i / max(num_layers - 1, 1) for i in range(num_layers)]
+
+
+class MlpMixer(nn.Module):
+  """`__call__` returns (logits, dict of named intermediates), as the ViT."""
+  num_classes: Optional[int]  # None: no head, logits are the pre-logits.
+  hidden_size: int
+  tokens_mlp_dim: int
+  channels_mlp_dim: int
+  num_layers: int
+  patch_size: int
+  representation_size: Optional[int] = None
+  head_bias_init: float = 0.0
+  dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0  # The last block's; see block_drop_path_rates.
+  gelu_approximate: bool = True  # tanh (released weights); False: erf.
+  remat: str = "none"  # A key of vit.REMAT_POLICIES.
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images_BxHxWxC, *, train: bool = False,
+               return_intermediates: bool = False,
+               patch_embeddings_fn: Optional[Callable] = None):
+    """`patch_embeddings_fn(x_BxNxD) -> x_BxNxD`, if given, changes the
+    patch embeddings before the first block (as in the ViT)."""
+    out = {}
+    size_hw = images_BxHxWxC.shape[1:3]
+    if size_hw[0] % self.patch_size or size_hw[1] % self.patch_size:
+      raise ValueError(f"The image size {tuple(size_hw)} is not divisible by "
+                       f"the patch size {self.patch_size}.")
+    x = nn.Conv(self.hidden_size, (self.patch_size,) * 2,
+                strides=(self.patch_size,) * 2, padding="VALID",
+                dtype=self.dtype, param_dtype=self.param_dtype, name="stem")(
+                    images_BxHxWxC.astype(self.dtype))
+    batch, grid_h, grid_w, width = x.shape
+    out["grid"] = (grid_h, grid_w)
+    x_BxNxD = jnp.reshape(x, (batch, grid_h * grid_w, width))
+    if patch_embeddings_fn is not None:
+      x_BxNxD = patch_embeddings_fn(x_BxNxD)
+    x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
+
+    block_cls = MixerBlock
+    policy = vit.REMAT_POLICIES[self.remat]
+    if policy is not None:
+      block_cls = nn.remat(block_cls, static_argnums=(2,), policy=policy)
+    per_layer = []
+    for i, rate in enumerate(
+        block_drop_path_rates(self.drop_path_rate, self.num_layers)):
+      x_BxNxD = block_cls(tokens_mlp_dim=self.tokens_mlp_dim,
+                          channels_mlp_dim=self.channels_mlp_dim,
+                          dropout_rate=self.dropout_rate, drop_path_rate=rate,
+                          gelu_approximate=self.gelu_approximate,
+                          dtype=self.dtype, param_dtype=self.param_dtype,
+                          name=f"MixerBlock_{i}")(x_BxNxD, not train)
+      per_layer.append(x_BxNxD)
+    if return_intermediates:
+      out["blocks"] = jnp.stack(per_layer)  # L x B x N x D
+
+    encoded = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
+                           name="pre_head_layer_norm")(x_BxNxD)
+    # No class token: every output token is a patch's.
+    out["encoded"] = out["patch_tokens"] = encoded
+    x_BxD = out["head_input"] = jnp.mean(encoded, axis=1)
+
+    if self.representation_size is not None:
+      x_BxD = nn.tanh(
+          nn.Dense(self.representation_size, dtype=self.dtype,
+                   param_dtype=self.param_dtype, name="pre_logits")(x_BxD))
+    out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
+
+    if self.num_classes is None:
+      return x_BxD, out
+    logits_BxK = nn.Dense(
+        self.num_classes, dtype=jnp.float32, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(
+            self.head_bias_init), name="head")(x_BxD)
+    out["logits"] = logits_BxK
+    return logits_BxK, out
