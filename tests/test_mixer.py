@@ -2,6 +2,8 @@
 released names, parity with timm through its stored state dict and logits
 (tests/references), and the timm layout both ways."""
 
+import dataclasses
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -12,28 +14,18 @@ from tests.helpers import numpy_mixer
 from tests.helpers import numpy_reference
 from tests.references import stored
 from vit_jax.errors import WeightsError
+from vit_jax.models import VARIANTS
+from vit_jax.models import MixerVariant
 from vit_jax.models.mixer import MixerBlock
 from vit_jax.models.mixer import MlpMixer
 from vit_jax.weights import mixer_layout
 
-# The paper's Table 1 (also big_vision's mlp_mixer.Model and the released
-# configs): width, token-MLP and channel-MLP widths, blocks.
-_SIZES = {
-    "S": (512, 256, 2048, 8),
-    "B": (768, 384, 3072, 12),
-    "L": (1024, 512, 4096, 24),
-    "H": (1280, 640, 5120, 32),
-}
+# models/variants.py's Mixer rows, as MlpMixer's fields.
 MIXER_VARIANTS = {
-    f"Mixer-{size}/{patch}": dict(
-        zip(("hidden_size", "tokens_mlp_dim", "channels_mlp_dim", "num_layers"),
-            _SIZES[size]), patch_size=patch)
-    for size, patch in (("S", 32), ("S", 16), ("B", 32), ("B", 16), ("L", 32),
-                        ("L", 16), ("H", 14))
+    name: dataclasses.asdict(v)
+    for name, v in VARIANTS.items()
+    if isinstance(v, MixerVariant)
 }
-MIXER_VARIANTS["testing-mixer"] = dict(hidden_size=16, tokens_mlp_dim=8,
-                                       channels_mlp_dim=32, num_layers=2,
-                                       patch_size=4)
 
 # 1000 classes at 224 px. B/16, B/32 and L/16 are the released code's
 # pinned counts (vision_transformer's models_test.py); the paper's Table 1
@@ -72,7 +64,7 @@ def abstract_params(model, size):
       0), jnp.zeros((1, size, size, 3)))["params"])
 
 
-@pytest.mark.parametrize("name", sorted(GOLDEN_PARAM_COUNTS))
+@pytest.mark.parametrize("name", sorted(MIXER_VARIANTS))
 def test_golden_parameter_counts(name):
   shapes = abstract_params(MlpMixer(num_classes=1000, **MIXER_VARIANTS[name]),
                            224)

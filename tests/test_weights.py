@@ -378,7 +378,7 @@ def test_bad_files_give_one_clear_error_each(tmp_path):
   with open(st, "rb") as f, open(st_truncated, "wb") as g:
     g.write(f.read()[:-100])
   cases = [(str(text), "notes.txt is not a weights file"),
-           (mixer, "MLP-Mixer checkpoint"),
+           (mixer, "holds an MLP-Mixer but the config.s model is a ViT"),
            (str(tmp_path / "absent.npz"), "absent.npz: the path does not "),
            (truncated, "truncated.npz.*truncated or corrupt"),
            (st_truncated, "truncated.safetensors is a truncated"),

@@ -32,6 +32,7 @@ from vit_jax import inference
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.models import resnet
+from vit_jax.models import vit
 from vit_jax.weights import convert
 
 NUM_FILTER_COMPONENTS = 28  # As the paper's Figure 7 (left).
@@ -125,25 +126,37 @@ def attention_rollout(attention_LxBxHxTxT, reads_BxT, num_prefix: int):
 
 def pixel_filters(params, hybrid: bool) -> tuple[np.ndarray, str]:
   """(kernel P x P x 3 x D of the first layer that sees pixels, its name):
-  the patch embedding, or a hybrid stem's root convolution (standardised,
-  as the model applies it; a hybrid's embedding sees the stem's features)."""
+  the patch embedding (a Mixer's `stem`), or a hybrid stem's root
+  convolution (standardised, as the model applies it; a hybrid's embedding
+  sees the stem's features)."""
   if hybrid:
     kernel = resnet.weight_standardize(
         jnp.asarray(params["conv_root"]["kernel"]), axis=(0, 1, 2), eps=1e-5)
     return np.asarray(kernel), "conv_root (the hybrid stem's first layer)"
+  if "stem" in params:
+    return np.asarray(params["stem"]["kernel"]), "stem (the Mixer's patches)"
   return np.asarray(params["embedding"]["kernel"]), "embedding"
 
 
-def run(loaded, batches: Iterable[dict], max_images: int,
-        num_shown: int = 6) -> dict:
-  """Every analysis of `loaded` (`inference.Loaded`), attention averaged
-  over at most `max_images` images of `batches` (padded batches with a
-  mask, and optionally the index of each image); the rollout of the first
-  `num_shown` images is kept, with them (`Shown`)."""
-  config, model = loaded.config, loaded.model
-  params = jax.device_get(loaded.params)
+def position_table(params, config, grid, prefix: int):
+  """(the grid's position embeddings N x D, how they were made), or
+  (None, why not)."""
+  flat = flax.traverse_util.flatten_dict(params, sep="/")
+  if convert.POSEMB in flat:
+    return np.asarray(flat[convert.POSEMB])[0, prefix:], "learned"
+  if models.model_field(config.model, "posemb") == "sincos2d":
+    width = flat["embedding/kernel"].shape[-1]
+    return np.asarray(vit.posemb_sincos2d(
+        *grid,
+        width))[0], ("fixed 2D sin-cos (sincos2d), computed, not learned")
+  return None, "an MLP-Mixer has no position embeddings"
+
+
+def _attention(loaded, batches, max_images: int, num_shown: int, grid):
+  """(mean attention distance L x H summed over images, images counted,
+  the rollouts kept)."""
+  config = loaded.config
   prefix = models.num_prefix_tokens(config.model)
-  grid = (config.image_size // loaded.stride,) * 2
   distances = jnp.asarray(patch_distances(grid, loaded.stride), jnp.float32)
 
   def per_batch(outputs, images):
@@ -175,11 +188,35 @@ def run(loaded, batches: Iterable[dict], max_images: int,
       break
   if not count:
     raise ValueError("No image could be analysed.")
-  kernel, filters_of = pixel_filters(params, model.resnet is not None)
+  return distance_sum, count, shown
+
+
+def run(loaded, batches: Iterable[dict], max_images: int,
+        num_shown: int = 6) -> dict:
+  """Every analysis of `loaded` (`inference.Loaded`), attention averaged
+  over at most `max_images` images of `batches` (padded batches with a
+  mask, and optionally the index of each image); the rollout of the first
+  `num_shown` images is kept, with them (`Shown`). What a model has none
+  of (an MLP-Mixer: attention, position embeddings) is None, and
+  `not_computed` says why."""
+  config, model = loaded.config, loaded.model
+  params = jax.device_get(loaded.params)
+  grid = (config.image_size // loaded.stride,) * 2
+  distance, count, shown, not_computed = None, 0, [], []
+  if isinstance(model, models.MlpMixer):
+    not_computed.append("mean attention distance and attention rollout: an "
+                        "MLP-Mixer has no attention")
+  else:
+    distance_sum, count, shown = _attention(loaded, batches, max_images,
+                                            num_shown, grid)
+    distance = distance_sum / count  # L x H, pixels.
+  hybrid = getattr(model, "resnet", None) is not None  # Mixers have none.
+  kernel, filters_of = pixel_filters(params, hybrid)
   components, variance_ratio = embedding_filters_pca(kernel)
-  posemb = np.asarray(
-      flax.traverse_util.flatten_dict(params, sep="/")[convert.POSEMB])[0,
-                                                                        prefix:]
+  posemb, posemb_kind = position_table(params, config, grid,
+                                       models.num_prefix_tokens(config.model))
+  if posemb is None:
+    not_computed.append(f"position embedding similarity: {posemb_kind}")
   return {
       "variant": config.model.variant,
       "image_size": config.image_size,
@@ -191,9 +228,12 @@ def run(loaded, batches: Iterable[dict], max_images: int,
           "explained_variance_ratio": variance_ratio,
           "components": components
       },
-      "position_embedding_similarity": position_similarity(posemb),
-      "mean_attention_distance": distance_sum / count,  # L x H, pixels.
+      "position_embeddings": posemb_kind,
+      "position_embedding_similarity": (
+          None if posemb is None else position_similarity(posemb)),
+      "mean_attention_distance": distance,
       "attention_rollout": shown,
+      "not_computed": not_computed,
   }
 
 

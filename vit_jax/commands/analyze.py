@@ -17,6 +17,9 @@ how each is computed):
   attention_rollout.png              the output token's attention to the
                                      input, over a few images (Fig. 6).
 
+A model without attention or position embeddings (an MLP-Mixer) gets the
+figures it has numbers for, and the command says which it has none of;
+fixed sincos2d position embeddings are shown as computed.
 Attention is averaged over `--num_images` images: the files under
 `--images`, or, for a training workdir, the first images of its dataset's
 evaluation split. `--out` defaults to `analysis/` in the training workdir
@@ -99,6 +102,7 @@ COPIED_AS_IS = ("variant", "image_size", "grid", "patch_pixels", "num_images")
 def to_json(result: dict, images: str, names) -> dict:
   filters = result["embedding_filters"]
   distance = result["mean_attention_distance"]
+  by_layer = ([] if distance is None else measures.summary_by_layer(distance))
   return {
       "checkpoint": result["checkpoint"],
       "images": images,
@@ -111,19 +115,43 @@ def to_json(result: dict, images: str, names) -> dict:
               filters["explained_variance_ratio"]),
           "components": measures.rounded(filters["components"])
       },
+      "position_embeddings": result["position_embeddings"],
       "position_embedding_similarity": measures.rounded(
           result["position_embedding_similarity"]),
       "mean_attention_distance": measures.rounded(distance, 3),
       "mean_attention_distance_definition": measures.DISTANCE_DEFINITION,
       "mean_attention_distance_by_layer": [
           dict(zip(("min", "mean", "max"), measures.rounded(np.array(r), 3)))
-          for r in measures.summary_by_layer(distance)
+          for r in by_layer
       ],
       "attention_rollout": [{
           "image": names(shown.index),
           "map": measures.rounded(shown.rollout_map)
       } for shown in result["attention_rollout"]],
+      "not_computed": result["not_computed"],
   }
+
+
+def _draw(result: dict, names, where) -> list[str]:
+  """The figures the model has numbers for; returns their file names."""
+  filters = result["embedding_filters"]
+  figures.embedding_filters(filters["components"],
+                            filters["explained_variance_ratio"],
+                            filters["layer"], where(FIGURES[0]))
+  written = [FIGURES[0]]
+  if result["position_embedding_similarity"] is not None:
+    figures.position_similarity(result["position_embedding_similarity"],
+                                result["grid"], where(FIGURES[1]))
+    written.append(FIGURES[1])
+  if result["mean_attention_distance"] is not None:
+    figures.mean_attention_distance(result["mean_attention_distance"],
+                                    result["image_size"], where(FIGURES[2]))
+    shown = result["attention_rollout"]
+    figures.attention_rollout([(s.image, s.rollout_map) for s in shown],
+                              [names(s.index) for s in shown], where(
+                                  FIGURES[3]))
+    written += FIGURES[2:]
+  return written
 
 
 def main(argv):
@@ -156,27 +184,20 @@ def main(argv):
   out = _output_folder(loaded)
   paths.resolve(out).mkdir(parents=True, exist_ok=True)
   where = lambda name: f"{out.rstrip('/')}/{name}"
-  filters = result["embedding_filters"]
-  figures.embedding_filters(filters["components"],
-                            filters["explained_variance_ratio"],
-                            filters["layer"], where(FIGURES[0]))
-  figures.position_similarity(result["position_embedding_similarity"],
-                              result["grid"], where(FIGURES[1]))
-  figures.mean_attention_distance(result["mean_attention_distance"],
-                                  result["image_size"], where(FIGURES[2]))
-  shown = result["attention_rollout"]
-  figures.attention_rollout([(s.image, s.rollout_map) for s in shown],
-                            [names(s.index) for s in shown], where(FIGURES[3]))
+  written = _draw(result, names, where)
   paths.resolve(where("analysis.json")).write_text(
       json.dumps(to_json(result, images, names), indent=1))
 
-  console.say(
-      "Mean attention distance (pixels; min / mean / max over "
-      "heads), over %d images:", result["num_images"])
-  for layer, (low, mean, high) in enumerate(
-      measures.summary_by_layer(result["mean_attention_distance"]), 1):
-    console.say("  layer %2d  %6.2f / %6.2f / %6.2f", layer, low, mean, high)
-  console.say("Wrote %s and analysis.json to %s.", ", ".join(FIGURES), out)
+  if result["mean_attention_distance"] is not None:
+    console.say(
+        "Mean attention distance (pixels; min / mean / max over "
+        "heads), over %d images:", result["num_images"])
+    for layer, (low, mean, high) in enumerate(
+        measures.summary_by_layer(result["mean_attention_distance"]), 1):
+      console.say("  layer %2d  %6.2f / %6.2f / %6.2f", layer, low, mean, high)
+  for why in result["not_computed"]:
+    console.say("Not computed: %s.", why)
+  console.say("Wrote %s and analysis.json to %s.", ", ".join(written), out)
   for path, why in failed:
     console.say("Skipped %s: %s", path, why)
   return 1 if failed else 0

@@ -9,7 +9,9 @@ import ml_collections
 
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
+from vit_jax.models.mixer import MlpMixer
 from vit_jax.models.variants import VARIANTS
+from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import Variant
 from vit_jax.models.variants import check_image_size
 from vit_jax.models.variants import get_variant
@@ -60,12 +62,46 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         "config.model.classifier=token reads the class token, but "
         "config.model.class_token=False removes it; pool the patches with "
         "classifier gap or map, or unset class_token.")
-  if model_field(model_config,
-                 "posemb") == "sincos2d" and (variant.hidden_size % 4):
+  if isinstance(variant, MixerVariant):
+    _check_mixer_config(model_config)
+  elif model_field(model_config,
+                   "posemb") == "sincos2d" and (variant.hidden_size % 4):
     raise UserError(
         f"config.model.posemb=sincos2d needs a width divisible by 4; "
         f"{model_config.variant} is {variant.hidden_size} wide. Use "
         "posemb=learn.")
+
+
+def _check_mixer_config(model_config: ml_collections.ConfigDict):
+  """A Mixer has no class token, position embeddings or attention: it
+  pools by the mean of its patches."""
+  options = {  # field: (value, what a Mixer allows, the first said).
+      "classifier": (model_config.classifier, ("gap",)),
+      "class_token": (model_field(model_config, "class_token"), (None, False)),
+      "posemb": (model_field(model_config, "posemb"), ("learn",)),
+      "scan_layers": (model_config.scan_layers, (False,)),
+  }
+  for field, (value, allowed) in options.items():
+    if value not in allowed:
+      raise UserError(
+          f"{model_config.variant} is an MLP-Mixer: it pools by the mean of "
+          "its patches, with no class token, position embeddings or scanned "
+          f"layers. Set config.model.{field}={allowed[0]} (it is "
+          f"{value!r}).")
+
+
+def _mixer(variant: MixerVariant, model_config, num_classes) -> MlpMixer:
+  return MlpMixer(num_classes=num_classes, hidden_size=variant.hidden_size,
+                  tokens_mlp_dim=variant.tokens_mlp_dim,
+                  channels_mlp_dim=variant.channels_mlp_dim,
+                  num_layers=variant.num_layers, patch_size=variant.patch_size,
+                  representation_size=model_config.representation_size,
+                  head_bias_init=model_config.head_bias_init,
+                  dropout_rate=model_config.dropout_rate,
+                  drop_path_rate=model_config.drop_path_rate,
+                  gelu_approximate=_decided_gelu(model_config),
+                  remat=model_config.remat, dtype=DTYPES[model_config.dtype],
+                  param_dtype=DTYPES[model_config.param_dtype])
 
 
 def _decided_gelu(model_config: ml_collections.ConfigDict) -> bool:
@@ -85,8 +121,18 @@ def build_model(model_config: ml_collections.ConfigDict,
   `masked_patch_outputs`: composed with masked patch prediction's [mask]
   token and per-patch head of that width (`masked_patch.MaskedPatchViT`)."""
   check_model_config(model_config)
-  variant: Variant = get_variant(model_config.variant)
-  vit = VisionTransformer(
+  variant = get_variant(model_config.variant)
+  if isinstance(variant, MixerVariant):
+    vit = _mixer(variant, model_config, num_classes)
+  else:
+    vit = _vit(variant, model_config, num_classes)
+  if masked_patch_outputs is None:
+    return vit
+  return masked_patch.MaskedPatchViT(vit, masked_patch_outputs)
+
+
+def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
+  return VisionTransformer(
       num_classes=num_classes,
       hidden_size=variant.hidden_size,
       mlp_dim=variant.mlp_dim,
@@ -109,9 +155,6 @@ def build_model(model_config: ml_collections.ConfigDict,
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
   )
-  if masked_patch_outputs is None:
-    return vit
-  return masked_patch.MaskedPatchViT(vit, masked_patch_outputs)
 
 
 def from_config(config, num_classes):
@@ -134,7 +177,7 @@ def vit_of(model: nn.Module) -> VisionTransformer:
   return model.vit if isinstance(model, masked_patch.MaskedPatchViT) else model
 
 
-def with_block_gather(model: nn.Module, gather) -> nn.Module:
+def with_block_gather(model: nn.Module, gather) -> nn.Module:  # ViTs only.
   """The model whose encoder blocks gather their parameters with `gather`
   (FSDP; see `vit.Encoder`)."""
   if isinstance(model, masked_patch.MaskedPatchViT):
@@ -155,7 +198,8 @@ def param_shapes(model, image_size: int):
 
 
 __all__ = [
-    "VARIANTS", "VisionTransformer", "build_model", "check_image_size",
-    "from_config", "get_variant", "check_model_config", "DTYPES", "model_field",
-    "num_prefix_tokens", "init_on_zeros", "param_shapes"
+    "VARIANTS", "VisionTransformer", "MlpMixer", "MixerVariant", "build_model",
+    "check_image_size", "from_config", "get_variant", "check_model_config",
+    "DTYPES", "model_field", "num_prefix_tokens", "init_on_zeros",
+    "param_shapes"
 ]

@@ -31,11 +31,6 @@ from vit_jax.models import vit
 
 Dtype = Any
 
-# The token-mixing hidden units, B x D x F: its MLP runs along the patches,
-# so channels sit where tokens sit in the channel MLP. Its F splits like the
-# channel MLP's (MLP), so tensor parallelism cuts both MLPs the same way.
-TOKEN_MIXING_HIDDEN_AXES = (lx.BATCH, lx.EMBED, lx.MLP)
-
 
 class MixerMlp(nn.Module):
   """Dense -> GELU -> Dense along the last axis, with dropout after each.
@@ -84,7 +79,7 @@ class MixerBlock(nn.Module):
     drop_path = vit.drop_path(self.drop_path_rate)
 
     y_BxDxN = jnp.swapaxes(norm(name="LayerNorm_0")(x_BxNxD), 1, 2)
-    y_BxDxN = mlp(self.tokens_mlp_dim, TOKEN_MIXING_HIDDEN_AXES,
+    y_BxDxN = mlp(self.tokens_mlp_dim, lx.TOKEN_MIXING_HIDDEN_AXES,
                   name="token_mixing")(y_BxDxN, deterministic)
     y_BxNxD = jnp.swapaxes(y_BxDxN, 1, 2)
     x_BxNxD = x_BxNxD + drop_path(y_BxNxD, deterministic)
@@ -119,6 +114,8 @@ class MlpMixer(nn.Module):
   remat: str = "none"  # A key of vit.REMAT_POLICIES.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+
+  num_prefix_tokens = 0  # No class token (as `VisionTransformer`'s).
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,

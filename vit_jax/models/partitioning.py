@@ -19,10 +19,18 @@ BATCH, LENGTH, EMBED, HEADS, HEAD_DIM, MLP = ("batch", "length", "embed",
 TOKENS_AXES = (BATCH, LENGTH, EMBED)  # B x N x D between blocks.
 HIDDEN_AXES = (BATCH, LENGTH, MLP)  # B x N x F inside the MLP.
 QKV_AXES = (BATCH, LENGTH, HEADS, HEAD_DIM)  # B x N x H x K in attention.
+# A Mixer's token-mixing MLP runs along the patches (B x D x F): channels sit
+# where tokens sit in the channel MLP, and F splits as the channel MLP's.
+TOKEN_MIXING_HIDDEN_AXES = (BATCH, EMBED, MLP)
 
 # (regex on the '/'-joined path, axes of one layer's parameter). The first
 # match wins; a parameter that matches none has no logical axes (all None).
 _PARAM_AXES: tuple[tuple[str, LogicalAxes], ...] = (
+    # A Mixer's token-mixing MLP reads and writes tokens, not channels (before
+    # the generic MLP rows, which would call its token axis `embed`).
+    (r".*/token_mixing/Dense_0/kernel", (LENGTH, MLP)),
+    (r".*/token_mixing/Dense_0/bias", (MLP,)),
+    (r".*/token_mixing/Dense_1/kernel", (MLP, LENGTH)),
     (r".*/(query|key|value)/kernel", (EMBED, HEADS, HEAD_DIM)),
     (r".*/(query|key|value)/bias", (HEADS, HEAD_DIM)),
     (r".*/out/kernel", (HEADS, HEAD_DIM, EMBED)),

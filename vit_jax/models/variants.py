@@ -1,9 +1,10 @@
-"""The table of named model variants ("ViT-B/16", "R50+ViT-B/16", "testing").
+"""The table of named model variants ("ViT-B/16", "R50+ViT-B/16", "Mixer-B/16",
+"testing").
 
 A variant fixes the architecture (widths, depth, heads, patch size, hybrid
-stem). Everything else (classes, classifier, dropout, dtype, remat) comes from
-the config's `model` section, so the same variant serves pre-training and
-fine-tuning.
+stem; for an MLP-Mixer its two MLP widths). Everything else (classes,
+classifier, dropout, dtype, remat) comes from the config's `model` section,
+so the same variant serves pre-training and fine-tuning.
 """
 
 import dataclasses
@@ -38,6 +39,31 @@ class Variant:
     return stem_stride * self.patch_size
 
 
+@dataclasses.dataclass(frozen=True)
+class MixerVariant:
+  """An MLP-Mixer (Tolstikhin et al., 2021): no attention, no position
+  embeddings; `models/mixer.py`."""
+  hidden_size: int
+  tokens_mlp_dim: int  # The token-mixing MLP's hidden width.
+  channels_mlp_dim: int  # The channel-mixing MLP's hidden width.
+  num_layers: int
+  patch_size: int
+  resnet = None  # Never a hybrid.
+  num_heads = 0  # No attention.
+
+  @property
+  def stride(self) -> int:
+    return self.patch_size
+
+  @property
+  def mlp_dim(self) -> int:
+    return self.channels_mlp_dim
+
+
+def is_mixer(name: str) -> bool:
+  return isinstance(get_variant(name), MixerVariant)
+
+
 # Encoder sizes of the paper's Table 1 (plus Ti and S from later releases).
 _WIDTHS = {
     "Ti": dict(hidden_size=192, mlp_dim=768, num_heads=3, num_layers=12),
@@ -62,7 +88,7 @@ _R50_FULL = ResNetSpec(num_layers=(3, 4, 6, 3))
 _R26 = ResNetSpec(num_layers=(2, 2, 2, 2))
 _R_ROOT = ResNetSpec(num_layers=())
 
-VARIANTS: dict[str, Variant] = {
+VARIANTS: dict[str, Variant | MixerVariant] = {
     "ViT-Ti/16": Variant(**_WIDTHS["Ti"], patch_size=16),
     "ViT-S/16": Variant(**_WIDTHS["S"], patch_size=16),
     "ViT-S/32": Variant(**_WIDTHS["S"], patch_size=32),
@@ -96,16 +122,29 @@ VARIANTS: dict[str, Variant] = {
     "digits": Variant(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=4,
                       patch_size=4),
 }
+# The Mixer paper's Table 1 (the released checkpoints are B/16 and L/16):
+# width, token-MLP and channel-MLP widths, blocks.
+_MIXER_WIDTHS = {
+    "S": (512, 256, 2048, 8),
+    "B": (768, 384, 3072, 12),
+    "L": (1024, 512, 4096, 24),
+    "H": (1280, 640, 5120, 32),
+}
+VARIANTS.update({
+    f"Mixer-{size}/{patch}": MixerVariant(*_MIXER_WIDTHS[size], patch)
+    for size, patch in (("S", 32), ("S", 16), ("B", 32), ("B", 16), ("L", 32),
+                        ("L", 16), ("H", 14))
+})
+VARIANTS["testing-mixer"] = MixerVariant(16, 8, 32, 2, 4)
 
 
 def register(name: str, variant: Variant) -> Variant:
   """Adds a variant (a module of config.imports may add its own); refuses
   widths the attention cannot split and a name taken by another variant."""
-  if variant.hidden_size % variant.num_heads:
+  if isinstance(variant, Variant) and variant.hidden_size % variant.num_heads:
     raise UserError(f"Variant {name!r}: hidden_size {variant.hidden_size} is "
                     f"not divisible by num_heads {variant.num_heads}.")
-  if min(variant.hidden_size, variant.mlp_dim, variant.num_heads,
-         variant.num_layers, variant.patch_size) < 1:
+  if min(dataclasses.astuple(variant)[:5]) < 1:
     raise UserError(f"Variant {name!r}: every size must be positive "
                     f"({variant}).")
   if name in VARIANTS and VARIANTS[name] != variant:
@@ -126,7 +165,7 @@ def check_image_size(name: str, image_size: int, where: str = "image size"):
         f"{max(stride, round(image_size / stride) * stride)}.")
 
 
-def get_variant(name: str) -> Variant:
+def get_variant(name: str) -> Variant | MixerVariant:
   if name not in VARIANTS:
     raise UserError(
         f"Unknown model variant {name!r}. Pick one of: {', '.join(VARIANTS)} "

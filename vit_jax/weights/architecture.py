@@ -24,10 +24,12 @@ import numpy as np
 from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.models.variants import VARIANTS
+from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import ResNetSpec
 from vit_jax.models.variants import Variant
 from vit_jax.weights import convert
 from vit_jax.weights import formats
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
 
 _BLOCK = "Transformer/encoderblock_{}/"
@@ -59,7 +61,8 @@ def heads_for_width(width: int) -> int:
 def read(path: str, num_heads: Optional[int] = None,
          cache_dir=None) -> Architecture:
   fmt, tensors = formats.read(path, cache_dir)
-  if fmt in ("safetensors", "torch") and not num_heads:
+  if fmt in ("safetensors", "torch") and not num_heads and (
+      not mixer_layout.is_mixer(tensors)):
     widths = [
         v.shape[0]
         for k, v in tensors.items()
@@ -76,6 +79,8 @@ def read(path: str, num_heads: Optional[int] = None,
 def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
                 path: str) -> Architecture:
   """The architecture of flat `params` under the released names (see `read`)."""
+  if mixer_layout.is_mixer(params):
+    return _mixer(params, path)
   variant = _variant(params, path)
   name = next((n for n, v in VARIANTS.items() if v == variant), None)
   if name is None:
@@ -102,6 +107,24 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
       representation_size=None if pre_logits is None else pre_logits.shape[-1],
       num_classes=None if head is None else head.shape[-1],
       image_size=image_size)
+
+
+def _mixer(params, path) -> Architecture:
+  """An MLP-Mixer's: mean pooling, no class token or position embeddings."""
+  arch = mixer_layout.architecture(params)
+  variant = MixerVariant(arch.hidden_size, arch.tokens_mlp_dim,
+                         arch.channels_mlp_dim, arch.num_layers,
+                         arch.patch_size)
+  name = next((n for n, v in VARIANTS.items() if v == variant), None)
+  if name is None or arch.image_size is None:
+    raise WeightsError(
+        f"{path} is an MLP-Mixer no entry of models/variants.py describes "
+        f"({variant}, {arch.num_tokens} patches); register it "
+        "(vit_jax.models.variants.register in a module of config.imports).")
+  return Architecture(variant=name, classifier="gap", class_token=False,
+                      posemb="learn",
+                      representation_size=arch.representation_size,
+                      num_classes=arch.num_classes, image_size=arch.image_size)
 
 
 def _variant(params, path) -> Variant:

@@ -17,6 +17,7 @@ import numpy as np
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
 from vit_jax.weights import formats
+from vit_jax.weights import mixer_layout
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 
@@ -60,7 +61,8 @@ def detect_origin(fmt: str, names, path: str) -> str:
 
   released               google-research/vision_transformer (older Flax
                          names: MultiHeadDotProductAttention_1, LayerNorm_2,
-                         MlpBlock_3), and this project's .npz exports;
+                         MlpBlock_3), and this project's .npz exports; also
+                         MLP-Mixers (MixerBlock_i), released or big_vision's;
   released_current_flax  the same code run with a current Flax
                          (MultiHeadDotProductAttention_0, LayerNorm_1,
                          MlpBlock_0) and Transformer/posembed_input;
@@ -71,8 +73,8 @@ def detect_origin(fmt: str, names, path: str) -> str:
   """
   if fmt == "orbax":
     return "orbax"
-  if any("MixerBlock" in n for n in names):
-    raise WeightsError(f"{path} is an MLP-Mixer checkpoint, not a ViT.")
+  if mixer_layout.is_mixer(names):  # big_vision's names are the released.
+    return "timm" if fmt in ("safetensors", "torch") else "released"
   if fmt in ("safetensors", "torch"):
     if any(n.startswith(("blocks.", "patch_embed.")) for n in names):
       return "timm"
@@ -110,6 +112,8 @@ def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
             path: str) -> Converted:
   """Picks the converter from the names in the file."""
   origin = detect_origin(fmt, list(tensors), path)
+  if origin == "timm" and mixer_layout.is_mixer(tensors):
+    return Converted(mixer_layout.from_timm_mixer(tensors), 0, "timm")
   if origin == "timm":
     return from_timm(tensors, num_heads, path)
   if origin == "hugging_face":

@@ -40,6 +40,7 @@ from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import convert
 from vit_jax.weights import formats
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import patch_resize
 from vit_jax.weights import posemb
 from vit_jax.weights import released
@@ -113,10 +114,29 @@ class Report:
 
 
 def _num_heads(target_flat) -> int:
+  """The target's attention heads; 0 for an MLP-Mixer (no attention)."""
   for name, leaf in target_flat.items():
     if name.endswith("MultiHeadDotProductAttention_1/query/kernel"):
       return leaf.shape[-2]
+  if mixer_layout.is_mixer(target_flat):
+    return 0
   raise ValueError("The target model has no encoder attention.")
+
+
+def _check_family(path: str, target_flat, cache_dir):
+  """A ViT file for a Mixer config or the reverse, said before converting
+  (a PyTorch ViT cannot even be split into heads for a Mixer)."""
+  fmt, names = formats.read_names(path, cache_dir)
+  if fmt == "orbax":
+    return  # Names unread here; the table says what does not fit.
+  file_mixer, model_mixer = (mixer_layout.is_mixer(names),
+                             mixer_layout.is_mixer(target_flat))
+  if file_mixer != model_mixer:
+    kinds = {True: "an MLP-Mixer", False: "a ViT"}
+    raise WeightsError(
+        f"{path} holds {kinds[file_mixer]} but the config's model is "
+        f"{kinds[model_mixer]}; set config.model.variant to a "
+        f"{'Mixer-' if file_mixer else 'ViT-'}... variant of its size.")
 
 
 def _matches(regexes: Sequence[str], name: str) -> bool:
@@ -243,6 +263,7 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   default of `cache.cache_root`).
   """
   target_flat = flax.traverse_util.flatten_dict(target, sep="/")
+  _check_family(path, target_flat, cache_dir)
   source = read_converted(path, _num_heads(target_flat), cache_dir)
   report = Report(path=path, origin=source.origin, notes=list(source.notes))
   if POSEMB not in source.params and POSEMB not in target_flat:
@@ -416,6 +437,14 @@ def _hint(file_params, target_flat) -> str:
       return None
     return f"width {kernel.shape[-1]}, {layers} layers"
 
+  token_mixing = "MixerBlock_0/token_mixing/Dense_0/kernel"
+  if token_mixing in file_params and token_mixing in target_flat and (
+      file_params[token_mixing].shape != target_flat[token_mixing].shape):
+    return (f"An MLP-Mixer's token-mixing weights are sized by its number "
+            f"of patches: {file_params[token_mixing].shape[0]} in the file, "
+            f"{target_flat[token_mixing].shape[0]} at the config's "
+            "resolution. Fine-tune it at the file's resolution "
+            "(config.image_size).\n")
   theirs, ours = describe(file_params), describe(target_flat)
   if theirs and ours and theirs != ours:
     return (f"The file is a different model ({theirs}) from the config's "

@@ -3,7 +3,7 @@
 `npz`: the released google-research/vision_transformer form (flat 'a/b/c'
 names, looped blocks, class-token position embedding included). `timm`: a
 safetensors state dict of timm's `VisionTransformer` (plain ViTs with a
-class token).
+class token) or `MlpMixer`.
 """
 
 import io
@@ -14,6 +14,7 @@ import numpy as np
 from vit_jax import paths
 from vit_jax.weights import convert
 from vit_jax.weights import loader
+from vit_jax.weights import mixer_layout
 
 EXPORT_FORMATS = ("npz", "timm")
 
@@ -54,5 +55,7 @@ def save_timm(params, path: str) -> list[str]:
       for k, v in params.items()
       if k not in left_out
   }
-  paths.resolve(path).write_bytes(st_numpy.save(convert.to_timm(flat)))
+  to_timm = (mixer_layout.to_timm_mixer
+             if mixer_layout.is_mixer(flat) else convert.to_timm)
+  paths.resolve(path).write_bytes(st_numpy.save(to_timm(flat)))
   return left_out

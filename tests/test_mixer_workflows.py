@@ -1,0 +1,169 @@
+"""MLP-Mixer through everything a ViT goes through: the released and timm
+layouts load with the same logits, fine-tuning, a refusal of a new
+resolution that says why, sharding rules for its two MLPs, few-shot sweeps
+beside a ViT, export both ways, and `analyze` saying what a Mixer has none
+of."""
+
+import os
+import subprocess
+import sys
+
+import flax
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+import numpy as np
+import pytest
+
+from configs import fewshot as fewshot_configs
+from configs import finetune
+from tests.helpers import numpy_reference
+from vit_jax import inference
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax import weights
+from vit_jax.config import defaults
+from vit_jax.fewshot import sweep
+from vit_jax.loop import trainer
+from vit_jax.weights import architecture
+from vit_jax.weights import describe
+from vit_jax.weights import writers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _mixer_config(gelu=True):
+  config = defaults.get_model_config()
+  config.variant, config.classifier, config.gelu_approximate = ("testing-mixer",
+                                                                "gap", gelu)
+  return config
+
+
+def _released_mixer(tmp_path, num_classes=10):
+  """A `testing-mixer` at 16 px with trained-like random weights, as a
+  released-layout .npz; returns (path, model, params)."""
+  model = models.build_model(_mixer_config(), num_classes)
+  shapes = jax.eval_shape(model.init, jax.random.key(0),
+                          jnp.zeros((1, 16, 16, 3)))["params"]
+  params = numpy_reference.trained_like_params(shapes, seed=5)
+  path = str(tmp_path / "mixer.npz")
+  writers.save_npz(params, path)
+  return path, model, params
+
+
+def _images(size=16, batch=3):
+  return np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3)).astype(
+      np.float32)
+
+
+def test_released_and_timm_layouts_load_with_the_same_logits(tmp_path):
+  path, model, params = _released_mixer(tmp_path)
+  timm_path = str(tmp_path / "mixer.safetensors")
+  writers.save_timm(params, timm_path)
+  want = np.asarray(model.apply({"params": params}, _images())[0])
+  target = jax.eval_shape(model.init, jax.random.key(0),
+                          jnp.zeros((1, 16, 16, 3)))["params"]
+  for file, origin in ((path, "released"), (timm_path, "timm")):
+    loaded, report = weights.load(file, target, num_prefix_tokens=0,
+                                  grid=(4, 4))
+    assert report.ok and report.origin == origin
+    got = model.apply(
+        {"params": flax.traverse_util.unflatten_dict(loaded, sep="/")},
+        _images())[0]
+    np.testing.assert_array_equal(np.asarray(got), want)
+  for file in (path, timm_path):
+    assert architecture.read(file) == architecture.Architecture(
+        "testing-mixer", "gap", False, "learn", None, 10, 16)
+  text = describe.report(path)
+  assert "MixerBlock_1/token_mixing/Dense_0/kernel" in text
+
+
+def test_a_vit_config_and_a_mixer_file_or_the_reverse_are_refused(tmp_path):
+  path, _, _ = _released_mixer(tmp_path)
+  config = defaults.get_config()
+  config.model.variant, config.model.gelu_approximate = "testing", True
+  target = models.param_shapes(models.build_model(config.model, 10), 16)
+  with pytest.raises(
+      weights.WeightsError, match="holds an MLP-Mixer but the "
+      "config's model is a ViT"):
+    weights.load(path, target, num_prefix_tokens=1, grid=(4, 4))
+  with pytest.raises(Exception, match="is an MLP-Mixer: it pools by the mean"):
+    config.model.variant = "testing-mixer"
+    models.build_model(config.model, 10)  # classifier=token.
+
+
+def test_sharding_rules_split_both_mlps_by_their_hidden_units():
+  shapes = models.param_shapes(models.build_model(_mixer_config(), 10), 16)
+  rules = defaults.get_config().sharding
+  with rules.unlocked():
+    rules.params = ((".*", "fsdp+tp"),)
+    rules.fsdp_min_size = 0
+  specs = sharding.param_partition_specs(shapes,
+                                         sharding.make_mesh(data=2, model=4),
+                                         rules)
+  block = specs["MixerBlock_0"]
+  # Token mixing: (tokens 16, hidden 8) -> hidden over `model`.
+  assert block["token_mixing"]["Dense_0"]["kernel"] == P("data", "model")
+  assert block["token_mixing"]["Dense_1"]["kernel"] == P("model", "data")
+  assert block["channel_mixing"]["Dense_0"]["kernel"] == P("data", "model")
+  assert block["channel_mixing"]["Dense_1"]["kernel"] == P("model", "data")
+
+
+def test_fine_tune_sweep_export_and_analyze(tfds_data_dir, tmp_path):
+  path, _, _ = _released_mixer(tmp_path)
+  config = finetune.get_config("digits,runlocal")
+  config.data_dir = tfds_data_dir
+  config.model.variant, config.model.classifier = "testing-mixer", "gap"
+  config.init.checkpoint = path
+  config.total_steps = 3
+  with pytest.raises(
+      weights.WeightsError,
+      match="token-mixing weights are sized by its number of "
+      "patches: 16 in the file, 64 at the config's"):
+    trainer.train_and_evaluate(config, str(tmp_path / "at32"))
+  config.image_size = 16
+  workdir = str(tmp_path / "ft")
+  result = trainer.train_and_evaluate(config, workdir)
+  assert 0.0 <= result["test/accuracy"] <= 1.0
+
+  loaded = inference.load(workdir)
+  want = np.asarray(
+      loaded.model.apply({"params": jax.device_get(loaded.params)},
+                         _images())[0])
+  for save, name in ((writers.save_npz, "m.npz"), (writers.save_timm,
+                                                   "m.safetensors")):
+    out = str(tmp_path / name)
+    save(writers.released_params(workdir), out)
+    again = inference.load(out, config=loaded.config)
+    got = again.model.apply({"params": jax.device_get(again.params)},
+                            _images())[0]
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+
+  vit = str(tmp_path / "vit.npz")
+  vit_model = models.build_model(_vit_config(), 10)
+  writers.save_npz(models.init_on_zeros(vit_model, jax.random.key(0), 16), vit)
+  fewshot_config = fewshot_configs.get_config("runlocal")
+  fewshot_config.data_dir = tfds_data_dir
+  table, _ = sweep.sweep(fewshot_config, [vit, workdir])
+  assert set(table) == {vit, workdir}
+  assert 0.0 <= table[workdir]["digits"]["5shot"] <= 1.0
+
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "analyze", f"--checkpoint={workdir}",
+      "--num_images=4", f"--out={tmp_path / 'analysis'}"
+  ], cwd=REPO, env={
+      **os.environ, "XLA_FLAGS": ""
+  }, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  said = done.stdout + done.stderr
+  assert ("Not computed: mean attention distance and attention rollout: an "
+          "MLP-Mixer has no attention") in said
+  assert "an MLP-Mixer has no position embeddings" in said
+  assert set(os.listdir(
+      tmp_path / "analysis")) == {"embedding_filters.png", "analysis.json"}
+
+
+def _vit_config():
+  config = defaults.get_model_config()
+  config.variant, config.gelu_approximate = "testing", True
+  return config
