@@ -53,6 +53,17 @@ pre-logits layer as wide as the encoder, 224 px, bf16 compute. Arguments:
         layer. big_vision states 76.3% top-1 in 2 h 11 min on a TPU v3-128
         (60 epochs: 70.5% in 27 min).
 
+  flexi_i21k
+        FlexiViT (Beyer et al. 2023; big_vision's proj/flexivit/i21k_sup.py,
+        which big_vision gives for reference and never ran publicly): a
+        ViT-B whose parameters are stored at patch 32 (position embeddings
+        on its 7 x 7 grid of 240 px), each step at a patch size drawn from
+        48, 40, 30, 24, 20, 16, 15, 12, 10 and 8 (config.flexi), evaluated
+        at each; 240 px, 90 epochs, class token, no pre-logits, Adam lr 1e-3,
+        weight decay 1e-4 on kernels, RandAugment(2,10), mixup 0.2, sigmoid
+        cross-entropy with the head bias at -10. It runs and evaluates at
+        patch 16 by default (config.model.patch_size).
+
 `fewshot=standard` (any recipe) also runs big_vision's standard few-shot
 set every 10k steps (configs/fewshot.py:standard; it reads ImageNet too).
 
@@ -96,9 +107,27 @@ RECIPES["mixer_i1k"] = dict(
     pp_train="inception_crop|flip_lr|randaug(2,15)|value_range", model=dict(
         classifier="gap", head_bias_init=-6.9, dropout_rate=0.0,
         drop_path_rate=0.1))
+# FlexiViT's patch sizes at 240 px (its grids 5 ... 30).
+FLEXI_PATCH_SIZES = (48, 40, 30, 24, 20, 16, 15, 12, 10, 8)
+RECIPES["flexi_i21k"] = dict(
+    dataset="folder:/data/imagenet21k", num_epochs=90.0, lr=1e-3,
+    decay_type="cosine", weight_decay=0.1,
+    wd_mults=((".*/kernel", 1.0), (".*", 0.0)), loss="sigmoid_xent",
+    image_size=240, pp_train="inception_crop|flip_lr|randaug(2,10)|value_range",
+    model=dict(head_bias_init=-10.0, dropout_rate=0.0,
+               patch_size=16), flexi=dict(patch_sizes=FLEXI_PATCH_SIZES))
 # The recipes' mixup: (Beta concentration, share of batches mixed).
-MIXUP = {"plain_i1k": (0.2, 1.0), "mixer_i1k": (0.5, 1.0)}
-DEFAULT_VARIANT = {"plain_i1k": "ViT-S/16", "mixer_i1k": "Mixer-B/16"}
+MIXUP = {
+    "plain_i1k": (0.2, 1.0),
+    "mixer_i1k": (0.5, 1.0),
+    "flexi_i21k": (0.2, 1.0)
+}
+DEFAULT_VARIANT = {
+    "plain_i1k": "ViT-S/16",
+    "mixer_i1k": "Mixer-B/16",
+    "flexi_i21k": "ViT-B/32"
+}
+NO_PRE_LOGITS = ("mixer_i1k", "flexi_i21k")
 RECIPES["augreg_i21k"] = dict(
     _AUGREG, dataset="folder:/data/imagenet21k", model=dict(
         head_bias_init=-10.0, classifier="gap"))
@@ -190,8 +219,8 @@ def get_config(arg=None):
   config.mu_dtype = "bfloat16"  # Halves the first moment's memory.
   config.model.variant = args.variant
   # The pre-training MLP head: a tanh layer as wide as the encoder (the
-  # Mixer's recipe has none).
-  if args.first != "mixer_i1k":
+  # Mixer's and FlexiViT's recipes have none).
+  if args.first not in NO_PRE_LOGITS:
     config.model.representation_size = variants.get_variant(
         args.variant).hidden_size
   config.model.dtype = "bfloat16"
@@ -213,6 +242,8 @@ def get_config(arg=None):
     defaults.runlocal(config)
     if args.first == "mixer_i1k":
       config.model.variant = "testing-mixer"
+    if args.first == "flexi_i21k":  # Stored at patch 4; runs at 4 and 8.
+      config.model.patch_size, config.flexi.patch_sizes = 4, (4, 8)
     if "randaug" in pp_train:  # Keep the recipe's regularisers.
       config.pp_train = "inception_crop(0.5)|randaug(2,10)|value_range"
     config.loss = "softmax_xent"

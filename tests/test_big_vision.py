@@ -25,9 +25,9 @@ from vit_jax import weights
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
 from vit_jax.models import VisionTransformer
+from vit_jax.models import patch_resize
 from vit_jax.weights import architecture
 from vit_jax.weights import convert
-from vit_jax.weights import patch_resize
 from vit_jax.weights import writers
 
 TINY = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2, patch_size=8)

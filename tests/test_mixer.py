@@ -39,6 +39,7 @@ GOLDEN_PARAM_COUNTS = {
     "Mixer-L/16": 208_196_168,
     "Mixer-H/14": 432_350_952,
     "testing-mixer": 126_728,
+    "digits-mixer": 1_017_128,
 }
 TINY = MIXER_VARIANTS["testing-mixer"]
 TIMM_LIKE = dict(hidden_size=32, tokens_mlp_dim=16, channels_mlp_dim=128,

@@ -302,8 +302,9 @@ def test_the_table_names_variants_and_the_bucket_layout():
   for name, entry in released.CHECKPOINTS.items():
     assert entry.variant in VARIANTS, name
     assert name.startswith(entry.variant + "@"), name
-    assert entry.url.startswith("gs://vit_models/") and entry.url.endswith(
-        ".npz"), name
+    assert entry.url.startswith(
+        ("gs://vit_models/", "gs://big_vision/",
+         "gs://mixer_models/")) and entry.url.endswith(".npz"), name
   assert released.lookup("ViT-B/16@i21k").url == (
       "gs://vit_models/imagenet21k/ViT-B_16.npz")
   assert released.lookup("R50+ViT-B/16@i21k-ft-i1k").url == (

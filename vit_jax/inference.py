@@ -62,7 +62,7 @@ class Loaded:
   @property
   def stride(self) -> int:
     """Pixels per token along each side."""
-    return models.get_variant(self.config.model.variant).stride
+    return models.stride(self.config.model)
 
 
 def _merge(config: ml_collections.ConfigDict, recorded: dict):
@@ -119,7 +119,7 @@ def config_for(
   config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
   if image_size:
     config.image_size = image_size
-  models.check_image_size(config.model.variant, config.image_size)
+  models.check_image_size(config.model, config.image_size)
   return weights.decide(config), recorded is not None, arch
 
 

@@ -24,6 +24,11 @@ def get_model_config() -> ml_collections.ConfigDict:
   # Position embeddings: learn (the paper's) | sincos2d (fixed 2D sin-cos,
   # big_vision's plain ViTs; nothing stored or loaded).
   model.posemb = "learn"  # See above.
+  # The patch size the model runs at; None: its variant's. Another (FlexiViT,
+  # plain ViTs only): the parameters keep the variant's shapes, and the patch
+  # embedding is PI-resized and learned position embeddings resized to the
+  # grid in every step (config.flexi trains at many).
+  model.patch_size = config_dict.placeholder(int)  # See above.
   model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.
@@ -116,6 +121,15 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.mixup = ml_collections.ConfigDict()  # See above.
   config.mixup.alpha = 0.0  # Beta concentration; 0: no mixup.
   config.mixup.p = 1.0  # Share of the examples mixed (big_vision: all).
+  # FlexiViT (Beyer et al. 2023): each training step runs the model at a
+  # patch size drawn uniformly from `patch_sizes` (each dividing
+  # config.image_size; the parameters keep the variant's shapes, see
+  # config.model.patch_size); the evaluators run at each of
+  # `eval_patch_sizes` (() : all of patch_sizes), their metrics named
+  # NAME_pSIZE/metric. () : off.
+  config.flexi = ml_collections.ConfigDict()  # See above.
+  config.flexi.patch_sizes = ()  # See above.
+  config.flexi.eval_patch_sizes = ()  # See above.
   config.mu_dtype = "float32"  # Adam first moment / SGD momentum: or bfloat16.
   # Per-parameter rules: regexes match the whole '/'-joined parameter path
   # (e.g. 'head/.*'); the first match wins; a regex matching nothing is an

@@ -44,8 +44,7 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   """
   if not checkpoints:
     raise UserError("No checkpoints to evaluate; pass --checkpoints.")
-  models.check_image_size(config.model.variant, config.image_size,
-                          "config.image_size")
+  models.check_image_size(config.model, config.image_size, "config.image_size")
   mesh = sharding.mesh_from_config(config)
   by_model = {}  # Model config -> (random params, shardings, evaluator).
   table, notes = {}, []
@@ -84,7 +83,7 @@ def with_model_of(config: ml_collections.ConfigDict,
       dict(variant=arch.variant, classifier=arch.classifier,
            class_token=arch.class_token, posemb=arch.posemb,
            representation_size=arch.representation_size))
-  models.check_image_size(arch.variant, config.image_size,
+  models.check_image_size(config.model, config.image_size,
                           f"config.image_size (for {path})")
   return config
 

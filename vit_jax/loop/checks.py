@@ -23,6 +23,7 @@ from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import solver as fewshot_solver
+from vit_jax.training import flexi
 from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.weights import posemb
@@ -38,8 +39,8 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh,
   preprocess.check_pipelines(config)
   optim.check_config(config)
   posemb.check_config(config)
-  models.check_image_size(config.model.variant, config.image_size,
-                          "config.image_size")
+  flexi.check_config(config)
+  models.check_image_size(config.model, config.image_size, "config.image_size")
   objectives.check_config(config)
   fewshot_solver.check_config(config.fewshot)
   fewshot_evaluator.dataset_splits(

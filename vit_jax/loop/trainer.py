@@ -37,6 +37,7 @@ from vit_jax.errors import NonFiniteLossError
 from vit_jax.loop import checks
 from vit_jax.loop import preflight
 from vit_jax.training import checkpoint
+from vit_jax.training import flexi
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
@@ -148,11 +149,12 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
       config, num_steps, warmup_steps(config, info.num_train_examples))
 
   state, state_sharding = _starting_state(config, manager, model, tx, mesh)
-  train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                           state_sharding)
   start_step = int(state.step)
-  evals = evaluators.from_config(config, model, mesh, state_sharding.params,
-                                 source, unreadable=found)
+  make_step = lambda m: steps.train_step_for_config(config, m, tx, schedule,
+                                                    mesh, state_sharding)
+  train_step = (flexi.FlexiTrainStep(config, model, make_step, start_step)
+                if flexi.enabled(config) else make_step(model))
+  evals = _evaluators(config, model, mesh, state_sharding.params, source, found)
   train_iter = started.enter_context(
       contextlib.closing(
           input_pipeline.prefetch_to_device(
@@ -182,6 +184,22 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   result = _loop(run, state)
   run.saver.wait()  # A failed last save is said like any other.
   return result
+
+
+def _evaluators(config, model, mesh, params_sharding, source,
+                found) -> list[evaluators.Scheduled]:
+  """config.evals' evaluators; under config.flexi, each at every evaluated
+  patch size, named NAME_pSIZE."""
+  if not flexi.enabled(config):
+    return evaluators.from_config(config, model, mesh, params_sharding, source,
+                                  unreadable=found)
+  return [
+      dataclasses.replace(scheduled, name=f"{scheduled.name}_p{size}")
+      for size in flexi.eval_patch_sizes(config)
+      for scheduled in
+      evaluators.from_config(config, flexi.at_patch_size(model, size), mesh,
+                             params_sharding, source, unreadable=found)
+  ]
 
 
 @dataclasses.dataclass(frozen=True)

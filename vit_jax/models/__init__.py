@@ -13,7 +13,7 @@ from vit_jax.models.mixer import MlpMixer
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import Variant
-from vit_jax.models.variants import check_image_size
+from vit_jax.models import variants
 from vit_jax.models.variants import get_variant
 from vit_jax.models.vit import ATTENTION
 from vit_jax.models.vit import CLASSIFIERS
@@ -30,7 +30,12 @@ DTYPES = {
 
 # Fields added after workdirs were first recorded, with the value that
 # keeps an older config.json's meaning.
-_LATER_FIELDS = {"attention": "auto", "posemb": "learn", "class_token": None}
+_LATER_FIELDS = {
+    "attention": "auto",
+    "posemb": "learn",
+    "class_token": None,
+    "patch_size": None
+}
 
 
 def model_field(model_config: ml_collections.ConfigDict, field: str):
@@ -44,6 +49,20 @@ def num_prefix_tokens(model_config: ml_collections.ConfigDict) -> int:
   return int(
       has_class_token(model_config.classifier,
                       model_field(model_config, "class_token")))
+
+
+def stride(model_config: ml_collections.ConfigDict) -> int:
+  """Pixels per token along each side: the patch size the model runs at
+  (config.model.patch_size, FlexiViT), else the variant's."""
+  return (model_field(model_config, "patch_size") or
+          get_variant(model_config.variant).stride)
+
+
+def check_image_size(model_config: ml_collections.ConfigDict, image_size: int,
+                     where: str = "image size"):
+  """Refuses an image size the patches the model runs at do not tile."""
+  variants.check_image_size(model_config.variant, image_size, where,
+                            model_field(model_config, "patch_size"))
 
 
 def check_model_config(model_config: ml_collections.ConfigDict):
@@ -62,6 +81,13 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         "config.model.classifier=token reads the class token, but "
         "config.model.class_token=False removes it; pool the patches with "
         "classifier gap or map, or unset class_token.")
+  run_patch = model_field(model_config, "patch_size")
+  if run_patch is not None and (run_patch < 1 or variant.resnet is not None or
+                                isinstance(variant, MixerVariant)):
+    raise UserError(
+        f"config.model.patch_size={run_patch}: only a plain ViT runs at "
+        f"another patch size than its variant's (FlexiViT), and a positive "
+        f"one; {model_config.variant} cannot. Unset it.")
   if isinstance(variant, MixerVariant):
     _check_mixer_config(model_config)
   elif model_field(model_config,
@@ -143,6 +169,7 @@ def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
       classifier=model_config.classifier,
       class_token=model_field(model_config, "class_token"),
       posemb=model_field(model_config, "posemb"),
+      run_patch_size=model_field(model_config, "patch_size"),
       representation_size=model_config.representation_size,
       head_bias_init=model_config.head_bias_init,
       dropout_rate=model_config.dropout_rate,
@@ -200,6 +227,6 @@ def param_shapes(model, image_size: int):
 __all__ = [
     "VARIANTS", "VisionTransformer", "MlpMixer", "MixerVariant", "build_model",
     "check_image_size", "from_config", "get_variant", "check_model_config",
-    "DTYPES", "model_field", "num_prefix_tokens", "init_on_zeros",
+    "DTYPES", "model_field", "num_prefix_tokens", "stride", "init_on_zeros",
     "param_shapes"
 ]

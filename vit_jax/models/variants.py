@@ -136,6 +136,7 @@ VARIANTS.update({
                         ("L", 16), ("H", 14))
 })
 VARIANTS["testing-mixer"] = MixerVariant(16, 8, 32, 2, 4)
+VARIANTS["digits-mixer"] = MixerVariant(64, 32, 256, 4, 4)  # For CPU demos.
 
 
 def register(name: str, variant: Variant) -> Variant:
@@ -154,14 +155,16 @@ def register(name: str, variant: Variant) -> Variant:
   return variant
 
 
-def check_image_size(name: str, image_size: int, where: str = "image size"):
-  """Refuses an image size the variant's patches do not tile (before the
-  model is traced)."""
-  stride = get_variant(name).stride
+def check_image_size(name: str, image_size: int, where: str = "image size",
+                     patch_size: Optional[int] = None):
+  """Refuses an image size the variant's patches (or `patch_size`'s, where
+  it runs at another, FlexiViT) do not tile, before the model is traced."""
+  stride = patch_size or get_variant(name).stride
   if image_size < 1 or image_size % stride:
+    whose = f"{name} run at patch size {patch_size}" if patch_size else name
     raise UserError(
         f"The {where} {image_size} is not a multiple of the {stride}-pixel "
-        f"patches of {name}; use e.g. "
+        f"patches of {whose}; use e.g. "
         f"{max(stride, round(image_size / stride) * stride)}.")
 
 

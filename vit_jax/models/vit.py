@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import partitioning as lx
+from vit_jax.models import patch_resize
 from vit_jax.models import resnet
 from vit_jax.models.variants import ResNetSpec
 
@@ -222,6 +223,9 @@ class Encoder(nn.Module):
   attention_dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
   use_posemb: bool = True
+  # FlexiViT: ((stored H, W), (run H, W)) grids of the learned position
+  # embeddings (see AddPositionEmbs); None: stored as run.
+  posemb_grids: Optional[tuple] = None
   remat: str = "none"
   scan_layers: bool = False
   gelu_approximate: bool = True
@@ -236,6 +240,7 @@ class Encoder(nn.Module):
                return_intermediates: bool = False):
     if self.use_posemb:
       posemb_1xNxD = AddPositionEmbs(param_dtype=self.param_dtype,
+                                     grids=self.posemb_grids,
                                      name="posembed_input")
       x_BxNxD = posemb_1xNxD(x_BxNxD)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
@@ -287,14 +292,64 @@ class Encoder(nn.Module):
 
 
 class AddPositionEmbs(nn.Module):
-  """Learned 1D position embeddings, one per token (class token included)."""
+  """Learned 1D position embeddings, one per token (class token included).
+
+  With `grids` ((stored H, W), (run H, W)), FlexiViT's: the table is stored
+  for the first grid and, where the tokens form the second, its grid part
+  is bilinearly resized to it on the fly (as FlexiViT does; the tokens
+  before the grid keep theirs).
+  """
   param_dtype: Dtype = jnp.float32
+  grids: Optional[tuple] = None
 
   @nn.compact
   def __call__(self, x_BxNxD):
+    if self.grids is None:
+      posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+                          (1,) + x_BxNxD.shape[1:], self.param_dtype)
+      return x_BxNxD + posemb.astype(x_BxNxD.dtype)
+    (stored_h, stored_w), (run_h, run_w) = self.grids
+    width = x_BxNxD.shape[-1]
+    prefix = x_BxNxD.shape[1] - run_h * run_w
     posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                        (1,) + x_BxNxD.shape[1:], self.param_dtype)
+                        (1, prefix + stored_h * stored_w, width),
+                        self.param_dtype)
+    if (stored_h, stored_w) != (run_h, run_w):
+      grid = posemb[0, prefix:].reshape(stored_h, stored_w, width)
+      grid = jax.image.resize(grid, (run_h, run_w, width), "bilinear")
+      posemb = jnp.concatenate(
+          [posemb[:, :prefix],
+           grid.reshape(1, run_h * run_w, width)], axis=1)
     return x_BxNxD + posemb.astype(x_BxNxD.dtype)
+
+
+class PatchEmbedding(nn.Module):
+  """FlexiViT's patch embedding: the kernel is stored for `patch_size`
+  patches and PI-resized (`patch_resize.pi_matrix`, a constant) to
+  `run_patch_size` in every step; parameters as `nn.Conv`'s."""
+  features: int
+  patch_size: int
+  run_patch_size: int
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images_BxHxWxC):
+    stored, run = self.patch_size, self.run_patch_size
+    channels = images_BxHxWxC.shape[-1]
+    kernel = self.param("kernel", nn.initializers.lecun_normal(),
+                        (stored, stored, channels, self.features),
+                        self.param_dtype)
+    bias = self.param("bias", nn.initializers.zeros, (self.features,),
+                      self.param_dtype)
+    matrix = patch_resize.pi_matrix((stored, stored), (run, run))
+    kernel = jnp.einsum("rp,pcd->rcd", jnp.asarray(matrix, jnp.float32),
+                        kernel.reshape(stored * stored, channels, -1))
+    y = jax.lax.conv_general_dilated(
+        images_BxHxWxC.astype(self.dtype),
+        kernel.reshape(run, run, channels, -1).astype(self.dtype), (run, run),
+        "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return y + bias.astype(self.dtype)
 
 
 def posemb_sincos2d(grid_h: int, grid_w: int, width: int,
@@ -363,6 +418,11 @@ class VisionTransformer(nn.Module):
   # gap and map pool the patch tokens only.
   class_token: Optional[bool] = None
   posemb: str = "learn"  # One of POSEMB_TYPES.
+  # FlexiViT: the patch size it runs at (None: patch_size). The parameters
+  # keep patch_size's shapes (position embeddings: the grid patch_size
+  # makes of the image); the kernel is PI-resized, learned position
+  # embeddings resized to the grid, in every step.
+  run_patch_size: Optional[int] = None
   representation_size: Optional[int] = None
   head_bias_init: float = 0.0
   dropout_rate: float = 0.0
@@ -394,11 +454,20 @@ class VisionTransformer(nn.Module):
     if self.resnet is not None:
       x = out["stem"] = resnet.resnet_stem(x, self.resnet, self.dtype,
                                            self.param_dtype)
-    _check_divisible(x.shape[1:3], self.patch_size, self.resnet is not None)
-    x = nn.Conv(self.hidden_size, (self.patch_size,) * 2,
-                strides=(self.patch_size,) * 2, padding="VALID",
-                dtype=self.dtype, param_dtype=self.param_dtype,
-                name="embedding")(x)
+    run = self.run_patch_size or self.patch_size
+    _check_divisible(x.shape[1:3], run, self.resnet is not None)
+    posemb_grids = None
+    if run == self.patch_size:
+      x = nn.Conv(self.hidden_size, (self.patch_size,) * 2,
+                  strides=(self.patch_size,) * 2, padding="VALID",
+                  dtype=self.dtype, param_dtype=self.param_dtype,
+                  name="embedding")(x)
+    else:
+      stored_grid = tuple(s // self.patch_size for s in x.shape[1:3])
+      x = PatchEmbedding(self.hidden_size, self.patch_size, run,
+                         dtype=self.dtype, param_dtype=self.param_dtype,
+                         name="embedding")(x)
+      posemb_grids = (stored_grid, x.shape[1:3])
     batch, grid_h, grid_w, width = x.shape
     x_BxNxD = jnp.reshape(x, (batch, grid_h * grid_w, width))
     out["grid"] = (grid_h, grid_w)
@@ -420,11 +489,11 @@ class VisionTransformer(nn.Module):
         num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
         drop_path_rate=self.drop_path_rate, use_posemb=self.use_posemb and
-        self.posemb == "learn", remat=self.remat, scan_layers=self.scan_layers,
-        gelu_approximate=self.gelu_approximate, attention=self.attention,
-        gather_block=self.gather_block, dtype=self.dtype,
-        param_dtype=self.param_dtype, name="Transformer")(x_BxNxD, not train,
-                                                          return_intermediates)
+        self.posemb == "learn", posemb_grids=posemb_grids, remat=self.remat,
+        scan_layers=self.scan_layers, gelu_approximate=self.gelu_approximate,
+        attention=self.attention, gather_block=self.gather_block,
+        dtype=self.dtype, param_dtype=self.param_dtype, name="Transformer")(
+            x_BxNxD, not train, return_intermediates)
     out["encoded"] = encoded
     # The patches' output tokens (without the class token).
     out["patch_tokens"] = patch_tokens = encoded[:, prefix:]

@@ -70,7 +70,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       dict(variant=variant, dtype=dtype, remat=remat, scan_layers=scan_layers,
            attention=attention, gelu_approximate=True))  # As released.
   model = models.build_model(model_config, num_classes)
-  models.check_image_size(variant, image_size, "--image_size")
+  models.variants.check_image_size(variant, image_size, "--image_size")
   config = defaults.get_config()
   config.update(dict(optimizer="adam", warmup_steps=1))
   mesh = sharding.make_mesh()

@@ -51,7 +51,11 @@ class Architecture:
 
 def heads_for_width(width: int) -> int:
   """The attention heads of the variants `width` wide."""
-  heads = {v.num_heads for v in VARIANTS.values() if v.hidden_size == width}
+  heads = {
+      v.num_heads
+      for v in VARIANTS.values()
+      if v.hidden_size == width and v.num_heads  # Mixers have no attention.
+  }
   if len(heads) != 1:
     raise UserError(f"No variant is {width} wide, so its number of attention "
                     "heads is unknown; pass --num_heads.")

@@ -36,12 +36,12 @@ from vit_jax import console
 from vit_jax import models
 from vit_jax import paths
 from vit_jax.errors import WeightsError
+from vit_jax.models import patch_resize
 from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import convert
 from vit_jax.weights import formats
 from vit_jax.weights import mixer_layout
-from vit_jax.weights import patch_resize
 from vit_jax.weights import posemb
 from vit_jax.weights import released
 

@@ -11,7 +11,15 @@ A name is `VARIANT@ORIGIN`, the variant as in `models/variants.py`:
   augreg-i21k          "How to train your ViT?" (AugReg): the checkpoint
                        google-research/vision_transformer's README recommends
                        for the variant (best ImageNet-1k transfer);
-  augreg-i21k-ft-i1k   that checkpoint fine-tuned on ImageNet-1k at 384 px.
+  augreg-i21k-ft-i1k   that checkpoint fine-tuned on ImageNet-1k at 384 px;
+  i1k-90ep, -150ep, -300ep
+                       big_vision's plain ViT-S/16 baselines (sincos2d, GAP);
+  siglip-SIZE, siglip2-SIZE
+                       SigLIP / SigLIP 2 image towers (MAP head, no class
+                       token), read out of their two-tower files; So400m/14
+                       at "384" px has a 27 x 27 grid: image_size 378;
+  flexivit-i1k         FlexiViT S/B/L (patch 16 stored; any patch size);
+  i1k, i21k            for Mixer-B/16 and Mixer-L/16: the released MLP-Mixers.
 
 Any other AugReg checkpoint is named by its file stem, as in the `filename`
 and `adapt_filename` columns of gs://vit_models/augreg/index.csv (e.g.
@@ -92,10 +100,61 @@ def _augreg_recommended() -> dict[str, Released]:
   return table
 
 
+def _big_vision() -> dict[str, Released]:
+  """big_vision's public files (its models' VANITY_NAMES): plain ViT
+  baselines, SigLIP and SigLIP 2 image towers (two-tower files: the loader
+  reads the `img/` tower), FlexiViT (stored at patch 16) and MLP-Mixer."""
+  bv = "gs://big_vision"
+  table = {
+      f"ViT-S/16@i1k-{epochs}ep": Released(
+          f"{bv}/vit_s16_i1k_{epochs}ep.npz", "ViT-S/16",
+          f"ImageNet-1k, {epochs} epochs (big_vision's plain ViT baseline)")
+      for epochs in (90, 150, 300)
+  }
+  siglip = (("ViT-B/16", "b16", {
+      224: "63724782",
+      256: "60500360",
+      384: "68578854",
+      512: "68580893"
+  }), ("ViT-L/16", "l16", {
+      256: "60552751",
+      384: "63634585"
+  }), ("ViT-So400m/14", "so400m", {
+      224: "57633886",
+      384: "58765454"
+  }))
+  for variant, short, runs in siglip:
+    for size, run in runs.items():
+      table[f"{variant}@siglip-{size}"] = Released(
+          f"{bv}/siglip/webli_en_{short}_{size}_{run}.npz", variant,
+          f"SigLIP image tower, WebLI, {size} px")
+  siglip2 = (("ViT-B/16", "b16", (224, 256, 384, 512)),
+             ("ViT-B/32", "b32", (256,)), ("ViT-L/16", "l16", (256, 384, 512)),
+             ("ViT-So400m/14", "so400m14",
+              (224, 384)), ("ViT-So400m/16", "so400m16", (256, 384, 512)),
+             ("ViT-g-opt/16", "g-opt16", (256, 384)))
+  for variant, short, sizes in siglip2:
+    for size in sizes:
+      table[f"{variant}@siglip2-{size}"] = Released(
+          f"{bv}/siglip2/siglip2_{short}_{size}.npz", variant,
+          f"SigLIP 2 image tower, WebLI, {size} px")
+  for size in ("S", "B", "L"):
+    table[f"ViT-{size}/16@flexivit-i1k"] = Released(
+        f"{bv}/flexivit/flexivit_{size.lower()}_i1k.npz", f"ViT-{size}/16",
+        "FlexiViT, ImageNet-1k (1200 epochs), any patch size at 240 px")
+  for size in ("B", "L"):
+    for data, folder in (("i1k", "imagenet1k"), ("i21k", "imagenet21k")):
+      table[f"Mixer-{size}/16@{data}"] = Released(
+          f"gs://mixer_models/{folder}/Mixer-{size}_16.npz", f"Mixer-{size}/16",
+          f"MLP-Mixer, ImageNet-{data[1:-1]}k")
+  return table
+
+
 # Name -> checkpoint. Tests add entries (pytest's monkeypatch.setitem).
 CHECKPOINTS: dict[str, Released] = {
     **_original_release(),
-    **_augreg_recommended()
+    **_augreg_recommended(),
+    **_big_vision()
 }
 
 # The model part of AugReg file stems (google-research/vision_transformer's

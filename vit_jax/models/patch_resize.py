@@ -12,7 +12,9 @@ For P' >= P, B^T has full row rank and the equality is exact. B is the
 bilinear resize FlexiViT's own code and input pipeline use (TensorFlow's
 `tf.image.resize`: half-pixel centres, no antialiasing), so a released
 FlexiViT checkpoint computes here what it computes in big_vision. Pure
-numpy in float64.
+numpy in float64: the loader resizes a file's kernel once with `pi_resize`;
+a model run at another patch size than it stores (`vit.PatchEmbedding`)
+multiplies by `pi_matrix`, a constant, in every step.
 """
 
 import numpy as np
@@ -40,6 +42,11 @@ def resize_operator(old_hw, new_hw) -> np.ndarray:
                  bilinear_matrix(old_hw[1], new_hw[1]))
 
 
+def pi_matrix(old_hw, new_hw) -> np.ndarray:
+  """M ((H'*W') x (H*W)) with w' = M w for row-major flattened kernels."""
+  return np.linalg.pinv(resize_operator(old_hw, new_hw).T)
+
+
 def pi_resize(kernel_PxPxCxD: np.ndarray, new_hw) -> np.ndarray:
   """The kernel (P x P x C x D, HWIO) for P' x P' patches; the same size
   returns it unchanged."""
@@ -49,8 +56,7 @@ def pi_resize(kernel_PxPxCxD: np.ndarray, new_hw) -> np.ndarray:
   old_hw, new_hw = tuple(kernel_PxPxCxD.shape[:2]), tuple(new_hw)
   if old_hw == new_hw:
     return kernel_PxPxCxD
-  operator = resize_operator(old_hw, new_hw)
   flat = kernel_PxPxCxD.reshape(old_hw[0] * old_hw[1], -1).astype(np.float64)
-  resized = np.linalg.pinv(operator.T) @ flat
+  resized = pi_matrix(old_hw, new_hw) @ flat
   return resized.reshape(*new_hw, *kernel_PxPxCxD.shape[2:]).astype(
       kernel_PxPxCxD.dtype)
