@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from configs import digits
-from vit_jax import models
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
