@@ -25,6 +25,7 @@ from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.models import VisionTransformer
+from vit_jax.models import embeddings
 from vit_jax.models import scan
 from vit_jax.models import vit as vit_module
 
@@ -464,7 +465,7 @@ def test_an_unknown_attention_is_refused():
 @pytest.mark.parametrize("grid,width", [((4, 4), 32), ((3, 5), 8),
                                         ((14, 14), 768)])
 def test_sincos2d_matches_numpy_reference(grid, width):
-  table = np.asarray(vit_module.posemb_sincos2d(*grid, width))
+  table = np.asarray(embeddings.posemb_sincos2d(*grid, width))
   assert table.shape == (1, grid[0] * grid[1], width)
   np.testing.assert_allclose(table[0], ref.sincos2d(*grid, width), atol=2e-6)
 
@@ -472,7 +473,7 @@ def test_sincos2d_matches_numpy_reference(grid, width):
 def test_sincos2d_properties():
   """Token (row 0, col 0) is [0.., 1.., 0.., 1..]; the first frequency is 1
   rad per token; columns vary only the first half, rows the second."""
-  table = np.asarray(vit_module.posemb_sincos2d(3, 4, 16))[0]
+  table = np.asarray(embeddings.posemb_sincos2d(3, 4, 16))[0]
   np.testing.assert_allclose(table[0], [0] * 4 + [1] * 4 + [0] * 4 + [1] * 4,
                              atol=1e-7)
   np.testing.assert_allclose(table[1, 0], np.sin(1.0), atol=1e-7)

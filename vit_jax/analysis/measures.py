@@ -31,8 +31,8 @@ from vit_jax import console
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax.models import embeddings
 from vit_jax.models import resnet
-from vit_jax.models import vit
 from vit_jax.weights import convert
 
 NUM_FILTER_COMPONENTS = 28  # As the paper's Figure 7 (left).
@@ -146,7 +146,7 @@ def position_table(params, config, grid, prefix: int):
     return np.asarray(flat[convert.POSEMB])[0, prefix:], "learned"
   if models.model_field(config.model, "posemb") == "sincos2d":
     width = flat["embedding/kernel"].shape[-1]
-    return np.asarray(vit.posemb_sincos2d(
+    return np.asarray(embeddings.posemb_sincos2d(
         *grid,
         width))[0], ("fixed 2D sin-cos (sincos2d), computed, not learned")
   return None, "an MLP-Mixer has no position embeddings"

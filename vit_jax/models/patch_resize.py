@@ -13,7 +13,7 @@ bilinear resize FlexiViT's own code and input pipeline use (TensorFlow's
 `tf.image.resize`: half-pixel centres, no antialiasing), so a released
 FlexiViT checkpoint computes here what it computes in big_vision. Pure
 numpy in float64: the loader resizes a file's kernel once with `pi_resize`;
-a model run at another patch size than it stores (`vit.PatchEmbedding`)
+a model run at another patch size than it stores (`embeddings.PatchEmbedding`)
 multiplies by `pi_matrix`, a constant, in every step.
 """
 

@@ -37,8 +37,10 @@ import jax
 import jax.numpy as jnp
 
 from vit_jax.models import partitioning as lx
-from vit_jax.models import patch_resize
 from vit_jax.models import resnet
+from vit_jax.models.embeddings import AddPositionEmbs
+from vit_jax.models.embeddings import PatchEmbedding
+from vit_jax.models.embeddings import posemb_sincos2d
 from vit_jax.models.variants import ResNetSpec
 
 Dtype = Any
@@ -289,92 +291,6 @@ class Encoder(nn.Module):
     encoded = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
                            name="encoder_norm")(x_BxNxD)
     return encoded, captured
-
-
-class AddPositionEmbs(nn.Module):
-  """Learned 1D position embeddings, one per token (class token included).
-
-  With `grids` ((stored H, W), (run H, W)), FlexiViT's: the table is stored
-  for the first grid and, where the tokens form the second, its grid part
-  is bilinearly resized to it on the fly (as FlexiViT does; the tokens
-  before the grid keep theirs).
-  """
-  param_dtype: Dtype = jnp.float32
-  grids: Optional[tuple] = None
-
-  @nn.compact
-  def __call__(self, x_BxNxD):
-    if self.grids is None:
-      posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                          (1,) + x_BxNxD.shape[1:], self.param_dtype)
-      return x_BxNxD + posemb.astype(x_BxNxD.dtype)
-    (stored_h, stored_w), (run_h, run_w) = self.grids
-    width = x_BxNxD.shape[-1]
-    prefix = x_BxNxD.shape[1] - run_h * run_w
-    posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                        (1, prefix + stored_h * stored_w, width),
-                        self.param_dtype)
-    if (stored_h, stored_w) != (run_h, run_w):
-      grid = posemb[0, prefix:].reshape(stored_h, stored_w, width)
-      grid = jax.image.resize(grid, (run_h, run_w, width), "bilinear")
-      posemb = jnp.concatenate(
-          [posemb[:, :prefix],
-           grid.reshape(1, run_h * run_w, width)], axis=1)
-    return x_BxNxD + posemb.astype(x_BxNxD.dtype)
-
-
-class PatchEmbedding(nn.Module):
-  """FlexiViT's patch embedding: the kernel is stored for `patch_size`
-  patches and PI-resized (`patch_resize.pi_matrix`, a constant) to
-  `run_patch_size` in every step; parameters as `nn.Conv`'s."""
-  features: int
-  patch_size: int
-  run_patch_size: int
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, images_BxHxWxC):
-    stored, run = self.patch_size, self.run_patch_size
-    channels = images_BxHxWxC.shape[-1]
-    kernel = self.param("kernel", nn.initializers.lecun_normal(),
-                        (stored, stored, channels, self.features),
-                        self.param_dtype)
-    bias = self.param("bias", nn.initializers.zeros, (self.features,),
-                      self.param_dtype)
-    matrix = patch_resize.pi_matrix((stored, stored), (run, run))
-    kernel = jnp.einsum("rp,pcd->rcd", jnp.asarray(matrix, jnp.float32),
-                        kernel.reshape(stored * stored, channels, -1))
-    y = jax.lax.conv_general_dilated(
-        images_BxHxWxC.astype(self.dtype),
-        kernel.reshape(run, run, channels, -1).astype(self.dtype), (run, run),
-        "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return y + bias.astype(self.dtype)
-
-
-def posemb_sincos2d(grid_h: int, grid_w: int, width: int,
-                    temperature: float = 10_000.0):
-  """1 x (H*W) x D fixed position embeddings, tokens in row-major order.
-
-  A quarter of the channels each: sin(x w_k), cos(x w_k), sin(y w_k),
-  cos(y w_k), with x the column and y the row of the token and
-  w_k = temperature^(-k / (D/4 - 1)), k = 0 .. D/4 - 1.
-  """
-  if width % 4:  # models.check_model_config says so before tracing.
-    raise ValueError(f"sincos2d position embeddings need a width divisible "
-                     f"by 4, not {width}.")
-  y, x = jnp.mgrid[:grid_h, :grid_w]
-  quarter = width // 4
-  omega = 1.0 / temperature**(jnp.arange(quarter) / max(quarter - 1, 1))
-  x_angles = x.reshape(-1, 1) * omega[None]
-  y_angles = y.reshape(-1, 1) * omega[None]
-  table = jnp.concatenate([
-      jnp.sin(x_angles),
-      jnp.cos(x_angles),
-      jnp.sin(y_angles),
-      jnp.cos(y_angles)
-  ], axis=1)
-  return table[None].astype(jnp.float32)
 
 
 class MAPHead(nn.Module):
