@@ -167,3 +167,19 @@ def _vit_config():
   config = defaults.get_model_config()
   config.variant, config.gelu_approximate = "testing", True
   return config
+
+
+def test_a_mixer_trains_with_fsdp_and_tensor_parallelism(digits_config,
+                                                         tmp_path):
+  """Its parameters split over `data` (FSDP) and its MLPs' hidden units
+  over `model`: the loss after 3 steps is the replicated run's."""
+  config = digits_config
+  config.model.variant, config.model.classifier = "testing-mixer", "gap"
+  config.total_steps = 3
+  replicated = trainer.train_and_evaluate(config, str(tmp_path / "r"))
+  config.mesh.data, config.mesh.model = 4, 2
+  config.sharding.params = ((".*", "fsdp+tp"),)
+  config.sharding.fsdp_min_size = 0
+  split = trainer.train_and_evaluate(config, str(tmp_path / "s"))
+  np.testing.assert_allclose(split["train/loss"], replicated["train/loss"],
+                             rtol=1e-4)
