@@ -78,6 +78,33 @@ def test_released_and_timm_layouts_load_with_the_same_logits(tmp_path):
   assert "MixerBlock_1/token_mixing/Dense_0/kernel" in text
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_at_k_times_the_resolution_it_starts_as_the_checkpoint_on_each_tile(
+    tmp_path, k):
+  """The Mixer paper's Supplementary C: K^2 copies of the token-mixing MLP,
+  block-diagonal, one per K x K tile; every other layer works token by
+  token, so the logits of a K x K mosaic are the mean of the checkpoint's
+  logits of its tiles."""
+  path, model, params = _released_mixer(tmp_path)
+  config = _mixer_config()
+  config.mixer_tiles = k
+  wide = models.build_model(config, 10)
+  target = models.param_shapes(wide, 16 * k)
+  loaded, report = weights.load(path, target, num_prefix_tokens=0,
+                                grid=(4 * k,) * 2)
+  resized = {name: how for name, _, _, how in report.resized}
+  assert len(resized) == 2 * 4 and all(
+      "block-diagonal" in how for how in resized.values())
+  tiles = _images(16, batch=k * k * 2).reshape(2, k, k, 16, 16, 3)
+  mosaic = tiles.transpose(0, 1, 3, 2, 4, 5).reshape(2, 16 * k, 16 * k, 3)
+  got = wide.apply(
+      {"params": flax.traverse_util.unflatten_dict(loaded, sep="/")}, mosaic)[0]
+  each = model.apply({"params": params}, tiles.reshape(-1, 16, 16, 3))[0]
+  np.testing.assert_allclose(
+      np.asarray(got),
+      np.asarray(each).reshape(2, k * k, 10).mean(axis=1), atol=1e-5)
+
+
 def test_a_vit_config_and_a_mixer_file_or_the_reverse_are_refused(tmp_path):
   path, _, _ = _released_mixer(tmp_path)
   config = defaults.get_config()
@@ -119,24 +146,29 @@ def test_fine_tune_sweep_export_and_analyze(tfds_data_dir, tmp_path):
   with pytest.raises(
       weights.WeightsError,
       match="token-mixing weights are sized by its number of "
-      "patches: 16 in the file, 64 at the config's"):
+      "patches: 16 in the file, 64 at the config's resolution. "
+      "Fine-tune it at the file's resolution, or at K times it "
+      "with config.model.mixer_tiles=K"):
     trainer.train_and_evaluate(config, str(tmp_path / "at32"))
-  config.image_size = 16
+  config.model.mixer_tiles = 2  # Twice the resolution: 2 x 2 tiles.
   workdir = str(tmp_path / "ft")
   result = trainer.train_and_evaluate(config, workdir)
   assert 0.0 <= result["test/accuracy"] <= 1.0
 
   loaded = inference.load(workdir)
+  assert loaded.config.model.mixer_tiles == 2
   want = np.asarray(
       loaded.model.apply({"params": jax.device_get(loaded.params)},
-                         _images())[0])
+                         _images(32))[0])
   for save, name in ((writers.save_npz, "m.npz"), (writers.save_timm,
                                                    "m.safetensors")):
     out = str(tmp_path / name)
     save(writers.released_params(workdir), out)
-    again = inference.load(out, config=loaded.config)
+    # Its architecture read from the file (the widened token MLP says 2).
+    assert architecture.read(out).mixer_tiles == 2
+    again = inference.load(out, config=loaded.config)  # timm's: erf GELU.
     got = again.model.apply({"params": jax.device_get(again.params)},
-                            _images())[0]
+                            _images(32))[0]
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
 
   vit = str(tmp_path / "vit.npz")
@@ -144,6 +176,7 @@ def test_fine_tune_sweep_export_and_analyze(tfds_data_dir, tmp_path):
   writers.save_npz(models.init_on_zeros(vit_model, jax.random.key(0), 16), vit)
   fewshot_config = fewshot_configs.get_config("runlocal")
   fewshot_config.data_dir = tfds_data_dir
+  fewshot_config.image_size = 32
   table, _ = sweep.sweep(fewshot_config, [vit, workdir])
   assert set(table) == {vit, workdir}
   assert 0.0 <= table[workdir]["digits"]["5shot"] <= 1.0
@@ -169,8 +202,8 @@ def _vit_config():
   return config
 
 
-def test_a_mixer_trains_with_fsdp_and_tensor_parallelism(digits_config,
-                                                         tmp_path):
+def test_a_mixer_trains_with_fsdp_and_tensor_parallelism(
+    digits_config, tmp_path):
   """Its parameters split over `data` (FSDP) and its MLPs' hidden units
   over `model`: the loss after 3 steps is the replicated run's."""
   config = digits_config

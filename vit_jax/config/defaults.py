@@ -29,6 +29,10 @@ def get_model_config() -> ml_collections.ConfigDict:
   # embedding is PI-resized and learned position embeddings resized to the
   # grid in every step (config.flexi trains at many).
   model.patch_size = config_dict.placeholder(int)  # See above.
+  # An MLP-Mixer fine-tuned at K times its checkpoint's resolution (the Mixer
+  # paper's Supplementary C): its token-mixing MLP is K^2 times as wide and
+  # starts as K^2 copies of the checkpoint's, one per K x K tile of the image.
+  model.mixer_tiles = 1  # K; see above.
   model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.

@@ -82,7 +82,8 @@ def with_model_of(config: ml_collections.ConfigDict,
   config.model.update(
       dict(variant=arch.variant, classifier=arch.classifier,
            class_token=arch.class_token, posemb=arch.posemb,
-           representation_size=arch.representation_size))
+           representation_size=arch.representation_size,
+           mixer_tiles=arch.mixer_tiles))
   models.check_image_size(config.model, config.image_size,
                           f"config.image_size (for {path})")
   return config

@@ -34,7 +34,8 @@ _LATER_FIELDS = {
     "attention": "auto",
     "posemb": "learn",
     "class_token": None,
-    "patch_size": None
+    "patch_size": None,
+    "mixer_tiles": 1
 }
 
 
@@ -81,6 +82,12 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         "config.model.classifier=token reads the class token, but "
         "config.model.class_token=False removes it; pool the patches with "
         "classifier gap or map, or unset class_token.")
+  tiles = model_field(model_config, "mixer_tiles")
+  if tiles != 1 and (not isinstance(variant, MixerVariant) or tiles < 1):
+    raise UserError(
+        f"config.model.mixer_tiles={tiles}: it widens an MLP-Mixer's "
+        "token-mixing MLP for K times its checkpoint's resolution (a positive "
+        f"K); {model_config.variant} is not a Mixer. Unset it (1).")
   run_patch = model_field(model_config, "patch_size")
   if run_patch is not None and (run_patch < 1 or variant.resnet is not None or
                                 isinstance(variant, MixerVariant)):
@@ -117,17 +124,19 @@ def _check_mixer_config(model_config: ml_collections.ConfigDict):
 
 
 def _mixer(variant: MixerVariant, model_config, num_classes) -> MlpMixer:
-  return MlpMixer(num_classes=num_classes, hidden_size=variant.hidden_size,
-                  tokens_mlp_dim=variant.tokens_mlp_dim,
-                  channels_mlp_dim=variant.channels_mlp_dim,
-                  num_layers=variant.num_layers, patch_size=variant.patch_size,
-                  representation_size=model_config.representation_size,
-                  head_bias_init=model_config.head_bias_init,
-                  dropout_rate=model_config.dropout_rate,
-                  drop_path_rate=model_config.drop_path_rate,
-                  gelu_approximate=_decided_gelu(model_config),
-                  remat=model_config.remat, dtype=DTYPES[model_config.dtype],
-                  param_dtype=DTYPES[model_config.param_dtype])
+  return MlpMixer(
+      num_classes=num_classes, hidden_size=variant.hidden_size,
+      tokens_mlp_dim=variant.tokens_mlp_dim *
+      model_field(model_config, "mixer_tiles")**2,
+      channels_mlp_dim=variant.channels_mlp_dim, num_layers=variant.num_layers,
+      patch_size=variant.patch_size,
+      representation_size=model_config.representation_size,
+      head_bias_init=model_config.head_bias_init,
+      dropout_rate=model_config.dropout_rate,
+      drop_path_rate=model_config.drop_path_rate,
+      gelu_approximate=_decided_gelu(model_config), remat=model_config.remat,
+      dtype=DTYPES[model_config.dtype],
+      param_dtype=DTYPES[model_config.param_dtype])
 
 
 def _decided_gelu(model_config: ml_collections.ConfigDict) -> bool:

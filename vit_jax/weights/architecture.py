@@ -47,6 +47,9 @@ class Architecture:
   representation_size: Optional[int]  # The pre-logits width; None: none.
   num_classes: Optional[int]  # None: no head.
   image_size: int  # The resolution its position embeddings were trained at.
+  # A Mixer fine-tuned at K times its variant's token grid (its token MLP
+  # K^2 times as wide): config.model.mixer_tiles.
+  mixer_tiles: int = 1
 
 
 def heads_for_width(width: int) -> int:
@@ -116,10 +119,17 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
 def _mixer(params, path) -> Architecture:
   """An MLP-Mixer's: mean pooling, no class token or position embeddings."""
   arch = mixer_layout.architecture(params)
-  variant = MixerVariant(arch.hidden_size, arch.tokens_mlp_dim,
-                         arch.channels_mlp_dim, arch.num_layers,
-                         arch.patch_size)
-  name = next((n for n, v in VARIANTS.items() if v == variant), None)
+  name, tiles = None, 1
+  for k in range(1, 9):  # Widened for K times the resolution, or not.
+    if arch.tokens_mlp_dim % (k * k):
+      continue
+    variant = MixerVariant(arch.hidden_size, arch.tokens_mlp_dim // (k * k),
+                           arch.channels_mlp_dim, arch.num_layers,
+                           arch.patch_size)
+    name = next((n for n, v in VARIANTS.items() if v == variant), None)
+    if name is not None:
+      tiles = k
+      break
   if name is None or arch.image_size is None:
     raise WeightsError(
         f"{path} is an MLP-Mixer no entry of models/variants.py describes "
@@ -128,7 +138,8 @@ def _mixer(params, path) -> Architecture:
   return Architecture(variant=name, classifier="gap", class_token=False,
                       posemb="learn",
                       representation_size=arch.representation_size,
-                      num_classes=arch.num_classes, image_size=arch.image_size)
+                      num_classes=arch.num_classes, image_size=arch.image_size,
+                      mixer_tiles=tiles)
 
 
 def _variant(params, path) -> Variant:

@@ -290,6 +290,11 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
     elif tuple(value.shape) == shape:
       loaded[name] = value
       report.matched.append(name)
+    elif (k := mixer_layout.tiles_between(value.shape, shape, name)):
+      loaded[name] = mixer_layout.tile_token_mixing(name, value, k)
+      report.resized.append((name, tuple(
+          value.shape), shape, f"{k * k} tiles, block-diagonal: the Mixer "
+                             "paper's Supplementary C"))
     elif name == PATCH_KERNEL and value.shape[2:] == shape[2:]:
       loaded[name] = patch_resize.pi_resize(value, shape[:2])
       report.resized.append((name, tuple(
@@ -443,8 +448,9 @@ def _hint(file_params, target_flat) -> str:
     return (f"An MLP-Mixer's token-mixing weights are sized by its number "
             f"of patches: {file_params[token_mixing].shape[0]} in the file, "
             f"{target_flat[token_mixing].shape[0]} at the config's "
-            "resolution. Fine-tune it at the file's resolution "
-            "(config.image_size).\n")
+            "resolution. Fine-tune it at the file's resolution, or at K "
+            "times it with config.model.mixer_tiles=K (the Mixer paper's "
+            "Supplementary C).\n")
   theirs, ours = describe(file_params), describe(target_flat)
   if theirs and ours and theirs != ours:
     return (f"The file is a different model ({theirs}) from the config's "

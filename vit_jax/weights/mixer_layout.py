@@ -161,3 +161,57 @@ def architecture(flat) -> MixerArchitecture:
                            num_layers=len(layers), patch_size=patch,
                            num_tokens=num_tokens, num_classes=classes,
                            representation_size=representation)
+
+
+TOKEN_MIXING = re.compile(
+    r"MixerBlock_\d+/token_mixing/Dense_([01])/(kernel|bias)")
+
+
+def tiles_between(file_shape, target_shape, name: str) -> Optional[int]:
+  """K where `target_shape` is the token-mixing parameter `name` of a Mixer
+  at K times the resolution of `file_shape`'s (K^2 times the patches and
+  the hidden units), else None."""
+  if not TOKEN_MIXING.fullmatch(name) or len(file_shape) != len(target_shape):
+    return None
+  ratios = {t / f for f, t in zip(file_shape, target_shape)}
+  if len(ratios) != 1:
+    return None
+  k = round(ratios.pop()**0.5)
+  return k if k > 1 and all(
+      f * k * k == t for f, t in zip(file_shape, target_shape)) else None
+
+
+def tile_indices(num_tokens: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """(tile, position in its tile) of each token of the K*g x K*g grid,
+  row-major, where g x g = num_tokens: the tiles are the image's K x K
+  equal parts, numbered row-major, each holding a g x g grid."""
+  g = round(num_tokens**0.5)
+  if g * g != num_tokens:
+    raise WeightsError(f"A Mixer's {num_tokens} patches are not a square grid; "
+                       "it cannot be tiled.")
+  rows, cols = np.divmod(np.arange(k * k * num_tokens), k * g)
+  return (rows // g) * k + cols // g, (rows % g) * g + cols % g
+
+
+def tile_token_mixing(name: str, value: np.ndarray, k: int) -> np.ndarray:
+  """The token-mixing parameter `name` for K times the resolution: K^2
+  copies of `value` side by side, one per tile (block-diagonal kernels),
+  so the Mixer starts as the checkpoint run on each tile separately (the
+  Mixer paper's Supplementary C)."""
+  layer, leaf = TOKEN_MIXING.fullmatch(name).groups()
+  if layer == "0" and leaf == "bias":  # Hidden units: tile-major.
+    return np.tile(value, k * k)
+  num_tokens = value.shape[0] if layer == "0" else value.shape[-1]
+  tile, inner = tile_indices(num_tokens, k)
+  if leaf == "bias":  # Dense_1: one per token.
+    return value[inner]
+  hidden = value.shape[1] if layer == "0" else value.shape[0]
+  units = tile[:, None] * hidden + np.arange(hidden)[None]  # Token x unit.
+  tokens = np.arange(len(tile))[:, None]
+  if layer == "0":  # Tokens x hidden.
+    out = np.zeros((len(tile), k * k * hidden), value.dtype)
+    out[tokens, units] = value[inner]
+  else:  # Hidden x tokens.
+    out = np.zeros((k * k * hidden, len(tile)), value.dtype)
+    out[units, tokens] = value[:, inner].T
+  return out
