@@ -25,6 +25,7 @@ from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
 from vit_jax.models import VisionTransformer
+from vit_jax.models import attention
 from vit_jax.models import embeddings
 from vit_jax.models import scan
 from vit_jax.models import vit as vit_module
@@ -433,15 +434,15 @@ def test_padded_attention_masks_its_padding():
   q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 17, 4, 8))
   plain = jax.nn.dot_product_attention(q, k, v, scale=1.0)
   for multiple in (2, 8):
-    padded = vit_module.fused_attention(q, k, v, "xla", multiple)
+    padded = attention.fused_attention(q, k, v, "xla", multiple)
     assert padded.shape == plain.shape
     np.testing.assert_allclose(padded, plain, rtol=1e-5, atol=1e-6)
 
 
 def test_attention_weights_only_where_asked():
   x = jnp.ones((2, 5, 8))
-  layer = vit_module.MultiHeadDotProductAttention(num_heads=2,
-                                                  implementation="xla")
+  layer = attention.MultiHeadDotProductAttention(num_heads=2,
+                                                 implementation="xla")
   params = layer.init(jax.random.key(0), x, x, True)
   out, weights = layer.apply(params, x, x, True)
   assert weights is None

@@ -10,12 +10,12 @@ import ml_collections
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
 from vit_jax.models import variants
+from vit_jax.models.attention import ATTENTION
 from vit_jax.models.mixer import MlpMixer
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import Variant
 from vit_jax.models.variants import get_variant
-from vit_jax.models.vit import ATTENTION
 from vit_jax.models.vit import CLASSIFIERS
 from vit_jax.models.vit import POSEMB_TYPES
 from vit_jax.models.vit import REMAT_POLICIES

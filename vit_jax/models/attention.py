@@ -1,0 +1,109 @@
+"""Multi-head dot-product attention with an fp32 softmax, computed the way
+that suits the device: explicit einsums, or `jax.nn.dot_product_attention`
+(XLA's, or cuDNN's fused kernel on GPUs). Parameter names follow the
+released checkpoints (`query`, `key`, `value`, `out`).
+"""
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vit_jax.models import partitioning as lx
+
+Dtype = Any
+# How attention is computed where its weights are not needed (see
+# `MultiHeadDotProductAttention`).
+ATTENTION = ("auto", "explicit", "xla", "cudnn")
+
+
+def _fused_kernel_applies(dtype, head_dim: int) -> bool:
+  """cuDNN's fused (flash) attention: NVIDIA GPUs, half precision, head
+  widths up to 128 in multiples of 8."""
+  return (jax.default_backend() == "gpu" and
+          jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and
+          head_dim <= 128 and head_dim % 8 == 0)
+
+
+# cuDNN's fused attention refuses to train on odd token counts (ViT-B/16 at
+# 224 px has 197); padding further gained nothing (docs/speed.md).
+_CUDNN_LENGTH_MULTIPLE = 2
+
+
+def fused_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK, implementation: str,
+                    length_multiple: int = 1):
+  """`jax.nn.dot_product_attention` of already-scaled queries, the tokens
+  padded to a multiple of `length_multiple` and the padding masked out."""
+  batch, tokens = q_BxNxHxK.shape[:2]
+  padded = -(-tokens // length_multiple) * length_multiple
+  if padded == tokens:
+    return jax.nn.dot_product_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK,
+                                        scale=1.0,
+                                        implementation=implementation)
+  pad = lambda t: jnp.pad(t, ((0, 0), (0, padded - tokens), (0, 0), (0, 0)))
+  lengths = jnp.full((batch,), tokens, jnp.int32)
+  y = jax.nn.dot_product_attention(
+      pad(q_BxNxHxK), pad(k_BxNxHxK), pad(v_BxNxHxK), scale=1.0,
+      query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+      implementation=implementation)
+  return y[:, :tokens]
+
+
+class MultiHeadDotProductAttention(nn.Module):
+  """Multi-head attention with an fp32 softmax.
+
+  Returns (output, weights B x H x M x N, or None unless `need_weights`).
+  Where the weights are needed (intermediates, attention dropout in
+  training) they are computed explicitly. Otherwise `implementation` says
+  how: `explicit` the same einsums; `xla` or `cudnn` through
+  `jax.nn.dot_product_attention` (cudnn: one fused kernel that never
+  stores the weights); `auto` takes cudnn where it applies (GPUs in
+  bf16/fp16) and the explicit form elsewhere (CPU, TPU, fp32), where it
+  is what XLA fuses best.
+  """
+  num_heads: int
+  dropout_rate: float = 0.0
+  implementation: str = "auto"
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool,
+               need_weights: bool = False):
+    width = kv_BxNxD.shape[-1]
+    if width % self.num_heads:  # The variant table never has this.
+      raise ValueError(f"hidden_size {width} is not divisible by num_heads "
+                       f"{self.num_heads}.")
+    head_dim = width // self.num_heads
+    proj = functools.partial(nn.DenseGeneral, (self.num_heads, head_dim),
+                             dtype=self.dtype, param_dtype=self.param_dtype,
+                             kernel_init=nn.initializers.xavier_uniform())
+    scale = jnp.sqrt(head_dim).astype(self.dtype)
+    q_BxMxHxK = proj(name="query")(q_BxMxD) / scale
+    k_BxNxHxK = proj(name="key")(kv_BxNxD)
+    v_BxNxHxK = proj(name="value")(kv_BxNxD)
+    q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
+        t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
+
+    implementation = self.implementation
+    if implementation == "auto":
+      implementation = ("cudnn" if _fused_kernel_applies(self.dtype, head_dim)
+                        else "explicit")
+    weights_BxHxMxN = None
+    if (need_weights or implementation == "explicit" or
+        (self.dropout_rate and not deterministic)):
+      logits_BxHxMxN = jnp.einsum("bmhk,bnhk->bhmn", q_BxMxHxK, k_BxNxHxK)
+      weights_BxHxMxN = jax.nn.softmax(logits_BxHxMxN.astype(jnp.float32))
+      dropped = nn.Dropout(self.dropout_rate)(weights_BxHxMxN, deterministic)
+      y_BxMxHxK = jnp.einsum("bhmn,bnhk->bmhk", dropped.astype(self.dtype),
+                             v_BxNxHxK)
+    else:
+      y_BxMxHxK = fused_attention(
+          q_BxMxHxK, k_BxNxHxK, v_BxNxHxK, implementation,
+          _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1)
+    out_BxMxD = nn.DenseGeneral(
+        width, axis=(-2, -1), dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(), name="out")(y_BxMxHxK)
+    return out_BxMxD, weights_BxHxMxN
