@@ -109,7 +109,7 @@ def config_for(
           dict(variant=arch.variant, classifier=arch.classifier,
                class_token=arch.class_token, posemb=arch.posemb,
                representation_size=arch.representation_size,
-               mixer_tiles=arch.mixer_tiles))
+               mixer_tiles=arch.mixer_tiles, **dict(arch.options)))
       config.image_size = arch.image_size
       # The released models' evaluation: resize to the resolution, no crop.
       config.pp_eval = "resize|value_range"

@@ -33,6 +33,17 @@ def get_model_config() -> ml_collections.ConfigDict:
   # paper's Supplementary C): its token-mixing MLP is K^2 times as wide and
   # starts as K^2 copies of the checkpoint's, one per K x K tile of the image.
   model.mixer_tiles = 1  # K; see above.
+  # PyTorch's ViT families (DINOv2, DeiT III, CLIP), each off by default:
+  model.num_registers = 0  # Register tokens after the class token (DINOv2).
+  # Learned position embeddings for the class token and registers too (the
+  # paper's, timm's default); False: the patches only (timm's no_embed_class).
+  model.posemb_covers_prefix = True  # See above.
+  model.layer_scale = config_dict.placeholder(float)  # LayerScale init; None.
+  model.pre_norm = False  # A LayerNorm before the blocks (CLIP's norm_pre).
+  model.quick_gelu = False  # x sigmoid(1.702 x) in the MLPs (OpenAI's CLIP).
+  # The final LayerNorm on the pooled features, not every token (fc_norm).
+  model.pooled_norm = False  # See above.
+  model.layer_norm_eps = 1e-6  # Every LayerNorm's epsilon (timm's CLIP: 1e-5).
   model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.

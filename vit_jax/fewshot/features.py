@@ -36,7 +36,7 @@ def make_feature_fn(model, layer: str, mesh, params_sharding,
                     logical_axis_rules=()):
   """jit(params, images) -> B x D features of `layer`, sharded over data."""
   block = re.fullmatch(r"block_(\d+)", layer)
-  class_token = models.vit_of(model).num_prefix_tokens == 1
+  class_token = models.vit_of(model).has_class_token
 
   def features(params, images):
     logits, out = model.apply({"params": params}, images,

@@ -83,7 +83,7 @@ def with_model_of(config: ml_collections.ConfigDict,
       dict(variant=arch.variant, classifier=arch.classifier,
            class_token=arch.class_token, posemb=arch.posemb,
            representation_size=arch.representation_size,
-           mixer_tiles=arch.mixer_tiles))
+           mixer_tiles=arch.mixer_tiles, **dict(arch.options)))
   models.check_image_size(config.model, config.image_size,
                           f"config.image_size (for {path})")
   return config

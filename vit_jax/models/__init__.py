@@ -35,8 +35,19 @@ _LATER_FIELDS = {
     "posemb": "learn",
     "class_token": None,
     "patch_size": None,
-    "mixer_tiles": 1
+    "mixer_tiles": 1,
+    "num_registers": 0,
+    "posemb_covers_prefix": True,
+    "layer_scale": None,
+    "pre_norm": False,
+    "quick_gelu": False,
+    "pooled_norm": False,
+    "layer_norm_eps": 1e-6,
 }
+# The options of PyTorch's ViT families, as VisionTransformer's fields.
+TORCH_FAMILY_OPTIONS = ("num_registers", "posemb_covers_prefix", "layer_scale",
+                        "pre_norm", "quick_gelu", "pooled_norm",
+                        "layer_norm_eps")
 
 
 def model_field(model_config: ml_collections.ConfigDict, field: str):
@@ -46,10 +57,18 @@ def model_field(model_config: ml_collections.ConfigDict, field: str):
 
 
 def num_prefix_tokens(model_config: ml_collections.ConfigDict) -> int:
-  """Tokens before the patch grid: 1 with a class token, else 0."""
+  """Tokens before the patch grid: the class token (if any), registers."""
   return int(
       has_class_token(model_config.classifier,
-                      model_field(model_config, "class_token")))
+                      model_field(model_config, "class_token"))) + model_field(
+                          model_config, "num_registers")
+
+
+def posemb_prefix_tokens(model_config: ml_collections.ConfigDict) -> int:
+  """Prefix tokens the learned position embeddings have entries for."""
+  if model_field(model_config, "posemb_covers_prefix"):
+    return num_prefix_tokens(model_config)
+  return 0
 
 
 def stride(model_config: ml_collections.ConfigDict) -> int:
@@ -95,6 +114,7 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         f"config.model.patch_size={run_patch}: only a plain ViT runs at "
         f"another patch size than its variant's (FlexiViT), and a positive "
         f"one; {model_config.variant} cannot. Unset it.")
+  _check_torch_family_options(model_config)
   if isinstance(variant, MixerVariant):
     _check_mixer_config(model_config)
   elif model_field(model_config,
@@ -103,6 +123,29 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         f"config.model.posemb=sincos2d needs a width divisible by 4; "
         f"{model_config.variant} is {variant.hidden_size} wide. Use "
         "posemb=learn.")
+
+
+def _check_torch_family_options(model_config: ml_collections.ConfigDict):
+  """Refuses combinations no model family uses (they would load nothing)."""
+  option = lambda name: model_field(model_config, name)
+  sincos = option("posemb") == "sincos2d"
+  refusals = (
+      (option("num_registers") < 0, "config.model.num_registers must be 0 or "
+       "more"),
+      (option("num_registers") and sincos, "register tokens come with "
+       "learned position embeddings (DINOv2); set posemb=learn"),
+      (not option("posemb_covers_prefix") and
+       (sincos or not num_prefix_tokens(model_config)),
+       "posemb_covers_prefix=False leaves the class token or registers "
+       "without a position embedding; it needs learned position "
+       "embeddings and prefix tokens"),
+      (option("pooled_norm") and model_config.classifier == "map",
+       "pooled_norm normalises pooled patches or the class token (timm's "
+       "fc_norm); a MAP head has its own LayerNorm"),
+  )
+  for refused, why in refusals:
+    if refused:
+      raise UserError(f"{why} ({model_config.variant}).")
 
 
 def _check_mixer_config(model_config: ml_collections.ConfigDict):
@@ -114,6 +157,8 @@ def _check_mixer_config(model_config: ml_collections.ConfigDict):
       "posemb": (model_field(model_config, "posemb"), ("learn",)),
       "scan_layers": (model_config.scan_layers, (False,)),
   }
+  for name in TORCH_FAMILY_OPTIONS:  # A ViT's options only.
+    options[name] = (model_field(model_config, name), (_LATER_FIELDS[name],))
   for field, (value, allowed) in options.items():
     if value not in allowed:
       raise UserError(
@@ -179,6 +224,7 @@ def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
       class_token=model_field(model_config, "class_token"),
       posemb=model_field(model_config, "posemb"),
       run_patch_size=model_field(model_config, "patch_size"),
+      **{n: model_field(model_config, n) for n in TORCH_FAMILY_OPTIONS},
       representation_size=model_config.representation_size,
       head_bias_init=model_config.head_bias_init,
       dropout_rate=model_config.dropout_rate,
@@ -236,6 +282,6 @@ def param_shapes(model, image_size: int):
 __all__ = [
     "VARIANTS", "VisionTransformer", "MlpMixer", "MixerVariant", "build_model",
     "check_image_size", "from_config", "get_variant", "check_model_config",
-    "DTYPES", "model_field", "num_prefix_tokens", "stride", "init_on_zeros",
-    "param_shapes"
+    "DTYPES", "model_field", "num_prefix_tokens", "posemb_prefix_tokens",
+    "stride", "init_on_zeros", "param_shapes"
 ]

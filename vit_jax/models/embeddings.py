@@ -21,7 +21,9 @@ Dtype = Any
 
 
 class AddPositionEmbs(nn.Module):
-  """Learned 1D position embeddings, one per token (class token included).
+  """Learned 1D position embeddings, one per token (class token included),
+  or one per token after the first `skip` (timm's `no_embed_class`: the
+  class token and registers get none).
 
   With `grids` ((stored H, W), (run H, W)), FlexiViT's: the table is stored
   for the first grid and, where the tokens form the second, its grid part
@@ -30,26 +32,31 @@ class AddPositionEmbs(nn.Module):
   """
   param_dtype: Dtype = jnp.float32
   grids: Optional[tuple] = None
+  skip: int = 0
 
   @nn.compact
   def __call__(self, x_BxNxD):
+    skipped, x_BxNxD = x_BxNxD[:, :self.skip], x_BxNxD[:, self.skip:]
     if self.grids is None:
       posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
                           (1,) + x_BxNxD.shape[1:], self.param_dtype)
-      return x_BxNxD + posemb.astype(x_BxNxD.dtype)
-    (stored_h, stored_w), (run_h, run_w) = self.grids
-    width = x_BxNxD.shape[-1]
-    prefix = x_BxNxD.shape[1] - run_h * run_w
-    posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                        (1, prefix + stored_h * stored_w, width),
-                        self.param_dtype)
-    if (stored_h, stored_w) != (run_h, run_w):
-      grid = posemb[0, prefix:].reshape(stored_h, stored_w, width)
-      grid = jax.image.resize(grid, (run_h, run_w, width), "bilinear")
-      posemb = jnp.concatenate(
-          [posemb[:, :prefix],
-           grid.reshape(1, run_h * run_w, width)], axis=1)
-    return x_BxNxD + posemb.astype(x_BxNxD.dtype)
+    else:
+      (stored_h, stored_w), (run_h, run_w) = self.grids
+      width = x_BxNxD.shape[-1]
+      prefix = x_BxNxD.shape[1] - run_h * run_w
+      posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+                          (1, prefix + stored_h * stored_w, width),
+                          self.param_dtype)
+      if (stored_h, stored_w) != (run_h, run_w):
+        grid = posemb[0, prefix:].reshape(stored_h, stored_w, width)
+        grid = jax.image.resize(grid, (run_h, run_w, width), "bilinear")
+        posemb = jnp.concatenate(
+            [posemb[:, :prefix],
+             grid.reshape(1, run_h * run_w, width)], axis=1)
+    x_BxNxD = x_BxNxD + posemb.astype(x_BxNxD.dtype)
+    if not self.skip:
+      return x_BxNxD
+    return jnp.concatenate([skipped, x_BxNxD], axis=1)
 
 
 class PatchEmbedding(nn.Module):

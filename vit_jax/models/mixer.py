@@ -116,6 +116,7 @@ class MlpMixer(nn.Module):
   param_dtype: Dtype = jnp.float32
 
   num_prefix_tokens = 0  # No class token (as `VisionTransformer`'s).
+  has_class_token = False
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,

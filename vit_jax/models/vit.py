@@ -61,6 +61,7 @@ class MlpBlock(nn.Module):
   mlp_dim: int
   dropout_rate: float = 0.0
   gelu_approximate: bool = True
+  quick_gelu: bool = False  # x sigmoid(1.702 x) instead (OpenAI's CLIP).
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -70,9 +71,11 @@ class MlpBlock(nn.Module):
                               param_dtype=self.param_dtype,
                               kernel_init=nn.initializers.xavier_uniform(),
                               bias_init=nn.initializers.normal(stddev=1e-6))
-    h_BxNxF = nn.gelu(
-        dense(self.mlp_dim, name="Dense_0")(x_BxNxD),
-        approximate=self.gelu_approximate)
+    h_BxNxF = dense(self.mlp_dim, name="Dense_0")(x_BxNxD)
+    if self.quick_gelu:
+      h_BxNxF = h_BxNxF * nn.sigmoid(1.702 * h_BxNxF)
+    else:
+      h_BxNxF = nn.gelu(h_BxNxF, approximate=self.gelu_approximate)
     h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(self.dropout_rate)(h_BxNxF, deterministic)
     y_BxNxD = dense(x_BxNxD.shape[-1], name="Dense_1")(h_BxNxF)
@@ -85,6 +88,19 @@ def drop_path(rate: float):
   return nn.Dropout(rate, broadcast_dims=(1, 2))
 
 
+class LayerScale(nn.Module):
+  """A learned per-channel scale of a residual branch (CaiT's LayerScale,
+  used by DINOv2 and DeiT III), initialised to `init_value`."""
+  init_value: float
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, y_BxNxD):
+    scale = self.param("scale", nn.initializers.constant(self.init_value),
+                       (y_BxNxD.shape[-1],), self.param_dtype)
+    return y_BxNxD * scale.astype(y_BxNxD.dtype)
+
+
 class Encoder1DBlock(nn.Module):
   """Pre-LN transformer block; returns (output, per-layer intermediates)."""
   mlp_dim: int
@@ -94,14 +110,17 @@ class Encoder1DBlock(nn.Module):
   drop_path_rate: float = 0.0  # See `drop_path`.
   return_intermediates: bool = False
   gelu_approximate: bool = True
+  quick_gelu: bool = False  # See MlpBlock.
+  layer_scale: Optional[float] = None  # LayerScale's init; None: none.
+  layer_norm_eps: float = 1e-6
   attention: str = "auto"  # See MultiHeadDotProductAttention.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
-    norm = functools.partial(nn.LayerNorm, dtype=self.dtype,
-                             param_dtype=self.param_dtype)
+    norm = functools.partial(nn.LayerNorm, epsilon=self.layer_norm_eps,
+                             dtype=self.dtype, param_dtype=self.param_dtype)
     y = norm(name="LayerNorm_0")(x_BxNxD)
     y, weights_BxHxNxN = MultiHeadDotProductAttention(
         self.num_heads, self.attention_dropout_rate, self.attention,
@@ -109,12 +128,19 @@ class Encoder1DBlock(nn.Module):
         name="MultiHeadDotProductAttention_1")(
             y, y, deterministic, need_weights=self.return_intermediates)
     y = nn.Dropout(self.dropout_rate)(y, deterministic)
+    if self.layer_scale is not None:
+      y = LayerScale(self.layer_scale, self.param_dtype,
+                     name="LayerScale_attention")(y)
     x_BxNxD = x_BxNxD + drop_path(self.drop_path_rate)(y, deterministic)
 
     y = norm(name="LayerNorm_2")(x_BxNxD)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
-                 dtype=self.dtype, param_dtype=self.param_dtype,
-                 name="MlpBlock_3")(y, deterministic)
+                 self.quick_gelu, dtype=self.dtype,
+                 param_dtype=self.param_dtype, name="MlpBlock_3")(y,
+                                                                  deterministic)
+    if self.layer_scale is not None:
+      y = LayerScale(self.layer_scale, self.param_dtype,
+                     name="LayerScale_mlp")(y)
     y = drop_path(self.drop_path_rate)(y, deterministic)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD + y, lx.TOKENS_AXES)
     captured = ({
@@ -139,6 +165,12 @@ class Encoder(nn.Module):
   remat: str = "none"
   scan_layers: bool = False
   gelu_approximate: bool = True
+  quick_gelu: bool = False
+  layer_scale: Optional[float] = None
+  posemb_skips: int = 0  # Leading tokens without a position embedding.
+  pre_norm: bool = False  # A LayerNorm before the blocks (CLIP's).
+  final_norm: bool = True  # False: the model normalises pooled features.
+  layer_norm_eps: float = 1e-6
   attention: str = "auto"
   # FSDP in training: `{"params": block} -> {"params": gathered block}`.
   gather_block: Optional[Callable[[Any], Any]] = None
@@ -149,12 +181,16 @@ class Encoder(nn.Module):
   def __call__(self, x_BxNxD, deterministic: bool,
                return_intermediates: bool = False):
     if self.use_posemb:
-      posemb_1xNxD = AddPositionEmbs(param_dtype=self.param_dtype,
-                                     grids=self.posemb_grids,
-                                     name="posembed_input")
+      posemb_1xNxD = AddPositionEmbs(
+          param_dtype=self.param_dtype, grids=self.posemb_grids,
+          skip=self.posemb_skips, name="posembed_input")
       x_BxNxD = posemb_1xNxD(x_BxNxD)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
     x_BxNxD = nn.Dropout(self.dropout_rate)(x_BxNxD, deterministic)
+    if self.pre_norm:
+      x_BxNxD = nn.LayerNorm(self.layer_norm_eps, dtype=self.dtype,
+                             param_dtype=self.param_dtype,
+                             name="pre_norm")(x_BxNxD)
 
     block_cls = Encoder1DBlock
     policy = REMAT_POLICIES[self.remat]
@@ -171,14 +207,16 @@ class Encoder(nn.Module):
     if policy is not None:
       block_cls = nn.remat(block_cls, prevent_cse=not self.scan_layers,
                            static_argnums=(2,), policy=policy)
-    block_kwargs = dict(mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                        dropout_rate=self.dropout_rate,
-                        attention_dropout_rate=self.attention_dropout_rate,
-                        drop_path_rate=self.drop_path_rate,
-                        return_intermediates=return_intermediates,
-                        gelu_approximate=self.gelu_approximate,
-                        attention=self.attention, dtype=self.dtype,
-                        param_dtype=self.param_dtype)
+    block_kwargs = dict(
+        mlp_dim=self.mlp_dim, num_heads=self.num_heads,
+        dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        drop_path_rate=self.drop_path_rate,
+        return_intermediates=return_intermediates,
+        gelu_approximate=self.gelu_approximate, quick_gelu=self.quick_gelu,
+        layer_scale=self.layer_scale, layer_norm_eps=self.layer_norm_eps,
+        attention=self.attention, dtype=self.dtype,
+        param_dtype=self.param_dtype)
 
     if self.scan_layers:
       scanned = nn.scan(block_cls, variable_axes={"params": 0}, split_rngs={
@@ -196,7 +234,10 @@ class Encoder(nn.Module):
       captured = (jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
                   if return_intermediates else None)
 
-    encoded = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
+    if not self.final_norm:
+      return x_BxNxD, captured
+    encoded = nn.LayerNorm(self.layer_norm_eps, dtype=self.dtype,
+                           param_dtype=self.param_dtype,
                            name="encoder_norm")(x_BxNxD)
     return encoded, captured
 
@@ -256,15 +297,35 @@ class VisionTransformer(nn.Module):
   remat: str = "none"
   scan_layers: bool = False
   gelu_approximate: bool = True  # tanh (released weights); False: erf.
+  # The options of PyTorch's ViT families (DINOv2, DeiT III, CLIP), each off
+  # by default: register tokens after the class token (never with a
+  # position embedding of their own unless the table covers the prefix),
+  # whether learned position embeddings cover the prefix tokens (timm's
+  # `no_embed_class` is False) or the patches only, LayerScale's init
+  # value, a LayerNorm before the blocks, QuickGELU, and the final
+  # LayerNorm on the pooled features instead of every token (timm's
+  # `fc_norm`).
+  num_registers: int = 0
+  posemb_covers_prefix: bool = True
+  layer_scale: Optional[float] = None
+  pre_norm: bool = False
+  quick_gelu: bool = False
+  pooled_norm: bool = False
+  layer_norm_eps: float = 1e-6  # Every LayerNorm's (timm's CLIP: 1e-5).
   attention: str = "auto"  # See MultiHeadDotProductAttention; one of ATTENTION.
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
   @property
+  def has_class_token(self) -> bool:
+    return has_class_token(self.classifier, self.class_token)
+
+  @property
   def num_prefix_tokens(self) -> int:
-    """Tokens before the patch grid: 1 with a class token, else 0."""
-    return int(has_class_token(self.classifier, self.class_token))
+    """Tokens before the patch grid: the class token (if any) and the
+    registers."""
+    return int(self.has_class_token) + self.num_registers
 
   @nn.compact
   def __call__(self, images_BxHxWxC, *, train: bool = False,
@@ -302,7 +363,13 @@ class VisionTransformer(nn.Module):
       x_BxNxD = x_BxNxD + posemb_sincos2d(grid_h, grid_w, width).astype(
           x_BxNxD.dtype)
     prefix = self.num_prefix_tokens
-    if prefix:
+    if self.num_registers:
+      registers = self.param("registers", nn.initializers.normal(1e-6),
+                             (1, self.num_registers, width), self.param_dtype)
+      x_BxNxD = jnp.concatenate(
+          [jnp.tile(registers,
+                    (batch, 1, 1)).astype(self.dtype), x_BxNxD], axis=1)
+    if prefix > self.num_registers:
       cls = self.param("cls", nn.initializers.zeros, (1, 1, width),
                        self.param_dtype)
       cls_Bx1xD = jnp.tile(cls, (batch, 1, 1)).astype(self.dtype)
@@ -313,8 +380,12 @@ class VisionTransformer(nn.Module):
         num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
         drop_path_rate=self.drop_path_rate, use_posemb=self.use_posemb and
-        self.posemb == "learn", posemb_grids=posemb_grids, remat=self.remat,
-        scan_layers=self.scan_layers, gelu_approximate=self.gelu_approximate,
+        self.posemb == "learn", posemb_grids=posemb_grids,
+        posemb_skips=0 if self.posemb_covers_prefix else prefix,
+        remat=self.remat, scan_layers=self.scan_layers,
+        gelu_approximate=self.gelu_approximate, quick_gelu=self.quick_gelu,
+        layer_scale=self.layer_scale, pre_norm=self.pre_norm,
+        final_norm=not self.pooled_norm, layer_norm_eps=self.layer_norm_eps,
         attention=self.attention, gather_block=self.gather_block,
         dtype=self.dtype, param_dtype=self.param_dtype, name="Transformer")(
             x_BxNxD, not train, return_intermediates)
@@ -337,6 +408,10 @@ class VisionTransformer(nn.Module):
         out["map_attention"] = probe_attention  # B x H x 1 x N
     else:  # models.check_model_config refuses others before this runs.
       raise ValueError(f"Unknown classifier {self.classifier!r}.")
+    if self.pooled_norm:
+      x_BxD = nn.LayerNorm(self.layer_norm_eps, dtype=self.dtype,
+                           param_dtype=self.param_dtype,
+                           name="pooled_norm")(x_BxD)
     out["head_input"] = x_BxD
 
     if self.representation_size is not None:

@@ -28,6 +28,7 @@ from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import ResNetSpec
 from vit_jax.models.variants import Variant
 from vit_jax.weights import convert
+from vit_jax.weights import families
 from vit_jax.weights import formats
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
@@ -50,6 +51,9 @@ class Architecture:
   # A Mixer fine-tuned at K times its variant's token grid (its token MLP
   # K^2 times as wide): config.model.mixer_tiles.
   mixer_tiles: int = 1
+  # config.model options of PyTorch's families ((name, value), ...; see
+  # families.py): registers, LayerScale, pre-norm, fc_norm, ...
+  options: tuple = ()
 
 
 def heads_for_width(width: int) -> int:
@@ -95,8 +99,11 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
         f"{path} is a ViT no entry of models/variants.py describes "
         f"({variant}); register it (vit_jax.models.variants.register in a "
         "module of config.imports), or pass --config with that model.")
+  found = families.options(params, posemb_prefix_tokens)
   if any(k.startswith("MAPHead_0/") for k in params):
     classifier = "map"
+  elif found.get("pooled_norm"):  # timm's fc_norm comes with GAP.
+    classifier = "gap"
   elif "cls" in params:
     classifier = "token"
   else:
@@ -113,7 +120,7 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
       posemb="sincos2d" if table is None else "learn",
       representation_size=None if pre_logits is None else pre_logits.shape[-1],
       num_classes=None if head is None else head.shape[-1],
-      image_size=image_size)
+      image_size=image_size, options=tuple(found.items()))
 
 
 def _mixer(params, path) -> Architecture:

@@ -16,6 +16,7 @@ import numpy as np
 
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
+from vit_jax.weights import families
 from vit_jax.weights import formats
 from vit_jax.weights import mixer_layout
 
@@ -264,8 +265,20 @@ _MODULES = (
             "encoder.layer.{}.intermediate.dense", "layers.{}.mlp.fc1"),
     _Module(_OURS_BLOCK + "MlpBlock_3/Dense_1", "dense", "blocks.{}.mlp.fc2",
             "encoder.layer.{}.output.dense", "layers.{}.mlp.fc2"),
+    # The options of timm's families (families.py says which needs which).
+    _Module("registers", "tensor", "reg_token", None, None),
+    _Module("Transformer/pre_norm", "norm", "norm_pre", None, None),
+    _Module("pooled_norm", "norm", "fc_norm", None, None),
+    _Module(_OURS_BLOCK + "LayerScale_attention/scale", "tensor",
+            "blocks.{}.ls1.gamma", None, None),
+    _Module(_OURS_BLOCK + "LayerScale_mlp/scale", "tensor",
+            "blocks.{}.ls2.gamma", None, None),
 )
-_OPTIONAL = ("head", "pre_logits")  # Modules a model may lack.
+# Modules a model may lack.
+_OPTIONAL = ("head", "pre_logits", "Transformer/encoder_norm", "registers",
+             "Transformer/pre_norm", "pooled_norm",
+             _OURS_BLOCK + "LayerScale_attention/scale",
+             _OURS_BLOCK + "LayerScale_mlp/scale")
 # A module's arrays by kind: (PyTorch's suffix, our leaf, how it converts).
 _ARRAYS = {
     "tensor": (("", "", "same"),),
@@ -312,7 +325,10 @@ def _to_torch(how: str, value):
 
 def _num_blocks(names, naming: str) -> int:
   """1 + the largest block index among `names` (ours, or `naming`'s)."""
-  block = getattr(_MODULES[-1], naming)  # The last row is a block's.
+  block = next(  # A block's module that every ViT in `naming` has.
+      getattr(m, naming)
+      for m in _MODULES
+      if m.ours.startswith(_OURS_BLOCK + "MlpBlock_3"))
   pattern = re.compile(re.escape(block[:block.index("{}")]) + r"(\d+)")
   return 1 + max(
       (int(m.group(1)) for n in names if (m := pattern.match(n))), default=-1)
@@ -343,15 +359,36 @@ def _from_torch(tensors, naming: str, num_heads: int, path: str) -> dict:
 
 
 def from_timm(tensors, num_heads, path) -> Converted:
-  """timm's VisionTransformer (class token, fused qkv)."""
-  if "fc_norm.weight" in tensors or "reg_token" in tensors or ("cls_token"
-                                                               not in tensors):
+  """timm's VisionTransformer (fused qkv), with the options of its DINOv2,
+  DeiT III, CLIP and fc_norm models (`families.py`)."""
+  swiglu = [n for n in tensors if ".mlp.fc1_g." in n or ".mlp.w12." in n]
+  if swiglu:
     raise WeightsError(
-        f"{path}: only timm ViTs with a class token and no fc_norm or "
-        "register tokens map onto this model.")
+        f"{path} has a SwiGLU MLP ({swiglu[0]}, DINOv2's ViT-g/14), which "
+        "this project's ViT does not have; its ViT-S/B/L/14 load.")
+  if "cls_token" not in tensors:
+    raise WeightsError(f"{path}: only timm ViTs with a class token map onto "
+                       "this model.")
+  tensors = dict(tensors)
+  if ("patch_embed.proj.weight" in tensors and
+      "patch_embed.proj.bias" not in tensors):  # CLIP's: no bias, zero here.
+    width = tensors["patch_embed.proj.weight"].shape[0]
+    tensors["patch_embed.proj.bias"] = np.zeros((width,), np.float32)
   params = _timm_resnet_stem(tensors)
   params.update(_from_torch(_split_qkv(tensors), "timm", num_heads, path))
-  return Converted(params, 1, "timm")
+  prefix = 1 + (params["registers"].shape[1] if "registers" in params else 0)
+  table = params.get(POSEMB)
+  if table is not None and not _is_square(table.shape[1] - prefix) and (
+      _is_square(table.shape[1])):
+    prefix = 0  # timm's no_embed_class: the patches' entries only.
+  found = families.options(params, prefix)
+  note = (f"family: {families.name(found)}" +
+          (f"; it needs {families.config_fix(found)}" if found else ""))
+  return Converted(params, prefix, "timm", [note])
+
+
+def _is_square(count: int) -> bool:
+  return count > 0 and round(count**0.5)**2 == count
 
 
 def _split_qkv(tensors) -> dict:

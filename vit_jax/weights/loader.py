@@ -217,7 +217,7 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
   check_released_variant(path, config.model.variant)
   if scan.is_scanned(params):
     params = jax.eval_shape(scan.unstack_layers, params)
-  return load(path, params, num_prefix_tokens=models.num_prefix_tokens(
+  return load(path, params, num_prefix_tokens=models.posemb_prefix_tokens(
       config.model), grid=target_grid(config), dont_load=config.init.dont_load,
               resize_method=config.init.posemb_resize,
               source_grid=config.init.source_grid,

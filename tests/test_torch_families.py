@@ -1,0 +1,106 @@
+"""PyTorch's ViT families from timm files: DINOv2 (with and without
+registers), DeiT III, CLIP (OpenAI's QuickGELU and OpenCLIP's GELU) and a
+GAP ViT with timm's fc_norm. Each tiny model was built and run by timm
+itself (tests/references, `generate.py families`); here its state dict is
+converted, the family and the options it needs are recognised from the
+parameters alone, and the logits must be timm's."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.references import stored
+from vit_jax import models
+from vit_jax import weights
+from vit_jax.config import defaults
+from vit_jax.errors import UserError
+from vit_jax.weights import convert
+from vit_jax.weights import families
+
+# What the weights cannot show: OpenAI's CLIP computes QuickGELU; timm's
+# fc_norm model pools by the mean of the patches.
+_NOT_IN_THE_WEIGHTS = {"clip": dict(quick_gelu=True)}
+_FAMILY_NAMES = {
+    "dinov2": "DINOv2",
+    "dinov2_reg": "DINOv2 with 4 registers",
+    "deit3": "DeiT III",
+    "clip": "CLIP image encoder",
+    "clip_gelu": "CLIP image encoder",
+    "avg_fc_norm": "ViT with the pooled features' norm",
+}
+
+
+def _convert(name):
+  return convert.from_timm(stored.tiny_family_state(name), 4, name)
+
+
+@pytest.mark.parametrize("name", stored.TINY_FAMILIES)
+def test_each_family_gives_timms_logits(name, tmp_path):
+  converted = _convert(name)
+  found = families.options(converted.params, converted.posemb_prefix_tokens)
+  assert families.name(found).startswith(_FAMILY_NAMES[name])
+  assert converted.notes[0].startswith(f"family: {_FAMILY_NAMES[name]}")
+  kwargs = stored.tiny_family_kwargs(name)
+  assert found.get("layer_norm_eps", 1e-6) == pytest.approx(
+      stored.tiny_family_layer_norm_eps(name))
+  model = models.VisionTransformer(
+      num_classes=10, hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
+      patch_size=8,
+      classifier="gap" if kwargs.get("global_pool") == "avg" else "token",
+      gelu_approximate=False, **found, **_NOT_IN_THE_WEIGHTS.get(name, {}))
+  target = jax.eval_shape(model.init, jax.random.key(0),
+                          jnp.zeros((1, 32, 32, 3)))["params"]
+  path = str(tmp_path / f"{name}.safetensors")
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  st_numpy.save_file(stored.tiny_family_state(name), path)
+  loaded, report = weights.load(
+      path, target, num_prefix_tokens=converted.posemb_prefix_tokens,
+      grid=(4, 4))
+  assert report.ok and report.origin == "timm"
+  params = flax.traverse_util.unflatten_dict(loaded, sep="/")
+  logits, out = model.apply({"params": params}, stored.tiny_images())
+  error = np.abs(np.asarray(logits) - stored.tiny_family_logits(name)).max()
+  assert error < 2e-5, error
+  if name == "dinov2_reg":  # Class token, 4 registers, 16 patches.
+    np.testing.assert_allclose(out["encoded"],
+                               stored.tiny_family_logits("dinov2_reg_features"),
+                               atol=2e-5)
+
+
+def test_a_family_without_its_options_is_refused_with_the_flags_it_needs(
+    tmp_path):
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / "dinov2_reg.safetensors")
+  st_numpy.save_file(stored.tiny_family_state("dinov2_reg"), path)
+  plain = models.VisionTransformer(num_classes=10, hidden_size=32, mlp_dim=128,
+                                   num_heads=4, num_layers=2, patch_size=8)
+  target = jax.eval_shape(plain.init, jax.random.key(0),
+                          jnp.zeros((1, 32, 32, 3)))["params"]
+  with pytest.raises(
+      weights.WeightsError, match=r"family: DINOv2 with 4 registers; it needs "
+      r"--config.model.num_registers=4 "
+      r"--config.model.posemb_covers_prefix=False "
+      r"--config.model.layer_scale=1e-05"):
+    weights.load(path, target, num_prefix_tokens=1, grid=(4, 4))
+
+
+def test_swiglu_and_combinations_no_family_uses_are_refused():
+  state = dict(stored.tiny_family_state("dinov2"))
+  state["blocks.0.mlp.fc1_g.weight"] = np.zeros((128, 32), np.float32)
+  with pytest.raises(weights.WeightsError, match="SwiGLU MLP"):
+    convert.from_timm(state, 4, "g14.safetensors")
+  config = defaults.get_model_config()
+  config.variant, config.gelu_approximate = "testing", True
+  for change, message in ((dict(
+      num_registers=2,
+      posemb="sincos2d"), "register tokens come with learned"), (dict(
+          posemb_covers_prefix=False,
+          classifier="gap"), "posemb_covers_prefix=False leaves"), (dict(
+              pooled_norm=True,
+              classifier="map"), "a MAP head has its own LayerNorm")):
+    bad = config.copy_and_resolve_references()
+    bad.update(change)
+    with pytest.raises(UserError, match=message):
+      models.build_model(bad, 10)
