@@ -104,3 +104,49 @@ def test_swiglu_and_combinations_no_family_uses_are_refused():
     bad.update(change)
     with pytest.raises(UserError, match=message):
       models.build_model(bad, 10)
+
+
+def test_dinov2_with_registers_fine_tunes_sweeps_and_predicts(
+    tfds_data_dir, tmp_path):
+  """timm's DINOv2 with registers (a registered variant of its size):
+  fine-tuned at 48 px (position embeddings 4x4 -> 6x6, the registers and
+  class token without any), swept few-shot on DINOv2's linear-probe
+  features (class token and mean patch token side by side) as the model
+  its file holds, and predicting from the fine-tuned workdir."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  from configs import fewshot as fewshot_configs  # pylint: disable=g-import-not-at-top
+  from configs import finetune  # pylint: disable=g-import-not-at-top
+  from vit_jax import inference  # pylint: disable=g-import-not-at-top
+  from vit_jax.fewshot import sweep  # pylint: disable=g-import-not-at-top
+  from vit_jax.loop import trainer  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
+  variants.register(
+      "tiny-timm",
+      variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
+                       patch_size=8))
+  path = str(tmp_path / "dinov2_reg.safetensors")
+  st_numpy.save_file(stored.tiny_family_state("dinov2_reg"), path)
+
+  config = finetune.get_config("digits,runlocal")
+  config.data_dir = tfds_data_dir
+  config.model.update(
+      dict(variant="tiny-timm", num_registers=4, posemb_covers_prefix=False,
+           layer_scale=1e-5))
+  config.image_size = 48
+  config.init.checkpoint = path
+  config.total_steps = 3
+  workdir = str(tmp_path / "ft")
+  result = trainer.train_and_evaluate(config, workdir)
+  assert 0.0 <= result["test/accuracy"] <= 1.0
+  loaded = inference.load(workdir)
+  assert loaded.config.model.gelu_approximate is False  # timm's erf.
+  logits = loaded.model.apply({"params": jax.device_get(loaded.params)},
+                              np.zeros((2, 48, 48, 3), np.float32))[0]
+  assert logits.shape == (2, 10)
+
+  fewshot_config = fewshot_configs.get_config("runlocal")
+  fewshot_config.data_dir = tfds_data_dir
+  fewshot_config.image_size = 32
+  fewshot_config.fewshot.layer = "class_and_patch_mean"
+  table, _ = sweep.sweep(fewshot_config, [path])
+  assert 0.0 <= table[path]["digits"]["5shot"] <= 1.0

@@ -235,7 +235,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.fewshot.l2_reg = 2.0**10  # The fixed ridge L2 (big_vision's).
   config.fewshot.l2_grid = tuple(2.0**p for p in range(-6, 13, 2))  # For loo.
   config.fewshot.loo_max_heldout = 256  # loo: examples held out per sample.
-  config.fewshot.layer = "pre_logits"  # Representation (fewshot/features.py).
+  # Representation: pre_logits | head_input | logits | class_token |
+  # patch_mean | class_and_patch_mean (DINOv2's probe) | block_i
+  # (fewshot/features.py).
+  config.fewshot.layer = "pre_logits"  # See above.
   config.fewshot.on_too_few = "fail"  # A class with < k examples: fail | skip.
   config.fewshot.float64 = False  # Solve in float64 on the host (else fp32).
 

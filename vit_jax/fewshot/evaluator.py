@@ -71,7 +71,8 @@ class FewShotEvaluator:
                logical_axis_rules=()):
     """`protocol`: config.fewshot; `datasets`: `dataset_specs`'s."""
     solver.check_config(protocol)
-    features.check_layer(protocol.layer, models.vit_of(model).num_layers)
+    vit = models.vit_of(model)
+    features.check_layer(protocol.layer, vit.num_layers, vit.has_class_token)
     self._protocol = protocol
     self._mesh = mesh
     self._feature_fn = features.make_feature_fn(

@@ -18,18 +18,30 @@ from vit_jax import sharding
 from vit_jax.errors import UserError
 
 POOLED_LAYERS = ("pre_logits", "head_input", "logits")
+# The encoder's output tokens (after its final norm), pooled: the class
+# token, the mean of the patch tokens, or both side by side (DINOv2's
+# linear probe).
+TOKEN_LAYERS = {
+    "class_token": lambda out: out["encoded"][:, 0],
+    "patch_mean": lambda out: out["patch_tokens"].mean(axis=1),
+    "class_and_patch_mean": lambda out: jnp.concatenate(
+        [out["encoded"][:, 0], out["patch_tokens"].mean(axis=1)], axis=-1),
+}
 
 
-def available_layers(num_layers: int) -> list[str]:
-  return list(POOLED_LAYERS) + [f"block_{i}" for i in range(num_layers)]
+def available_layers(num_layers: int, class_token: bool = True) -> list[str]:
+  return list(POOLED_LAYERS) + [
+      name for name in TOKEN_LAYERS if class_token or "class" not in name
+  ] + [f"block_{i}" for i in range(num_layers)]
 
 
-def check_layer(layer: str, num_layers: int):
-  if layer not in available_layers(num_layers):
+def check_layer(layer: str, num_layers: int, class_token: bool = True):
+  if layer not in available_layers(num_layers, class_token):
     raise UserError(
         f"Unknown representation layer {layer!r}; available: "
-        f"{', '.join(available_layers(num_layers))} (block_i: the class token "
-        "after block i, or the mean over tokens without one).")
+        f"{', '.join(available_layers(num_layers, class_token))} (block_i: "
+        "the class token after block i, or the mean over tokens without "
+        "one).")
 
 
 def make_feature_fn(model, layer: str, mesh, params_sharding,
@@ -41,6 +53,8 @@ def make_feature_fn(model, layer: str, mesh, params_sharding,
   def features(params, images):
     logits, out = model.apply({"params": params}, images,
                               return_intermediates=block is not None)
+    if layer in TOKEN_LAYERS:
+      return TOKEN_LAYERS[layer](out).astype(jnp.float32)
     if block is None:
       return (logits if layer == "logits" else out[layer]).astype(jnp.float32)
     tokens = out["blocks"][int(block.group(1))]

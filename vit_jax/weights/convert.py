@@ -187,8 +187,8 @@ def from_released(tensors, fmt="npz") -> Converted:
       value = value.reshape(-1)  # Older files: GroupNorm params as (1,1,1,C).
     params[name] = value
   params = scan.unstack_flat(params)
-  prefix = 1 if "cls" in params else 0
-  return Converted(params, prefix, "orbax" if fmt == "orbax" else "released")
+  return Converted(params, posemb_prefix(params),
+                   "orbax" if fmt == "orbax" else "released")
 
 
 def _rename_block(name: str) -> str:
@@ -376,11 +376,7 @@ def from_timm(tensors, num_heads, path) -> Converted:
     tensors["patch_embed.proj.bias"] = np.zeros((width,), np.float32)
   params = _timm_resnet_stem(tensors)
   params.update(_from_torch(_split_qkv(tensors), "timm", num_heads, path))
-  prefix = 1 + (params["registers"].shape[1] if "registers" in params else 0)
-  table = params.get(POSEMB)
-  if table is not None and not _is_square(table.shape[1] - prefix) and (
-      _is_square(table.shape[1])):
-    prefix = 0  # timm's no_embed_class: the patches' entries only.
+  prefix = posemb_prefix(params)
   found = families.options(params, prefix)
   note = (f"family: {families.name(found)}" +
           (f"; it needs {families.config_fix(found)}" if found else ""))
@@ -389,6 +385,19 @@ def from_timm(tensors, num_heads, path) -> Converted:
 
 def _is_square(count: int) -> bool:
   return count > 0 and round(count**0.5)**2 == count
+
+
+def posemb_prefix(params) -> int:
+  """The prefix tokens (class token, registers) the stored position
+  embeddings have entries for: all of them, or none where the rest is a
+  square grid and the whole is not (timm's `no_embed_class`)."""
+  prefix = int("cls" in params) + (params["registers"].shape[1]
+                                   if "registers" in params else 0)
+  table = params.get(POSEMB)
+  if (table is not None and table.ndim == 3 and
+      not _is_square(table.shape[1] - prefix) and _is_square(table.shape[1])):
+    return 0
+  return prefix
 
 
 def _split_qkv(tensors) -> dict:
