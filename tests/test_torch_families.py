@@ -10,12 +10,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from safetensors import numpy as st_numpy
 
+from configs import fewshot as fewshot_configs
+from configs import finetune
 from tests.references import stored
+from vit_jax import inference
 from vit_jax import models
 from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
+from vit_jax.fewshot import sweep
+from vit_jax.loop import trainer
+from vit_jax.models import variants
 from vit_jax.weights import convert
 from vit_jax.weights import families
 
@@ -53,7 +60,6 @@ def test_each_family_gives_timms_logits(name, tmp_path):
   target = jax.eval_shape(model.init, jax.random.key(0),
                           jnp.zeros((1, 32, 32, 3)))["params"]
   path = str(tmp_path / f"{name}.safetensors")
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   st_numpy.save_file(stored.tiny_family_state(name), path)
   loaded, report = weights.load(
       path, target, num_prefix_tokens=converted.posemb_prefix_tokens,
@@ -71,7 +77,6 @@ def test_each_family_gives_timms_logits(name, tmp_path):
 
 def test_a_family_without_its_options_is_refused_with_the_flags_it_needs(
     tmp_path):
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   path = str(tmp_path / "dinov2_reg.safetensors")
   st_numpy.save_file(stored.tiny_family_state("dinov2_reg"), path)
   plain = models.VisionTransformer(num_classes=10, hidden_size=32, mlp_dim=128,
@@ -113,13 +118,6 @@ def test_dinov2_with_registers_fine_tunes_sweeps_and_predicts(
   class token without any), swept few-shot on DINOv2's linear-probe
   features (class token and mean patch token side by side) as the model
   its file holds, and predicting from the fine-tuned workdir."""
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  from configs import fewshot as fewshot_configs  # pylint: disable=g-import-not-at-top
-  from configs import finetune  # pylint: disable=g-import-not-at-top
-  from vit_jax import inference  # pylint: disable=g-import-not-at-top
-  from vit_jax.fewshot import sweep  # pylint: disable=g-import-not-at-top
-  from vit_jax.loop import trainer  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
   variants.register(
       "tiny-timm",
       variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
