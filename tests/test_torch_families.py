@@ -148,3 +148,35 @@ def test_dinov2_with_registers_fine_tunes_sweeps_and_predicts(
   fewshot_config.fewshot.layer = "class_and_patch_mean"
   table, _ = sweep.sweep(fewshot_config, [path])
   assert 0.0 <= table[path]["digits"]["5shot"] <= 1.0
+
+
+@pytest.mark.parametrize("name", ["dinov2", "dinov2_reg"])
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_hugging_faces_dinov2_gives_its_tokens(name, checkpoint, tmp_path):
+  """transformers' Dinov2Model and Dinov2WithRegistersModel (stored: their
+  state dicts in version 5's module names, and as save_pretrained writes
+  them): the output tokens after the final norm are transformers'."""
+  path = str(tmp_path / "model.safetensors")
+  st_numpy.save_file(stored.tiny_hf_state(name, checkpoint=checkpoint), path)
+  converted = convert.convert("safetensors",
+                              stored.tiny_hf_state(name, checkpoint=checkpoint),
+                              4, path)
+  assert converted.origin == "hugging_face"
+  assert "embeddings.mask_token" in converted.notes[-1]
+  found = families.options(converted.params, converted.posemb_prefix_tokens)
+  model = models.VisionTransformer(
+      num_classes=None, hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
+      patch_size=8, gelu_approximate=False, **found)
+  target = jax.eval_shape(model.init, jax.random.key(0),
+                          jnp.zeros((1, 32, 32, 3)))["params"]
+  loaded, report = weights.load(
+      path, target, num_prefix_tokens=converted.posemb_prefix_tokens,
+      grid=(4, 4))
+  assert report.ok
+  _, out = model.apply(
+      {"params": flax.traverse_util.unflatten_dict(loaded, sep="/")},
+      stored.tiny_images())
+  want = stored.tiny_hf_output(f"{name}_last_hidden_state")
+  np.testing.assert_allclose(out["encoded"], want, atol=2e-5)
+  np.testing.assert_allclose(out["encoded"][:, 0],
+                             stored.tiny_hf_output(f"{name}_pooler"), atol=2e-5)

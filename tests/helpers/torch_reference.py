@@ -1,5 +1,6 @@
-"""Independent PyTorch ViTs (timm, Hugging Face) and timm's MLP-Mixer, built
-locally, random weights.
+"""Independent PyTorch ViTs (timm, Hugging Face), timm's ViT families
+(DINOv2, DeiT III, CLIP, ...) and timm's MLP-Mixer, built locally, random
+weights.
 
 Used where torch is installed, never by the suite itself:
 tests/references/generate.py stores what these models compute, and
@@ -135,6 +136,145 @@ def timm_mixer(width=32, layers=2, mlp_ratio=(0.5, 4.0), patch=8, size=32,
   return model
 
 
+# timm's ViT families at the tiny size (tests/references/tiny_<family>.*):
+# family -> (the timm model whose definition the options are taken from,
+# those options). Copied from timm 1.0.31's model definitions (the model
+# functions in timm/models/vision_transformer.py and deit.py);
+# `timm_family_check` builds that timm model too and checks that the two
+# agree. `norm_eps` is no constructor argument: it stands for
+# norm_layer=partial(timm.layers.LayerNorm, eps=norm_eps), which CLIP's
+# definitions pass (the default is timm's LayerNorm, eps 1e-6).
+TINY_FAMILY_SIZE = dict(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                        num_heads=4, mlp_ratio=4.0, qkv_bias=True,
+                        num_classes=10)
+TINY_FAMILIES = {
+    # DINOv2: layer scale (timm's init 1e-5), the class token has a
+    # position embedding, class-token pooling.
+    "dinov2": ("vit_small_patch14_dinov2",
+               dict(init_values=1e-5, class_token=True, no_embed_class=False,
+                    reg_tokens=0, global_pool="token")),
+    # DINOv2 with 4 registers: timm's definition also sets
+    # no_embed_class=True, so neither the class token nor the registers
+    # have a position embedding (pos_embed covers the 16 patches only).
+    "dinov2_reg": ("vit_small_patch14_reg4_dinov2",
+                   dict(init_values=1e-5, class_token=True, no_embed_class=True,
+                        reg_tokens=4, global_pool="token")),
+    # DeiT III: layer scale (init 1e-6), no position embedding for the
+    # class token, class-token pooling.
+    "deit3": ("deit3_small_patch16_224",
+              dict(init_values=1e-6, class_token=True, no_embed_class=True,
+                   global_pool="token")),
+    # OpenAI's CLIP image tower: a LayerNorm before the blocks (norm_pre;
+    # the patch embedding then has no bias), LayerNorm eps 1e-5, QuickGELU.
+    "clip": ("vit_base_patch16_clip_quickgelu_224",
+             dict(pre_norm=True, norm_eps=1e-5, act_layer="quick_gelu",
+                  class_token=True, global_pool="token")),
+    # OpenCLIP's: the same with erf GELU (timm's default activation).
+    "clip_gelu": ("vit_base_patch16_clip_224",
+                  dict(pre_norm=True, norm_eps=1e-5, class_token=True,
+                       global_pool="token")),
+    # A plain ViT that averages the patch tokens (not the class token) and
+    # normalises the average (fc_norm; then there is no final `norm`).
+    "avg_fc_norm": ("vit_small_patch16_224",
+                    dict(class_token=True, global_pool="avg", fc_norm=True)),
+}
+
+
+def tiny_family_kwargs(family: str) -> dict:
+  """What `timm_family` passes to VisionTransformer, JSON-able: a
+  norm_layer as the string 'LayerNorm(eps=...)'."""
+  _, options = TINY_FAMILIES[family]
+  kwargs = dict(TINY_FAMILY_SIZE)
+  for key, value in options.items():
+    if key == "norm_eps":
+      kwargs["norm_layer"] = f"LayerNorm(eps={value})"
+    else:
+      kwargs[key] = value
+  return kwargs
+
+
+def tiny_family_norm_eps(family: str) -> float:
+  return TINY_FAMILIES[family][1].get("norm_eps", 1e-6)
+
+
+def _family_options(family: str) -> dict:
+  import functools  # pylint: disable=g-import-not-at-top
+  timm = import_timm()
+  options = dict(TINY_FAMILIES[family][1])
+  if "norm_eps" in options:
+    options["norm_layer"] = functools.partial(timm.layers.LayerNorm,
+                                              eps=options.pop("norm_eps"))
+  return options
+
+
+def _randomize_family(model, seed: int):
+  """`randomize`, then LayerNorm scales near 1 (pre-activations O(1),
+  where QuickGELU and GELU differ) and layer-scale gammas of std 0.5 (not
+  timm's 1e-5 or 1e-6, so that they matter)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  model = randomize(model, seed=seed)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if "norm" in name and name.endswith("weight"):
+        p.add_(1.0)
+      elif name.endswith(".gamma"):
+        p.mul_(2.5)
+  return model
+
+
+def timm_family(family: str, seed: int = None):
+  """One of TINY_FAMILIES: timm's VisionTransformer, random weights."""
+  timm = import_timm()
+  if seed is None:
+    seed = 10 + list(TINY_FAMILIES).index(family)
+  model = timm.models.vision_transformer.VisionTransformer(
+      **TINY_FAMILY_SIZE, **_family_options(family))
+  return _randomize_family(model, seed)
+
+
+def timm_family_check(family: str, model, images_BxHxWxC: np.ndarray):
+  """Builds TINY_FAMILIES[family]'s timm model by its registered name (at
+  the tiny size) and checks that its state dict's names and shapes, its
+  LayerNorm eps, activation and prefix tokens are `model`'s, and that it
+  computes the same logits with `model`'s weights."""
+  import torch  # pylint: disable=g-import-not-at-top
+  timm = import_timm()
+  name, options = TINY_FAMILIES[family]
+  overrides = dict(TINY_FAMILY_SIZE)
+  if family == "avg_fc_norm":  # No timm model defines this head.
+    overrides.update(global_pool="avg", fc_norm=True)
+  reference = timm.create_model(name, pretrained=False, **overrides).eval()
+  assert type(reference) is type(model), (family, type(reference))
+  ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+  theirs = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+  assert ours == theirs, (family, ours, theirs)
+  for attribute in ("num_prefix_tokens", "no_embed_class", "global_pool",
+                    "has_class_token", "num_reg_tokens"):
+    assert getattr(model, attribute) == getattr(reference,
+                                                attribute), (family, attribute)
+  epsilons = {
+      m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)
+  }
+  assert epsilons == {
+      m.eps for m in reference.modules() if isinstance(m, torch.nn.LayerNorm)
+  }
+  assert epsilons == {options.get("norm_eps", 1e-6)}, (family, epsilons)
+  assert (type(model.blocks[0].mlp.act) is type(
+      reference.blocks[0].mlp.act)), family
+  reference.load_state_dict(model.state_dict())
+  np.testing.assert_array_equal(torch_logits(model, images_BxHxWxC),
+                                torch_logits(reference, images_BxHxWxC))
+
+
+def torch_features(model, images_BxHxWxC: np.ndarray) -> np.ndarray:
+  """timm's `forward_features`: B x tokens x D, after the final norm."""
+  import torch  # pylint: disable=g-import-not-at-top
+  x = torch.from_numpy(
+      np.ascontiguousarray(images_BxHxWxC.transpose(0, 3, 1, 2)))
+  with torch.no_grad():
+    return model.forward_features(x).numpy()
+
+
 def hugging_face_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32,
                      classes=10):
   from transformers import ViTConfig  # pylint: disable=g-import-not-at-top
@@ -163,3 +303,152 @@ def save_state_dict(model, path: str):
     save_file(state, path)
   else:
     torch.save(state, path)
+
+
+# Hugging Face transformers' DINOv2s at the tiny size
+# (tests/references/tiny_hf_<name>.safetensors): name -> (config class
+# name, model class name, extra config arguments). The `image_size` is the
+# images' (32), so the model does not interpolate its position embeddings.
+TINY_HF_DINOV2_CONFIG = dict(
+    image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+    num_attention_heads=4, mlp_ratio=4, layerscale_value=1.0,
+    use_swiglu_ffn=False, qkv_bias=True, layer_norm_eps=1e-6, hidden_act="gelu")
+TINY_HF_MODELS = {
+    # DINOv2 (no head): cls_token, mask_token, position_embeddings
+    # (1 x 1+16 x D: the class token has one), layer scale (lambda1).
+    "dinov2": ("Dinov2Config", "Dinov2Model", {}),
+    # With 4 registers: position_embeddings still 1 x 1+16 x D (class
+    # token and patches); the registers are put between them after the
+    # position embeddings are added, so they have none.
+    "dinov2_reg": ("Dinov2WithRegistersConfig", "Dinov2WithRegistersModel",
+                   dict(num_register_tokens=4)),
+}
+
+
+def tiny_hf_config(name: str):
+  """TINY_HF_MODELS[name]'s transformers config (eager attention)."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  config_class, _, extra = TINY_HF_MODELS[name]
+  config = getattr(transformers, config_class)(**TINY_HF_DINOV2_CONFIG, **extra)
+  config._attn_implementation = "eager"  # pylint: disable=protected-access
+  return config
+
+
+def hugging_face_dinov2(name: str = "dinov2", seed: int = None):
+  """TINY_HF_MODELS[name], random weights as `_randomize_family`'s:
+  LayerNorm scales near 1, layer-scale lambdas of std 0.5."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  if seed is None:
+    seed = 20 + list(TINY_HF_MODELS).index(name)
+  model_class = getattr(transformers, TINY_HF_MODELS[name][1])
+  model = randomize(model_class(tiny_hf_config(name)), seed=seed)
+  with torch.no_grad():
+    for parameter_name, p in model.named_parameters():
+      if "norm" in parameter_name and parameter_name.endswith("weight"):
+        p.add_(1.0)
+      elif parameter_name.endswith(".lambda1"):
+        p.mul_(2.5)
+  return model
+
+
+def hugging_face_outputs(model, images_BxHxWxC: np.ndarray):
+  """A transformers backbone's (last_hidden_state, pooler_output) of NHWC
+  images: B x tokens x D after the final layernorm, and B x D."""
+  import torch  # pylint: disable=g-import-not-at-top
+  x = torch.from_numpy(
+      np.ascontiguousarray(images_BxHxWxC.transpose(0, 3, 1, 2)))
+  with torch.no_grad():
+    out = model(pixel_values=x)
+  # pooler_output is a view (strided): safetensors would store the memory
+  # it points into, not its values.
+  return (np.ascontiguousarray(out.last_hidden_state.numpy()),
+          np.ascontiguousarray(out.pooler_output.numpy()))
+
+
+def save_pretrained_weights(model, path: str):
+  """The model.safetensors that `model.save_pretrained` writes (its
+  checkpoint names, which transformers 5 maps back from the module names,
+  e.g. `attention.attention.query` for `attention.q_proj`), copied to
+  `path`."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as directory:
+    model.save_pretrained(directory)
+    shutil.copyfile(f"{directory}/model.safetensors", path)
+
+
+def hf_vit_logits_from_dir(directory: str,
+                           images_nhwc: np.ndarray) -> np.ndarray:
+  """Logits of transformers' ViTForImageClassification.from_pretrained(
+  directory) (a local directory: config.json and model.safetensors, as
+  save_pretrained writes them; nothing is downloaded) of NHWC images.
+  Raises ValueError if a weight is missing, unexpected or of another
+  shape."""
+  from transformers import ViTForImageClassification  # pylint: disable=g-import-not-at-top
+  model, info = ViTForImageClassification.from_pretrained(
+      directory, local_files_only=True, output_loading_info=True)
+  # from_pretrained only warns of missing weights (and initialises them at
+  # random) and ignores unexpected ones: a wrong name must fail here.
+  problems = {k: v for k, v in info.items() if v}
+  if problems:
+    raise ValueError(f"{directory}: {problems}")
+  return torch_logits(model.eval(), images_nhwc)
+
+
+def timm_logits_from_dir(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
+  """Logits of timm.create_model('local-dir:' + directory, pretrained=True)
+  of NHWC images: the directory as timm's save_for_hf writes it (a
+  config.json with 'architecture', 'num_classes', 'pretrained_cfg' and
+  'model_args', and model.safetensors, or another checkpoint timm finds
+  there); nothing is downloaded."""
+  timm = import_timm()
+  model = timm.create_model("local-dir:" + str(directory),
+                            pretrained=True).eval()
+  return torch_logits(model, images_nhwc)
+
+
+def hf_dinov2_timm_check(name: str, model, images_BxHxWxC: np.ndarray):
+  """Loads TINY_HF_MODELS[name]'s weights into timm's VisionTransformer of
+  the matching TINY_FAMILIES entry (no head) and checks that its
+  forward_features is the transformers model's last_hidden_state: the
+  tokens in the same order (class token, registers, patches), and the
+  class token's position embedding added to it (timm's 4-register DINOv2
+  is no_embed_class, so the class token it is given is transformers'
+  cls_token + position_embeddings[:, 0]; the registers have none)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  timm = import_timm()
+  size = dict(TINY_FAMILY_SIZE, num_classes=0)
+  reference = timm.models.vision_transformer.VisionTransformer(
+      **size, **_family_options(name)).eval()
+  hf = model.state_dict()
+  state = {
+      "cls_token": hf["embeddings.cls_token"],
+      "pos_embed": hf["embeddings.position_embeddings"],
+      "patch_embed.proj.weight":
+          hf["embeddings.patch_embeddings.projection.weight"],
+      "patch_embed.proj.bias":
+          hf["embeddings.patch_embeddings.projection.bias"],
+      "norm.weight": hf["layernorm.weight"],
+      "norm.bias": hf["layernorm.bias"],
+  }
+  if "embeddings.register_tokens" in hf:
+    state["reg_token"] = hf["embeddings.register_tokens"]
+    state["cls_token"] = state["cls_token"] + state["pos_embed"][:, :1]
+    state["pos_embed"] = state["pos_embed"][:, 1:]
+  for i in range(len(reference.blocks)):
+    src, dst = f"encoder.layer.{i}.", f"blocks.{i}."
+    for kind in ("weight", "bias"):
+      state[dst + f"attn.qkv.{kind}"] = torch.cat(
+          [hf[src + f"attention.{p}_proj.{kind}"] for p in "qkv"])
+      for a, b in (("norm1", "norm1"), ("norm2", "norm2"), ("attention.o_proj",
+                                                            "attn.proj"),
+                   ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+        state[dst + f"{b}.{kind}"] = hf[src + f"{a}.{kind}"]
+    state[dst + "ls1.gamma"] = hf[src + "layer_scale1.lambda1"]
+    state[dst + "ls2.gamma"] = hf[src + "layer_scale2.lambda1"]
+  reference.load_state_dict(state)  # Strict: every name, every shape.
+  features = torch_features(reference, images_BxHxWxC)
+  hidden, pooled = hugging_face_outputs(model, images_BxHxWxC)
+  np.testing.assert_allclose(features, hidden, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(pooled, hidden[:, 0])

@@ -3,6 +3,8 @@
     make references     # = the torch environment, then:
     .venv-torch/bin/python -m tests.references.generate
     .venv-torch/bin/python -m tests.references.generate mixer   # that only
+    .venv-torch/bin/python -m tests.references.generate families  # ditto
+    .venv-torch/bin/python -m tests.references.generate hf        # ditto
 
 Runs where torch, timm and transformers are installed (the pins of
 `requirements.txt`; `make torch-env` builds that environment on Python 3.11
@@ -63,6 +65,77 @@ def write_tiny_mixer(versions: dict):
                      metadata=versions)
 
 
+def write_tiny_families(versions: dict):
+  """timm's tiny ViT families (`torch_reference.TINY_FAMILIES`): each one's
+  state dict, and in one file of their own (the other files' bytes stay
+  as they were) their logits of the same images, the 4-register DINOv2's
+  `forward_features`, and each one's constructor arguments."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  images = _tiny_images()
+  outputs = {}
+  metadata = dict(versions)
+  for family in torch_reference.TINY_FAMILIES:
+    model = torch_reference.timm_family(family)
+    torch_reference.timm_family_check(family, model, images)
+    torch_reference.save_state_dict(model,
+                                    stored.path(f"tiny_{family}.safetensors"))
+    outputs[family] = torch_reference.torch_logits(model, images)
+    if family == "dinov2_reg":
+      outputs["dinov2_reg_features"] = torch_reference.torch_features(
+          model, images)
+    metadata[f"kwargs:{family}"] = json.dumps(
+        torch_reference.tiny_family_kwargs(family), sort_keys=True)
+    metadata[f"layer_norm_eps:{family}"] = repr(
+        torch_reference.tiny_family_norm_eps(family))
+    metadata[f"timm_model:{family}"] = torch_reference.TINY_FAMILIES[family][0]
+  st_numpy.save_file(outputs, stored.path("tiny_families_logits.safetensors"),
+                     metadata=metadata)
+
+
+def write_tiny_hf(versions: dict):
+  """transformers' tiny DINOv2s (`torch_reference.TINY_HF_MODELS`): each
+  one's state dict (the module's names), the model.safetensors its
+  save_pretrained writes (the checkpoint names), and in one file of their
+  own (the other files' bytes stay as they were) their last_hidden_state
+  and pooler_output of the same images, and each one's config."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  images = _tiny_images()
+  outputs = {}
+  metadata = dict(versions)
+  for name in torch_reference.TINY_HF_MODELS:
+    model = torch_reference.hugging_face_dinov2(name)
+    torch_reference.hf_dinov2_timm_check(name, model, images)
+    torch_reference.save_state_dict(model,
+                                    stored.path(f"tiny_hf_{name}.safetensors"))
+    torch_reference.save_pretrained_weights(
+        model, stored.path(f"tiny_hf_{name}_checkpoint.safetensors"))
+    hidden, pooled = torch_reference.hugging_face_outputs(model, images)
+    outputs[f"{name}_last_hidden_state"] = hidden
+    outputs[f"{name}_pooler"] = pooled
+    metadata[f"config:{name}"] = json.dumps(model.config.to_dict(),
+                                            sort_keys=True)
+    metadata[f"model:{name}"] = type(model).__name__
+    metadata[f"attn_implementation:{name}"] = (
+        model.config._attn_implementation)  # pylint: disable=protected-access
+  st_numpy.save_file(outputs, stored.path("tiny_hf_logits.safetensors"),
+                     metadata=metadata)
+  _sort_metadata(stored.path("tiny_hf_logits.safetensors"))
+
+
+def _sort_metadata(filename: str):
+  """Rewrites a safetensors header with its metadata's keys sorted, padded
+  to the same length: safetensors writes them in a hash map's order, which
+  changes from run to run, and so would the file's bytes."""
+  with open(filename, "r+b") as f:
+    length = int.from_bytes(f.read(8), "little")
+    header = json.loads(f.read(length))
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= length, (len(text), length)
+    f.seek(8)
+    f.write(text + b" " * (length - len(text)))
+
+
 def full_size_models():
   """(name, library's description, module) of the full-size models."""
   timm = torch_reference.import_timm()
@@ -100,7 +173,9 @@ def write_full_size(versions: dict):
 
 
 def main(argv):
-  """No argument: every file; `mixer`: the Mixer's files only."""
+  """No argument: every file; `mixer`: the Mixer's files only;
+  `families`: the ViT families' files only; `hf`: the transformers
+  DINOv2s' files only."""
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -110,12 +185,17 @@ def main(argv):
       "timm": timm.__version__,
       "transformers": transformers.__version__
   }
-  if argv[1:] not in ([], ["mixer"]):
-    raise SystemExit(f"usage: {argv[0]} [mixer]")
+  if argv[1:] not in ([], ["mixer"], ["families"], ["hf"]):
+    raise SystemExit(f"usage: {argv[0]} [mixer | families | hf]")
   if not argv[1:]:
     write_tiny(versions)
     write_full_size(versions)
-  write_tiny_mixer(versions)
+  if argv[1:] in ([], ["mixer"]):
+    write_tiny_mixer(versions)
+  if argv[1:] in ([], ["families"]):
+    write_tiny_families(versions)
+  if argv[1:] in ([], ["hf"]):
+    write_tiny_hf(versions)
   print("Wrote tests/references with " +
         ", ".join(f"{k} {v}" for k, v in versions.items()))
 

@@ -20,6 +20,85 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
   tiny_mixer_logits.safetensors
                            its logits of the same images ("mixer"); a file
                            of its own, written by `generate.py mixer`
+  tiny_<family>.safetensors
+                           timm's VisionTransformer built with the options
+                           of a timm model family (the same tiny size:
+                           width 32, depth 2, 4 heads, patch 8, 32 px, MLP
+                           128, qkv bias, 10 classes), random weights
+                           (LayerNorm scales near 1, layer-scale gammas of
+                           std 0.5), for each of TINY_FAMILIES:
+                             dinov2       layer scale (ls1/ls2.gamma); the
+                                          class token has a position
+                                          embedding (pos_embed 1 x 17)
+                             dinov2_reg   also 4 registers (reg_token);
+                                          as timm's reg4 DINOv2s,
+                                          no_embed_class: neither the
+                                          class token nor the registers
+                                          have a position embedding
+                                          (pos_embed 1 x 16)
+                             deit3        layer scale, no_embed_class
+                             clip         OpenAI's: norm_pre (the patch
+                                          embedding has no bias),
+                                          LayerNorm eps 1e-5, QuickGELU
+                             clip_gelu    OpenCLIP's: the same, erf GELU
+                             avg_fc_norm  the mean of the patch tokens,
+                                          then fc_norm (no final `norm`)
+                           all but avg_fc_norm pool the class token
+  tiny_families_logits.safetensors
+                           their logits of the same images (keys: the
+                           families), "dinov2_reg_features" (dinov2_reg's
+                           forward_features, 3 x 21 tokens x 32: class
+                           token, 4 registers, 16 patches, after the final
+                           norm), and in its metadata each family's
+                           constructor arguments ("kwargs:<family>", JSON),
+                           LayerNorm eps ("layer_norm_eps:<family>") and
+                           the timm model it follows ("timm_model:<family>");
+                           written by `generate.py families`
+  tiny_hf_<name>.safetensors
+                           transformers' DINOv2 backbones (no head) for
+                           each of TINY_HF_MODELS (width 32, depth 2, 4
+                           heads, patch 8, 32 px so no position-embedding
+                           interpolation, MLP 128 with erf GELU, qkv bias,
+                           layer scale, LayerNorm eps 1e-6), random weights
+                           (LayerNorm scales near 1, lambdas of std 0.5):
+                           the state dict, transformers 5's module names:
+                             embeddings.cls_token          1 x 1 x 32
+                             embeddings.mask_token         1 x 32 (unused)
+                             embeddings.position_embeddings 1 x 17 x 32
+                                 (the class token's first, then 16 patches)
+                             embeddings.register_tokens    1 x 4 x 32
+                                 (dinov2_reg only)
+                             embeddings.patch_embeddings.projection.*
+                             encoder.layer.<i>.norm1.*,
+                               .attention.{q,k,v,o}_proj.*,
+                               .layer_scale1.lambda1, .norm2.*,
+                               .mlp.fc1.*, .mlp.fc2.*,
+                               .layer_scale2.lambda1
+                             layernorm.*
+                             dinov2       Dinov2Model
+                             dinov2_reg   Dinov2WithRegistersModel, 4
+                                          registers: the class token has
+                                          a position embedding, the
+                                          registers none (inserted between
+                                          it and the patches after the
+                                          position embeddings are added)
+  tiny_hf_<name>_checkpoint.safetensors
+                           the same weights as the model.safetensors that
+                           save_pretrained writes (metadata {"format":
+                           "pt"}) with the checkpoint names of the Hub's
+                           DINOv2s: .attention.attention.{query,key,value}.*
+                           and .attention.output.dense.* for {q,k,v,o}_proj
+  tiny_hf_logits.safetensors
+                           their outputs of the same images:
+                           "<name>_last_hidden_state" (3 x 17 x 32 for
+                           dinov2, 3 x 21 x 32 for dinov2_reg: class token,
+                           4 registers, 16 patches; after the final
+                           layernorm) and "<name>_pooler" (3 x 32: the
+                           class token of last_hidden_state), and in its
+                           metadata each one's config ("config:<name>",
+                           JSON), class ("model:<name>") and attention
+                           ("attn_implementation:<name>", eager); written
+                           by `generate.py hf`
   full_size.json           timm's ViT-B/16 and R50+ViT-B/16 and Hugging
                            Face's ViT-B/16 at 224 px: each parameter's name
                            and shape in creation order, and the logits of
@@ -60,6 +139,68 @@ def tiny_mixer_logits() -> np.ndarray:
   """timm's tiny MLP-Mixer's logits of tiny_images()."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   return st_numpy.load_file(path("tiny_mixer_logits.safetensors"))["mixer"]
+
+
+TINY_FAMILIES = ("dinov2", "dinov2_reg", "deit3", "clip", "clip_gelu",
+                 "avg_fc_norm")
+
+
+def tiny_family_logits(name: str) -> np.ndarray:
+  """One of TINY_FAMILIES' logits of tiny_images() (3 x 10), or
+  'dinov2_reg_features': that model's forward_features (3 x 21 x 32)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  return st_numpy.load_file(path("tiny_families_logits.safetensors"))[name]
+
+
+def _tiny_families_metadata() -> dict:
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  with safe_open(path("tiny_families_logits.safetensors"), "np") as f:
+    return f.metadata()
+
+
+def tiny_family_kwargs(name: str) -> dict:
+  """The keyword arguments timm's VisionTransformer was built with for
+  that family (a norm_layer as the string 'LayerNorm(eps=1e-05)'; absent:
+  timm's LayerNorm, eps 1e-6)."""
+  return json.loads(_tiny_families_metadata()[f"kwargs:{name}"])
+
+
+def tiny_family_layer_norm_eps(name: str) -> float:
+  """That family's LayerNorm epsilon (1e-5 for CLIP, else timm's 1e-6)."""
+  return float(_tiny_families_metadata()[f"layer_norm_eps:{name}"])
+
+
+def tiny_family_state(name: str) -> dict:
+  """That family's timm state dict: PyTorch name -> float32 array."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  return st_numpy.load_file(path(f"tiny_{name}.safetensors"))
+
+
+TINY_HF_MODELS = ("dinov2", "dinov2_reg")
+
+
+def tiny_hf_state(name: str, checkpoint: bool = False) -> dict:
+  """One of TINY_HF_MODELS' transformers state dict (PyTorch name ->
+  float32 array); checkpoint=True: with the names save_pretrained writes
+  (and the Hub's DINOv2 checkpoints have)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  suffix = "_checkpoint" if checkpoint else ""
+  return st_numpy.load_file(path(f"tiny_hf_{name}{suffix}.safetensors"))
+
+
+def tiny_hf_output(key: str) -> np.ndarray:
+  """'<name>_last_hidden_state' (3 x tokens x 32) or '<name>_pooler'
+  (3 x 32) of one of TINY_HF_MODELS, of tiny_images()."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  return st_numpy.load_file(path("tiny_hf_logits.safetensors"))[key]
+
+
+def tiny_hf_config(name: str) -> dict:
+  """That model's transformers config (its to_dict(): hidden_size,
+  patch_size, layer_norm_eps, num_register_tokens, ...)."""
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  with safe_open(path("tiny_hf_logits.safetensors"), "np") as f:
+    return json.loads(f.metadata()[f"config:{name}"])
 
 
 def _tiny_outputs() -> dict:

@@ -97,6 +97,10 @@ VARIANTS: dict[str, Variant | MixerVariant] = {
     "ViT-B/32": Variant(**_WIDTHS["B"], patch_size=32),
     "ViT-L/16": Variant(**_WIDTHS["L"], patch_size=16),
     "ViT-L/32": Variant(**_WIDTHS["L"], patch_size=32),
+    # Patch 14: DINOv2's S, B and L.
+    "ViT-S/14": Variant(**_WIDTHS["S"], patch_size=14),
+    "ViT-B/14": Variant(**_WIDTHS["B"], patch_size=14),
+    "ViT-L/14": Variant(**_WIDTHS["L"], patch_size=14),
     "ViT-H/14": Variant(**_WIDTHS["H"], patch_size=14),
     "ViT-g/14": Variant(**_WIDTHS["g"], patch_size=14),
     "ViT-G/14": Variant(**_WIDTHS["G"], patch_size=14),

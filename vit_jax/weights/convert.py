@@ -18,6 +18,7 @@ from vit_jax.errors import WeightsError
 from vit_jax.models import scan
 from vit_jax.weights import families
 from vit_jax.weights import formats
+from vit_jax.weights import hf_dinov2
 from vit_jax.weights import mixer_layout
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -457,7 +458,14 @@ def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
 
 
 def from_hugging_face(tensors, num_heads, path) -> Converted:
-  """transformers' ViTModel / ViTForImageClassification (either naming)."""
+  """transformers' ViTModel / ViTForImageClassification (either naming), or
+  its DINOv2 (`hf_dinov2.py`)."""
+  if hf_dinov2.is_dinov2(tensors):
+    renamed, left_out = hf_dinov2.to_timm(tensors, path)
+    converted = from_timm(renamed, num_heads, path)
+    converted.origin = "hugging_face"
+    converted.notes += [f"left out {', '.join(left_out)}"] if left_out else []
+    return converted
   tensors = {
       (k[len("vit."):] if k.startswith("vit.") else k): v
       for k, v in tensors.items()
