@@ -17,9 +17,9 @@ import numpy as np
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
 from vit_jax.weights import families
-from vit_jax.weights import formats
 from vit_jax.weights import hf_dinov2
 from vit_jax.weights import mixer_layout
+from vit_jax.weights import towers
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 
@@ -133,36 +133,9 @@ def convert(fmt: str, tensors: dict[str, np.ndarray], num_heads: int,
 
 
 def _flax_names(tensors, path) -> tuple[dict, Optional[str]]:
-  """A Flax file's entries without wrappers, of one tower (`_select_tower`),
+  """A Flax file's entries without wrappers, of one tower (`towers.py`),
   and what the report should say about the tower."""
-  return _select_tower(_strip_prefixes(tensors), path)
-
-
-def _select_tower(tensors, path) -> tuple[dict, Optional[str]]:
-  """The entries of the tower `path` names (`FILE:TOWER`), or of the image
-  tower `img/` of a two-tower file (SigLIP's) that names none, without the
-  tower's prefix; other files as they are."""
-  _, tower = formats.split_tower(path)
-  # Top-level entries, folders with a trailing '/' (img/, txt/, t, b).
-  top = sorted(
-      {name.split("/")[0] + ("/" if "/" in name else "") for name in tensors})
-  if tower is None:
-    if "img/" not in top or "Transformer/" in top:
-      return tensors, None
-    tower = "img"
-    note = ("read the image tower (img/) of a two-tower file; left out "
-            f"{', '.join(t for t in top if t != 'img/')}")
-  else:
-    note = f"read the tower {tower}/ that the path names"
-  picked = {
-      name[len(tower) + 1:]: value
-      for name, value in tensors.items()
-      if name.startswith(tower + "/")
-  }
-  if not picked:
-    raise WeightsError(f"{path} has no tower {tower!r}: its top-level names "
-                       f"are {', '.join(top)}.")
-  return picked, note
+  return towers.select(_strip_prefixes(tensors), path)
 
 
 def _strip_prefixes(tensors):
