@@ -180,3 +180,23 @@ def test_hugging_faces_dinov2_gives_its_tokens(name, checkpoint, tmp_path):
   np.testing.assert_allclose(out["encoded"], want, atol=2e-5)
   np.testing.assert_allclose(out["encoded"][:, 0],
                              stored.tiny_hf_output(f"{name}_pooler"), atol=2e-5)
+
+
+@pytest.mark.parametrize("name", stored.TINY_FAMILIES)
+def test_each_familys_file_says_the_model_it_holds(name, tmp_path):
+  """What `predict`, `inspect` and few-shot sweeps build from a file alone
+  (a registered variant of its size): its logits are timm's."""
+  variants.register(
+      "tiny-timm",
+      variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
+                       patch_size=8))
+  path = str(tmp_path / f"{name}.safetensors")
+  st_numpy.save_file(stored.tiny_family_state(name), path)
+  config = defaults.get_config()
+  config.image_size = 32
+  config.model.update(_NOT_IN_THE_WEIGHTS.get(name, {}))
+  loaded = inference.load(path, config=sweep.with_model_of(config, path))
+  logits = loaded.model.apply({"params": jax.device_get(loaded.params)},
+                              stored.tiny_images())[0]
+  assert np.abs(np.asarray(logits) -
+                stored.tiny_family_logits(name)).max() < 2e-5

@@ -105,11 +105,7 @@ def config_for(
     if recorded is not None:
       _merge(config, recorded)
     else:
-      config.model.update(
-          dict(variant=arch.variant, classifier=arch.classifier,
-               class_token=arch.class_token, posemb=arch.posemb,
-               representation_size=arch.representation_size,
-               mixer_tiles=arch.mixer_tiles, **dict(arch.options)))
+      config.model.update(arch.model_fields())
       config.image_size = arch.image_size
       # The released models' evaluation: resize to the resolution, no crop.
       config.pp_eval = "resize|value_range"

@@ -79,11 +79,7 @@ def with_model_of(config: ml_collections.ConfigDict,
   """`config` with the model the checkpoint at `path` holds."""
   arch = architecture.read(path, cache_dir=config.init.cache_dir)
   config = config.copy_and_resolve_references()
-  config.model.update(
-      dict(variant=arch.variant, classifier=arch.classifier,
-           class_token=arch.class_token, posemb=arch.posemb,
-           representation_size=arch.representation_size,
-           mixer_tiles=arch.mixer_tiles, **dict(arch.options)))
+  config.model.update(arch.model_fields())
   models.check_image_size(config.model, config.image_size,
                           f"config.image_size (for {path})")
   return config

@@ -55,6 +55,18 @@ class Architecture:
   # families.py): registers, LayerScale, pre-norm, fc_norm, ...
   options: tuple = ()
 
+  def model_fields(self) -> dict:
+    """The `config.model` fields that build this model."""
+    return {
+        "variant": self.variant,
+        "classifier": self.classifier,
+        "class_token": self.class_token,
+        "posemb": self.posemb,
+        "representation_size": self.representation_size,
+        "mixer_tiles": self.mixer_tiles,
+        **dict(self.options)
+    }
+
 
 def heads_for_width(width: int) -> int:
   """The attention heads of the variants `width` wide."""
