@@ -163,17 +163,4 @@ class MlpMixer(nn.Module):
     out["encoded"] = out["patch_tokens"] = encoded
     x_BxD = out["head_input"] = jnp.mean(encoded, axis=1)
 
-    if self.representation_size is not None:
-      x_BxD = nn.tanh(
-          nn.Dense(self.representation_size, dtype=self.dtype,
-                   param_dtype=self.param_dtype, name="pre_logits")(x_BxD))
-    out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
-
-    if self.num_classes is None:
-      return x_BxD, out
-    logits_BxK = nn.Dense(
-        self.num_classes, dtype=jnp.float32, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(
-            self.head_bias_init), name="head")(x_BxD)
-    out["logits"] = logits_BxK
-    return logits_BxK, out
+    return vit.pre_logits_and_head(self, x_BxD, out)

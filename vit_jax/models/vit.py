@@ -414,20 +414,27 @@ class VisionTransformer(nn.Module):
                            name="pooled_norm")(x_BxD)
     out["head_input"] = x_BxD
 
-    if self.representation_size is not None:
-      x_BxD = nn.tanh(
-          nn.Dense(self.representation_size, dtype=self.dtype,
-                   param_dtype=self.param_dtype, name="pre_logits")(x_BxD))
-    out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
+    return pre_logits_and_head(self, x_BxD, out)
 
-    if self.num_classes is None:
-      return x_BxD, out
-    logits_BxK = nn.Dense(
-        self.num_classes, dtype=jnp.float32, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(
-            self.head_bias_init), name="head")(x_BxD)
-    out["logits"] = logits_BxK
-    return logits_BxK, out
+
+def pre_logits_and_head(model: nn.Module, x_BxD, out: dict):
+  """The tail every model here shares, called inside its `__call__`: the
+  optional tanh pre-logits layer and the zero-initialised head (fields
+  representation_size, num_classes, head_bias_init of `model`). Returns
+  (logits, or the pre-logits without a head; `out` with both added)."""
+  if model.representation_size is not None:
+    x_BxD = nn.tanh(
+        nn.Dense(model.representation_size, dtype=model.dtype,
+                 param_dtype=model.param_dtype, name="pre_logits")(x_BxD))
+  out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
+  if model.num_classes is None:
+    return x_BxD, out
+  logits_BxK = nn.Dense(
+      model.num_classes, dtype=jnp.float32, param_dtype=model.param_dtype,
+      kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(
+          model.head_bias_init), name="head")(x_BxD)
+  out["logits"] = logits_BxK
+  return logits_BxK, out
 
 
 def has_class_token(classifier: str, class_token: Optional[bool]) -> bool:
