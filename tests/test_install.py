@@ -22,9 +22,11 @@ def installed(tmp_path_factory):
   """(the new environment's bin folder, an empty folder outside the repo)."""
   root = tmp_path_factory.mktemp("install")
   source = root / "source"  # A copy: the build writes into its source tree.
+  # Not the virtual environments (.venv, .venv-torch: gigabytes each).
   shutil.copytree(
       REPO, source, ignore=shutil.ignore_patterns(
-          ".git", ".venv", "workdirs", "build", "*.egg-info", "__pycache__"))
+          ".git", ".venv*", "workdirs", "build", "*.egg-info", "__pycache__",
+          ".*_cache"))
   bin_dir = package_install.install(source, root / "venv")
   elsewhere = root / "elsewhere"
   elsewhere.mkdir()
