@@ -24,9 +24,9 @@ def installed(tmp_path_factory):
   source = root / "source"  # A copy: the build writes into its source tree.
   # Not the virtual environments (.venv, .venv-torch: gigabytes each).
   shutil.copytree(
-      REPO, source, ignore=shutil.ignore_patterns(
-          ".git", ".venv*", "workdirs", "build", "*.egg-info", "__pycache__",
-          ".*_cache"))
+      REPO, source,
+      ignore=shutil.ignore_patterns(".git", ".venv*", "workdirs", "build",
+                                    "*.egg-info", "__pycache__", ".*_cache"))
   bin_dir = package_install.install(source, root / "venv")
   elsewhere = root / "elsewhere"
   elsewhere.mkdir()

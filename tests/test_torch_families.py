@@ -18,6 +18,7 @@ from tests.references import stored
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import weights
+from vit_jax.commands import export
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.fewshot import sweep
@@ -111,41 +112,55 @@ def test_swiglu_and_combinations_no_family_uses_are_refused():
       models.build_model(bad, 10)
 
 
-def test_dinov2_with_registers_fine_tunes_sweeps_and_predicts(
-    tfds_data_dir, tmp_path):
-  """timm's DINOv2 with registers (a registered variant of its size):
-  fine-tuned at 48 px (position embeddings 4x4 -> 6x6, the registers and
-  class token without any), swept few-shot on DINOv2's linear-probe
-  features (class token and mean patch token side by side) as the model
-  its file holds, and predicting from the fine-tuned workdir."""
+@pytest.mark.parametrize("name", stored.TINY_FAMILIES)
+def test_each_family_fine_tunes_sweeps_predicts_and_round_trips(
+    name, tfds_data_dir, tmp_path):
+  """timm's file of each family (a registered variant of its size):
+  fine-tuned at 48 px with the options its load report names (position
+  embeddings 4x4 -> 6x6, with the right prefix tokens), predicting from the
+  workdir, exported to a timm directory that loads back with the same
+  logits, and swept few-shot as the model its file holds (DINOv2's probe
+  features: class token and mean patch token side by side)."""
   variants.register(
       "tiny-timm",
       variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
                        patch_size=8))
-  path = str(tmp_path / "dinov2_reg.safetensors")
-  st_numpy.save_file(stored.tiny_family_state("dinov2_reg"), path)
+  path = str(tmp_path / f"{name}.safetensors")
+  st_numpy.save_file(stored.tiny_family_state(name), path)
+  converted = _convert(name)
+  found = families.options(converted.params, converted.posemb_prefix_tokens)
 
   config = finetune.get_config("digits,runlocal")
   config.data_dir = tfds_data_dir
-  config.model.update(
-      dict(variant="tiny-timm", num_registers=4, posemb_covers_prefix=False,
-           layer_scale=1e-5))
+  config.model.update(variant="tiny-timm", **found,
+                      **_NOT_IN_THE_WEIGHTS.get(name, {}))
+  if found.get("pooled_norm"):
+    config.model.classifier = "gap"
   config.image_size = 48
   config.init.checkpoint = path
-  config.total_steps = 3
+  config.total_steps = 2
   workdir = str(tmp_path / "ft")
   result = trainer.train_and_evaluate(config, workdir)
   assert 0.0 <= result["test/accuracy"] <= 1.0
-  loaded = inference.load(workdir)
-  assert loaded.config.model.gelu_approximate is False  # timm's erf.
-  logits = loaded.model.apply({"params": jax.device_get(loaded.params)},
-                              np.zeros((2, 48, 48, 3), np.float32))[0]
-  assert logits.shape == (2, 10)
+  images = np.random.default_rng(0).uniform(-1, 1, (2, 48, 48, 3))
+  logits = {}
+  for checkpoint in (workdir, str(tmp_path / "timm")):
+    if checkpoint != workdir:
+      export.export_directory(workdir, "timm-dir", checkpoint)
+    loaded = inference.load(checkpoint)
+    assert loaded.config.model.gelu_approximate is False  # timm's erf.
+    logits[checkpoint] = np.asarray(
+        loaded.model.apply({"params": jax.device_get(loaded.params)},
+                           images.astype(np.float32))[0])
+  first, second = logits.values()
+  assert first.shape == (2, 10) and np.abs(first - second).max() < 2e-5
 
   fewshot_config = fewshot_configs.get_config("runlocal")
   fewshot_config.data_dir = tfds_data_dir
   fewshot_config.image_size = 32
-  fewshot_config.fewshot.layer = "class_and_patch_mean"
+  fewshot_config.model.update(_NOT_IN_THE_WEIGHTS.get(name, {}))
+  if name.startswith("dinov2"):
+    fewshot_config.fewshot.layer = "class_and_patch_mean"
   table, _ = sweep.sweep(fewshot_config, [path])
   assert 0.0 <= table[path]["digits"]["5shot"] <= 1.0
 

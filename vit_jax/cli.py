@@ -50,7 +50,7 @@ COMMANDS = {
     "train": ("train", "pre-train or fine-tune (the main job)"),
     "fewshot": ("fewshot", "few-shot sweeps of checkpoints"),
     "inspect": ("inspect_weights", "what a weights file holds; a load report"),
-    "export": ("export", "weights to the released .npz or timm"),
+    "export": ("export", "weights for timm, transformers, released .npz"),
     "plan": ("plan", "memory and fit of a config on a topology"),
     "benchmark": ("benchmark", "train-step images/s and MFU"),
     "benchmark-input": ("benchmark_input", "input pipeline images/s"),

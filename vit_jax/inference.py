@@ -35,6 +35,7 @@ from vit_jax.errors import UserError
 from vit_jax.weights import architecture
 from vit_jax.weights import cache
 from vit_jax.weights import loader
+from vit_jax.weights import pytorch_dir
 
 IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
 _WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's own "names".
@@ -141,13 +142,20 @@ def require_head(loaded: Loaded):
 
 
 def class_names(loaded: Loaded, labels_file: Optional[str] = None):
-  """Names of the head's classes: `labels_file` (one per line), else the
-  training dataset's, else ImageNet-1k's for a 1000-class head, else the
-  indices. Returns (names, where they came from)."""
+  """Names of the head's classes (see `names_of_classes`)."""
+  require_head(loaded)
+  return names_of_classes(loaded.config, loaded.checkpoint, loaded.trained_here,
+                          loaded.num_classes, labels_file)
+
+
+def names_of_classes(config, checkpoint: str, trained_here: bool, count: int,
+                     labels_file: Optional[str] = None):
+  """Names of a head's `count` classes: `labels_file` (one per line), else
+  the training dataset's (`trained_here`: config is the workdir's), else
+  ImageNet-1k's for a 1000-class head, else the indices. Returns (names,
+  where they came from)."""
   from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
   from vit_jax.data import specs  # pylint: disable=g-import-not-at-top
-  require_head(loaded)
-  count = loaded.num_classes
   if labels_file:
     names = [
         line.strip()
@@ -158,13 +166,15 @@ def class_names(loaded: Loaded, labels_file: Optional[str] = None):
       raise UserError(f"{labels_file} names {len(names)} classes; the head "
                       f"has {count}. Give one name per line, in class order.")
     return names, labels_file
-  if loaded.trained_here:
-    workdir = loader.training_workdir(loaded.checkpoint)
-    names = sources.label_names(specs.training(loaded.config),
-                                index_dir=workdir)
+  stated = pytorch_dir.class_names(paths.resolve(checkpoint))
+  if stated and len(stated) == count:
+    return stated, f"{checkpoint}'s config.json"
+  if trained_here:
+    workdir = loader.training_workdir(checkpoint)
+    names = sources.label_names(specs.training(config), index_dir=workdir)
     if (names and len(names) == count and
         not all(_WORDNET_ID.fullmatch(n) for n in names)):
-      return names, f"the training dataset ({loaded.config.dataset})"
+      return names, f"the training dataset ({config.dataset})"
   if count == 1000:  # imagenet2012's own names are WordNet IDs.
     return sources.imagenet_names(), "ImageNet-1k"
   return [str(i) for i in range(count)], "class indices"

@@ -1,49 +1,114 @@
 """The export command: a model's weights for other code bases, from any
-readable file (`vit_jax/weights/writers.py`).
+readable file or workdir.
 
     vit-jax export --checkpoint=workdirs/demo/pretrain \
         --format=npz --out=/tmp/digits.npz
-    vit-jax export --checkpoint=/tmp/digits.npz \
-        --format=timm --out=/tmp/digits.safetensors
+    vit-jax export --checkpoint=workdirs/demo/finetune \
+        --format=hf --out=/tmp/digits-hf        # transformers loads it
+    vit-jax export --checkpoint=workdirs/demo/finetune \
+        --format=timm-dir --out=/tmp/digits-timm  # timm loads it
 
 (or `python -m vit_jax export ...`). `npz` is the released
 google-research/vision_transformer layout, which its code and this project
 load; `timm` a safetensors file with the state dict of timm's
-`VisionTransformer` (see `vit_jax/weights/writers.py`). Imports no
-TensorFlow.
+`VisionTransformer` or `MlpMixer` (`vit_jax/weights/writers.py`). The two
+directory formats are what those libraries load by themselves, with their
+config and the evaluation preprocessing: `hf`, transformers'
+ViTForImageClassification / ViTModel (`weights/hf_dir.py`), and `timm-dir`,
+`timm.create_model("local-dir:DIR", pretrained=True)` (`weights/timm_dir.py`).
+A model one format cannot hold is refused in one line that names a format
+that can. Imports no TensorFlow unless class names are read from a dataset.
 """
 
 from absl import flags
+import flax
+import jax
+import numpy as np
 
 from vit_jax import cli
 from vit_jax import console
+from vit_jax import inference
+from vit_jax.models import scan
+from vit_jax.weights import convert
+from vit_jax.weights import eval_preprocessing
+from vit_jax.weights import hf_dir
+from vit_jax.weights import timm_dir
 from vit_jax.weights import writers
 
-flags.DEFINE_string("checkpoint", None, "Weights to read (any format).")
-flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS, "Layout to write.")
-flags.DEFINE_string("out", None, "File to write.")
-flags.DEFINE_integer("num_heads", 0,
-                     "Attention heads; needed only to read PyTorch weights.",
-                     lower_bound=0)
-flags.mark_flags_as_required(["checkpoint", "out"])
+DIRECTORY_FORMATS = ("hf", "timm-dir")
+
+cli.define_checkpoint_flags("to export")
+flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS + DIRECTORY_FORMATS,
+                  "Layout to write.")
+flags.DEFINE_string("out", None,
+                    "File to write (npz, timm) or directory (hf, timm-dir).")
+flags.DEFINE_string(
+    "labels", None, "hf, timm-dir: a file of class names, one per line (else "
+    "the training dataset's, ImageNet's for 1,000 classes, or none).")
+flags.DEFINE_string(
+    "pp_eval", None, "hf, timm-dir: the evaluation preprocessing to write "
+    "(default: the config's).")
+flags.mark_flags_as_required(["out"])
+
+
+def _say_left_out(left_out):
+  if left_out:
+    console.say(
+        "Left out masked patch prediction's [mask] token and "
+        "prediction head (%d arrays): the other code base's model has no "
+        "place for them.", len(left_out))
+
+
+def _export_file(f):
+  params = writers.released_params(f.checkpoint, f.num_heads or 0)
+  console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
+  save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
+  left_out = save(params, f.out) or []
+  _say_left_out(left_out)
+  written = {k: v for k, v in params.items() if k not in left_out}
+  count = sum(v.size for v in written.values())
+  print(f"Wrote {len(written)} arrays ({count:,} parameters) to {f.out}.")
+
+
+def export_directory(checkpoint: str, fmt: str, out: str, config=None,
+                     image_size=None, num_heads=None, labels: str = None,
+                     pp_eval: str = None) -> str:
+  """Writes `checkpoint` as a `fmt` directory (hf, timm-dir) at `out`: the
+  model `predict` would apply (`inference.load`: config, resolution, GELU
+  decided), with its class names. Returns the line that says what was
+  written."""
+  loaded = inference.load(checkpoint, config, image_size, num_heads)
+  pp = eval_preprocessing.describe(pp_eval or loaded.config.pp_eval,
+                                   loaded.config.image_size)
+  flat = flax.traverse_util.flatten_dict(jax.device_get(loaded.params), sep="/")
+  flat = scan.unstack_flat(flat) if scan.is_scanned(loaded.params) else flat
+  left_out = sorted(k for k in flat if convert.is_masked_patch_part(k))
+  params = {
+      k: np.asarray(v, np.float32) for k, v in flat.items() if k not in left_out
+  }
+  names, source = None, None
+  if loaded.num_classes:
+    names, source = inference.class_names(loaded, labels)
+    names = None if source == "class indices" else names
+  console.say("Writing %s to %s as %s.", checkpoint, out, fmt)
+  write = {"hf": hf_dir.write, "timm-dir": timm_dir.write}[fmt]
+  write(out, params, loaded.config.model, loaded.config.image_size, pp, names)
+  _say_left_out(left_out)
+  count = sum(v.size for v in params.values())
+  return (f"Wrote {out} ({count:,} parameters"
+          f"{', class names from ' + source if names else ''}).")
 
 
 def main(argv):
   del argv
   f = flags.FLAGS
   console.say("Reading %s.", f.checkpoint)  # Big files take a while.
-  params = writers.released_params(f.checkpoint, f.num_heads)
-  console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
-  save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
-  left_out = save(params, f.out) or []
-  if left_out:
-    console.say(
-        "Left out masked patch prediction's [mask] token and "
-        "prediction head (%d arrays): timm's model has no place for "
-        "them.", len(left_out))
-  written = {k: v for k, v in params.items() if k not in left_out}
-  count = sum(v.size for v in written.values())
-  print(f"Wrote {len(written)} arrays ({count:,} parameters) to {f.out}.")
+  if f.format in DIRECTORY_FORMATS:
+    print(
+        export_directory(f.checkpoint, f.format, f.out, f.config, f.image_size,
+                         f.num_heads, f.labels, f.pp_eval))
+  else:
+    _export_file(f)
 
 
 if __name__ == "__main__":

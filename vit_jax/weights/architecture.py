@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from vit_jax import paths
 from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.models.variants import VARIANTS
@@ -32,6 +33,7 @@ from vit_jax.weights import families
 from vit_jax.weights import formats
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
+from vit_jax.weights import pytorch_dir
 
 _BLOCK = "Transformer/encoderblock_{}/"
 SINCOS_IMAGE_SIZE = 224  # What big_vision's plain ViTs train at.
@@ -96,7 +98,14 @@ def read(path: str, num_heads: Optional[int] = None,
                          f"({' or '.join(_TORCH_PATCH_PROJECTION)}).")
     num_heads = heads_for_width(widths[0])
   converted = convert.convert(fmt, tensors, num_heads or 0, path)
-  return from_params(converted.params, converted.posemb_prefix_tokens, path)
+  arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
+  # What a transformers or timm directory's config.json says beside.
+  stated = pytorch_dir.model_options(paths.resolve(path))
+  return dataclasses.replace(
+      arch, options=tuple({
+          **dict(arch.options),
+          **stated
+      }.items())) if stated else arch
 
 
 def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,

@@ -19,6 +19,8 @@ from vit_jax.models import scan
 from vit_jax.weights import families
 from vit_jax.weights import hf_dinov2
 from vit_jax.weights import mixer_layout
+from vit_jax.weights import timm_attention_pool
+from vit_jax.weights import timm_resnet
 from vit_jax.weights import towers
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -249,10 +251,11 @@ _MODULES = (
             "blocks.{}.ls2.gamma", None, None),
 )
 # Modules a model may lack.
-_OPTIONAL = ("head", "pre_logits", "Transformer/encoder_norm", "registers",
-             "Transformer/pre_norm", "pooled_norm",
+_OPTIONAL = ("cls", "head", "pre_logits", "Transformer/encoder_norm",
+             "registers", "Transformer/pre_norm", "pooled_norm",
              _OURS_BLOCK + "LayerScale_attention/scale",
              _OURS_BLOCK + "LayerScale_mlp/scale")
+_PRE_NORM_LACKS = "embedding/bias"  # timm's CLIP: patch_embed has no bias.
 # A module's arrays by kind: (PyTorch's suffix, our leaf, how it converts).
 _ARRAYS = {
     "tensor": (("", "", "same"),),
@@ -340,16 +343,15 @@ def from_timm(tensors, num_heads, path) -> Converted:
     raise WeightsError(
         f"{path} has a SwiGLU MLP ({swiglu[0]}, DINOv2's ViT-g/14), which "
         "this project's ViT does not have; its ViT-S/B/L/14 load.")
-  if "cls_token" not in tensors:
-    raise WeightsError(f"{path}: only timm ViTs with a class token map onto "
-                       "this model.")
-  tensors = dict(tensors)
+  pool, pool_names = timm_attention_pool.from_timm(tensors, num_heads)
+  tensors = {k: v for k, v in tensors.items() if k not in pool_names}
   if ("patch_embed.proj.weight" in tensors and
       "patch_embed.proj.bias" not in tensors):  # CLIP's: no bias, zero here.
     width = tensors["patch_embed.proj.weight"].shape[0]
     tensors["patch_embed.proj.bias"] = np.zeros((width,), np.float32)
-  params = _timm_resnet_stem(tensors)
+  params = timm_resnet.stem_params(tensors)
   params.update(_from_torch(_split_qkv(tensors), "timm", num_heads, path))
+  params.update(pool)
   prefix = posemb_prefix(params)
   found = families.options(params, prefix)
   note = (f"family: {families.name(found)}" +
@@ -392,44 +394,6 @@ def _fuse_qkv(tensors) -> dict:
   return out
 
 
-_TIMM_UNIT = {
-    "conv1": "conv1",
-    "conv2": "conv2",
-    "conv3": "conv3",
-    "norm1": "gn1",
-    "norm2": "gn2",
-    "norm3": "gn3",
-    "downsample.conv": "conv_proj",
-    "downsample.norm": "gn_proj"
-}
-
-
-def _timm_resnet_stem(tensors) -> dict[str, np.ndarray]:
-  """timm's hybrid backbone (ResNetV2, `patch_embed.backbone.*`) -> the
-  released names (`conv_root`, `gn_root`, `block{s}/unit{u}/...`)."""
-  params = {}
-  for name, value in tensors.items():
-    if not name.startswith("patch_embed.backbone."):
-      continue
-    rest = name[len("patch_embed.backbone."):]
-    leaf = {
-        "weight": "kernel" if value.ndim == 4 else "scale",
-        "bias": "bias"
-    }[rest.rsplit(".", 1)[1]]
-    if value.ndim == 4:
-      value = value.transpose(2, 3, 1, 0)
-    if rest.startswith("stem."):
-      module = {"conv": "conv_root", "norm": "gn_root"}[rest.split(".")[1]]
-    else:
-      m = re.fullmatch(r"stages\.(\d+)\.blocks\.(\d+)\.(.+)\.\w+", rest)
-      if not m or m.group(3) not in _TIMM_UNIT:
-        raise WeightsError(f"Unknown timm ResNetV2 parameter {name!r}.")
-      module = (f"block{int(m.group(1)) + 1}/unit{int(m.group(2)) + 1}/"
-                f"{_TIMM_UNIT[m.group(3)]}")
-    params[f"{module}/{leaf}"] = value
-  return params
-
-
 def from_hugging_face(tensors, num_heads, path) -> Converted:
   """transformers' ViTModel / ViTForImageClassification (either naming), or
   its DINOv2 (`hf_dinov2.py`)."""
@@ -449,12 +413,15 @@ def from_hugging_face(tensors, num_heads, path) -> Converted:
                    "hugging_face")
 
 
-def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def to_timm(params: dict[str, np.ndarray],
+            with_config: bool = False) -> dict[str, np.ndarray]:
   """This project's flat names -> timm's VisionTransformer state dict.
 
   Every parameter must find its place: a layer timm's model has no room for
-  (a pre-logits layer, a hybrid stem, a MAP head) refuses the export rather
-  than writing a file that loads into timm and computes other logits.
+  (a pre-logits layer, a hybrid stem) refuses the export rather than
+  writing a file that loads into timm and computes other logits. Without a
+  class token or with a MAP head, the state dict needs the timm config
+  that says so: `with_config` (timm_dir.py writes it).
   """
   if "pre_logits/kernel" in params:
     raise WeightsError(
@@ -468,22 +435,38 @@ def to_timm(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "The model's position embeddings are fixed (sincos2d) and stored "
         "nowhere; timm's VisionTransformer file has no place to say so. Use "
         "--format=npz.")
-  if "cls" not in params or any(
-      k.startswith(("conv_root", "MAPHead_0")) for k in params):
-    raise WeightsError("Only plain ViTs with a class token (no hybrid stem, "
-                       "no MAP head) map onto timm's names; use --format=npz.")
-  out, used = {}, set()
-  for module, ours, theirs, how in _arrays("timm", _num_blocks(params, "ours")):
+  if any(k.startswith("conv_root") for k in params):
+    raise WeightsError("A hybrid's ResNet stem is not written in timm's "
+                       "names here; use --format=npz.")
+  if not with_config and ("cls" not in params or "MAPHead_0/probe" in params):
+    raise WeightsError(
+        "Without a class token or with a MAP head, timm's VisionTransformer "
+        "must be told so (class_token, global_pool): use --format=timm-dir, "
+        "which writes that config beside the weights.")
+  out, used = timm_attention_pool.to_timm(params)
+  return _fuse_qkv(_to_torch_state(params, "timm", out, used))
+
+
+def to_hugging_face(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """This project's flat names -> transformers' ViTModel state dict in the
+  Hub's names (hf_dir.py checks first that the model is one)."""
+  return _to_torch_state(params, "transformers_4", {}, set())
+
+
+def _to_torch_state(params, naming: str, out: dict, used: set) -> dict:
+  """`out` plus every parameter of ours in `naming`; one without a place
+  there refuses the whole export."""
+  for module, ours, theirs, how in _arrays(naming, _num_blocks(params, "ours")):
     if ours in params:
       used.add(ours)
       out[theirs] = _to_torch(how, params[ours])
-    elif module.ours not in _OPTIONAL:
-      raise WeightsError(f"The model has no {ours}, which timm's "
-                         "VisionTransformer needs; nothing was written.")
+    elif module.ours not in _OPTIONAL and ours != _PRE_NORM_LACKS:
+      raise WeightsError(f"The model has no {ours}, which the {naming} "
+                         "model needs; nothing was written.")
   left = sorted(set(params) - used)
   if left:
-    raise WeightsError(f"timm's VisionTransformer has no place for {left}; "
+    raise WeightsError(f"The {naming} model has no place for {left}; "
                        "nothing was written. Use --format=npz, which keeps "
                        "every parameter.")
   # safetensors writes the raw buffer: every array must be C-ordered.
-  return {k: np.ascontiguousarray(v) for k, v in _fuse_qkv(out).items()}
+  return {k: np.ascontiguousarray(v) for k, v in out.items()}

@@ -7,7 +7,8 @@ The format is decided by what the file is, not by its name:
                parameters (or their average) are read;
   npz          a numpy archive: released google-research/vision_transformer
                files and big_vision checkpoints (flat 'a/b/c' keys);
-  safetensors  timm or Hugging Face weights;
+  safetensors  timm or Hugging Face weights, or a directory of theirs
+               (`pytorch_dir.py`: config.json and model.safetensors);
   torch        a PyTorch pickle (`.bin`, `.pth`), read with torch if present.
 
 `FILE:TOWER` names one tower of a two-tower file (SigLIP's `FILE:img`); the
@@ -32,6 +33,7 @@ import numpy as np
 from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.weights import cache
+from vit_jax.weights import pytorch_dir
 from vit_jax.weights import released
 
 FORMATS = ("orbax", "npz", "safetensors", "torch")
@@ -80,7 +82,7 @@ def _existing(path, cache_dir=None) -> epath.Path:
         str(path))
     raise WeightsError(f"No weights at {path}: the path does not exist."
                        f"{' ' + hint if hint else ''}")
-  return resolved
+  return pytorch_dir.weights_file(resolved) or resolved
 
 
 def _sniff(path: epath.Path) -> str:

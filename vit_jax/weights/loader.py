@@ -43,6 +43,7 @@ from vit_jax.weights import convert
 from vit_jax.weights import formats
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
+from vit_jax.weights import pytorch_dir
 from vit_jax.weights import released
 
 POSEMB = convert.POSEMB
@@ -162,6 +163,8 @@ def training_workdir(path: str):
 def recorded_config(path: str) -> Optional[dict]:
   """The config.json of the workdir an Orbax checkpoint lies in, None if
   absent."""
+  if pytorch_dir.weights_file(paths.resolve(path)):
+    return None  # transformers' or timm's config.json, not a workdir's.
   config_path = training_workdir(path) / paths.CONFIG_FILE
   if not config_path.exists():
     return None
@@ -174,8 +177,10 @@ def origin_gelu(path: str, origin: str) -> Optional[bool]:
   An Orbax workdir says it in its config.json; one written before the
   option existed computed the exact erf form.
   """
-  if origin != "orbax":
-    return convert.ORIGIN_GELU_APPROXIMATE.get(origin)
+  if origin != "orbax":  # A directory's config.json may say otherwise.
+    stated = pytorch_dir.model_options(paths.resolve(path))
+    return stated.get("gelu_approximate",
+                      convert.ORIGIN_GELU_APPROXIMATE.get(origin))
   recorded = recorded_config(path)
   if recorded is None:
     return None

@@ -1,0 +1,179 @@
+"""A directory that transformers loads, offline, as `save_pretrained` writes
+it:
+
+    model = ViTForImageClassification.from_pretrained(DIR)  # with a head
+    model = ViTModel.from_pretrained(DIR)  # without one (the pooler is the
+        # pre-logits layer where the model has one)
+    processor = AutoImageProcessor.from_pretrained(DIR)
+
+`config.json` (model_type `vit`: sizes, `hidden_act`, `layer_norm_eps`,
+`qkv_bias`, `id2label`), `model.safetensors` with `{"format": "pt"}`
+metadata in the Hub's names (`vit.encoder.layer.N.attention.attention.query`,
+which transformers 5 still writes and reads), and `preprocessor_config.json`
+with the evaluation preprocessing.
+
+transformers' ViT is the paper's: a class token whose output is classified,
+learned position embeddings over it and the patches, nothing else. Other
+models are refused in one line naming the format that holds them.
+"""
+
+import json
+
+import numpy as np
+
+from vit_jax import models
+from vit_jax import paths
+from vit_jax.errors import WeightsError
+from vit_jax.models import embeddings
+from vit_jax.weights import convert
+from vit_jax.weights import eval_preprocessing
+from vit_jax.weights import families
+from vit_jax.weights import mixer_layout
+
+_TIMM_DIR = "use --format=timm-dir (timm builds it) or --format=npz"
+
+
+def write(directory: str, params: dict, model_config, image_size: int,
+          pp: eval_preprocessing.EvalPreprocessing, class_names=None):
+  """Writes the three files into `directory` (see the module doc)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  _check(params, model_config)
+  params = _with_class_token_posemb(params, image_size)
+  head = params.get("head/kernel")
+  pre_logits = params.get("pre_logits/kernel")
+  classify = head is not None
+  state = convert.to_hugging_face(params)
+  if classify:  # ViTForImageClassification: the encoder under `vit.`.
+    state = {
+        (k if k.startswith("classifier.") else "vit." + k): v
+        for k, v in state.items()
+    }
+  query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
+                 "query/kernel"]
+  width = query.shape[0]
+  patch = params["embedding/kernel"].shape[0]
+  grid = round((params[convert.POSEMB].shape[1] - 1)**0.5)
+  architecture = "ViTForImageClassification" if classify else "ViTModel"
+  config = {
+      "architectures": [architecture],
+      "model_type": "vit",
+      "hidden_size": width,
+      "num_hidden_layers": sum(
+          k.endswith("/MlpBlock_3/Dense_0/kernel") for k in params),
+      "num_attention_heads": query.shape[1],
+      "intermediate_size":
+          params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].
+          shape[-1],
+      "hidden_act": _activation(model_config),
+      "hidden_dropout_prob": 0.0,
+      "attention_probs_dropout_prob": 0.0,
+      "initializer_range": 0.02,
+      "layer_norm_eps": models.model_field(model_config, "layer_norm_eps"),
+      "image_size": grid * patch,
+      "patch_size": patch,
+      "num_channels": 3,
+      "qkv_bias": True,
+      "encoder_stride": patch,
+      "dtype": "float32",
+  }
+  if pre_logits is not None:
+    config.update(pooler_output_size=pre_logits.shape[-1], pooler_act="tanh")
+  if classify:
+    names = class_names or [f"LABEL_{i}" for i in range(head.shape[-1])]
+    config["id2label"] = {str(i): name for i, name in enumerate(names)}
+    config["label2id"] = {name: i for i, name in enumerate(names)}
+  out = paths.resolve(directory)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+  (out / "model.safetensors").write_bytes(
+      st_numpy.save(state, metadata={"format": "pt"}))
+  (out / "preprocessor_config.json"
+  ).write_text(json.dumps(image_processor(pp), indent=2) + "\n")
+
+
+def _activation(model_config) -> str:
+  if models.model_field(model_config, "quick_gelu"):
+    return "quick_gelu"
+  return "gelu_pytorch_tanh" if model_config.gelu_approximate else "gelu"
+
+
+def _check(params, model_config):
+  """Refuses what transformers' ViT cannot compute, before writing."""
+  if mixer_layout.is_mixer(params):
+    raise WeightsError("transformers has no MLP-Mixer; use --format=timm-dir "
+                       "(timm's MlpMixer) or --format=npz.")
+  if any(k.startswith("conv_root") for k in params):
+    raise WeightsError("transformers' ViT has no ResNet stem for this "
+                       "hybrid; use --format=npz.")
+  if model_config.classifier != "token" or "cls" not in params:
+    raise WeightsError(
+        f"transformers' ViT classifies the class token; this model pools "
+        f"with {model_config.classifier!r}: {_TIMM_DIR}.")
+  found = families.options(params, convert.posemb_prefix(params))
+  # A zero entry stands for the class token's missing position embedding;
+  # the epsilon is a config.json field.
+  lacking = sorted(set(found) - {"posemb_covers_prefix", "layer_norm_eps"})
+  if lacking:
+    raise WeightsError(
+        f"transformers' ViT has no place for this model's "
+        f"{', '.join(lacking)} ({families.name(found)}): {_TIMM_DIR}.")
+  if "pre_logits/kernel" in params and "head/kernel" in params:
+    raise WeightsError(
+        "ViTForImageClassification classifies the class token without the "
+        "pre-logits layer this model has; export it without a head (a "
+        "ViTModel, whose pooler is that layer) or use --format=npz.")
+
+
+def _with_class_token_posemb(params, image_size) -> dict:
+  """transformers' position embeddings cover the class token: a fixed
+  sincos2d table written at `image_size`, and a zero entry for a class
+  token without one (the same model)."""
+  params = dict(params)
+  if convert.POSEMB not in params:
+    patch = params["embedding/kernel"].shape[0]
+    width = params["embedding/kernel"].shape[-1]
+    grid = image_size // patch
+    params[convert.POSEMB] = np.asarray(
+        embeddings.posemb_sincos2d(grid, grid, width), np.float32)
+  table = params[convert.POSEMB]
+  if convert.posemb_prefix(params) == 0:
+    params[convert.POSEMB] = np.concatenate(
+        [np.zeros_like(table[:, :1]), table], axis=1)
+  return params
+
+
+def image_processor(pp: eval_preprocessing.EvalPreprocessing) -> dict:
+  """preprocessor_config.json: ViTImageProcessor for a plain resize,
+  DeiTImageProcessor for a resize and a crop, BitImageProcessor for a
+  shorter-side resize and a crop. Bilinear (PIL's 2), [0, 1] scaled."""
+  crop = {"height": pp.image_size, "width": pp.image_size}
+  config = {
+      "do_resize": True,
+      "resample": 2,
+      "do_rescale": True,
+      "rescale_factor": 1 / 255,
+      "do_normalize": True,
+      "image_mean": list(pp.mean),
+      "image_std": list(pp.std),
+  }
+  if pp.keep_aspect:
+    return {
+        **config, "image_processor_type": "BitImageProcessor",
+        "size": {
+            "shortest_edge": pp.resize_to
+        },
+        "do_center_crop": True,
+        "crop_size": crop,
+        "do_convert_rgb": True
+    }
+  if pp.resize_to != pp.image_size:
+    return {
+        **config, "image_processor_type": "DeiTImageProcessor",
+        "size": {
+            "height": pp.resize_to,
+            "width": pp.resize_to
+        },
+        "do_center_crop": True,
+        "crop_size": crop
+    }
+  return {**config, "image_processor_type": "ViTImageProcessor", "size": crop}

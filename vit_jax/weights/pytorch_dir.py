@@ -1,0 +1,74 @@
+"""Directories the PyTorch code bases load: transformers' (`save_pretrained`,
+config.json with `model_type`) and timm's (`save_for_hf`, config.json with
+`architecture`), each beside a `model.safetensors`, as `vit-jax export`
+writes them and the Hub serves them. Read as their weights file, plus what
+their config.json says and the weights cannot show: the activation and the
+LayerNorm epsilon.
+"""
+
+import json
+from typing import Optional
+
+from etils import epath
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+# timm's act_layer / transformers' hidden_act -> config.model fields.
+_ACTIVATIONS = {
+    "gelu": dict(gelu_approximate=False),
+    "gelu_tanh": dict(gelu_approximate=True),
+    "gelu_pytorch_tanh": dict(gelu_approximate=True),
+    "gelu_new": dict(gelu_approximate=True),
+    "quick_gelu": dict(quick_gelu=True),
+}
+
+
+def _config(directory: epath.Path) -> Optional[dict]:
+  """The directory's config.json if it is one of the two code bases'."""
+  if not (directory.is_dir() and (directory / WEIGHTS).exists() and
+          (directory / CONFIG).exists()):
+    return None
+  try:
+    config = json.loads((directory / CONFIG).read_text())
+  except ValueError:
+    return None
+  if isinstance(config, dict) and ("model_type" in config or
+                                   "architecture" in config):
+    return config
+  return None
+
+
+def weights_file(directory: epath.Path) -> Optional[epath.Path]:
+  """DIRECTORY/model.safetensors of such a directory; None otherwise."""
+  return directory / WEIGHTS if _config(directory) is not None else None
+
+
+def class_names(directory: epath.Path) -> Optional[list[str]]:
+  """The class names its config.json gives (transformers' `id2label`,
+  timm's `label_names`); None if it gives none."""
+  config = _config(directory)
+  if config is None:
+    return None
+  if "label_names" in config:
+    return [str(name) for name in config["label_names"]]
+  labels = config.get("id2label")
+  if labels and "architecture" not in config:
+    return [str(labels[str(i)]) for i in range(len(labels))]
+  return None
+
+
+def model_options(directory: epath.Path) -> dict:
+  """The `config.model` fields its config.json states (none for a file)."""
+  config = _config(directory)
+  if config is None:
+    return {}
+  if "architecture" in config:  # timm's.
+    args = config.get("model_args", {})
+    options = dict(_ACTIVATIONS.get(args.get("act_layer", "gelu"), {}))
+    if "_clip_" in config["architecture"]:
+      options["layer_norm_eps"] = 1e-5  # timm's CLIP functions' LayerNorm.
+    return options
+  options = dict(_ACTIVATIONS.get(config.get("hidden_act", "gelu"), {}))
+  if "layer_norm_eps" in config:
+    options["layer_norm_eps"] = float(config["layer_norm_eps"])
+  return options
