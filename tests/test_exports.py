@@ -54,40 +54,23 @@ _BIG_VISION = {  # Built only here: (model options, reference = ours).
     "plain_gap_sincos": dict(posemb="sincos2d", class_token=False,
                              classifier="gap"),
     "siglip_map": dict(class_token=False, classifier="map"),
+    # No head: the pre-logits layer's output (transformers' ViTModel pooler).
+    "pre_logits_no_head": dict(representation_size=16),
 }
 _TIMM_DIR = "--format=timm-dir"
-# model -> {format: None where it holds the model, else what its refusal
-# names}.
+FORMATS = ("hf", "timm-dir")
+# model -> per format of FORMATS: None where it holds the model, else what
+# its refusal names.
 MODELS = {
-    **{
-        name: {
-            "hf": _TIMM_DIR,
-            "timm-dir": None
-        } for name in stored.TINY_FAMILIES
-    },
-    "timm_vit": {
-        "hf": None,
-        "timm-dir": None
-    },
-    "hf_vit": {
-        "hf": None,
-        "timm-dir": None
-    },
+    **dict.fromkeys(stored.TINY_FAMILIES, (_TIMM_DIR, None)),
+    "timm_vit": (None, None),
+    "hf_vit": (None, None),
     # timm's functions build Mixer-S/B/L only (a smaller one is refused).
-    "mixer_s32": {
-        "hf": _TIMM_DIR,
-        "timm-dir": None
-    },
-    "tiny_mixer": {
-        "hf": _TIMM_DIR,
-        "timm-dir": "--format=timm "
-    },
-    **{
-        name: {
-            "hf": _TIMM_DIR,
-            "timm-dir": None
-        } for name in _BIG_VISION
-    },
+    "mixer_s32": (_TIMM_DIR, None),
+    "tiny_mixer": (_TIMM_DIR, "--format=timm "),
+    "plain_gap_sincos": (_TIMM_DIR, None),
+    "siglip_map": (_TIMM_DIR, None),
+    "pre_logits_no_head": (None, "--format=npz"),
 }
 
 
@@ -113,8 +96,9 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
     writers.save_npz(flat, path + ".npz")
     return path + ".npz", np.asarray(
         model.apply({"params": params}, stored.tiny_images())[0])
-  model = VisionTransformer(num_classes=10, **test_big_vision.TINY,
-                            **_BIG_VISION[name])
+  model = VisionTransformer(
+      num_classes=None if name == "pre_logits_no_head" else 10,
+      **test_big_vision.TINY, **_BIG_VISION[name])
   params = test_big_vision.random_params(model, seed=len(name))
   np.savez(path + ".npz", **test_big_vision.big_vision_file(params))
   return path + ".npz", test_big_vision.logits(model, params,
@@ -171,7 +155,7 @@ def exported(tmp_path_factory):
   for name in MODELS:
     path, reference = _source(name, folder)
     config = _config(name, path)
-    for fmt in ("hf", "timm-dir"):
+    for fmt in FORMATS:
       directory = str(folder / f"{name}-{fmt}")
       try:
         export.export_directory(path, fmt, directory, config=config)
@@ -194,12 +178,12 @@ def their_logits(exported, tmp_path_factory):
 
 
 _EXPORTS = [(name, fmt)
-            for name, formats in MODELS.items()
-            for fmt, refusal in formats.items()
+            for name, refusals in MODELS.items()
+            for fmt, refusal in zip(FORMATS, refusals)
             if refusal is None]
 _REFUSALS = [(name, fmt)
-             for name, formats in MODELS.items()
-             for fmt, refusal in formats.items()
+             for name, refusals in MODELS.items()
+             for fmt, refusal in zip(FORMATS, refusals)
              if refusal is not None]
 
 
@@ -228,7 +212,7 @@ def test_a_format_that_cannot_hold_the_model_names_one_that_can(
     name, fmt, exported):
   message, _ = exported[name, fmt]
   assert message.startswith("refused: ") and "\n" not in message, message
-  assert MODELS[name][fmt] in message, message
+  assert MODELS[name][FORMATS.index(fmt)] in message, message
 
 
 def test_the_written_configs_say_what_the_libraries_need(exported):

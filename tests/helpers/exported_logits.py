@@ -5,11 +5,14 @@ run in the PyTorch environment (.venv-torch, which has no JAX):
         OUT.npz NAME=FORMAT:DIR [NAME=FORMAT:DIR ...]
 
 FORMAT `hf`: ViTForImageClassification.from_pretrained(DIR), every weight
-present and used; `timm-dir`: timm.create_model('local-dir:DIR',
+present and used (a ViTModel's directory: its pooler output, the
+pre-logits); `timm-dir`: timm.create_model('local-dir:DIR',
 pretrained=True). OUT.npz holds each NAME's logits of the NHWC images.
 Nothing is downloaded.
 """
 
+import json
+import os
 import sys
 
 import numpy as np
@@ -17,12 +20,31 @@ import numpy as np
 from tests.helpers import torch_reference
 
 
+def _pooler_output(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
+  """transformers' ViTModel (with its pooler) from `directory`; every
+  weight present and used."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import ViTModel  # pylint: disable=g-import-not-at-top
+  model, info = ViTModel.from_pretrained(directory, local_files_only=True,
+                                         output_loading_info=True)
+  problems = {k: v for k, v in info.items() if v}
+  if problems:
+    raise ValueError(f"{directory}: {problems}")
+  x = torch.from_numpy(np.ascontiguousarray(images_nhwc.transpose(0, 3, 1, 2)))
+  with torch.no_grad():
+    return model.eval()(pixel_values=x).pooler_output.numpy()
+
+
+def _hf(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
+  with open(os.path.join(directory, "config.json")) as f:
+    if json.load(f)["architectures"] == ["ViTModel"]:
+      return _pooler_output(directory, images_nhwc)
+  return torch_reference.hf_vit_logits_from_dir(directory, images_nhwc)
+
+
 def main(images: str, out: str, *requests: str):
   images_nhwc = np.load(images)
-  read = {
-      "hf": torch_reference.hf_vit_logits_from_dir,
-      "timm-dir": torch_reference.timm_logits_from_dir
-  }
+  read = {"hf": _hf, "timm-dir": torch_reference.timm_logits_from_dir}
   logits = {}
   for request in requests:
     name, rest = request.split("=", 1)
