@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check: ViT-B/16 and ViT-L/16 training at 224 px in bf16 on one
-# GPU, ours against timm, as one table (images/s, MFU, peak memory, compile
-# time, the loss after the timed steps) with the device and the JAX, torch
-# and timm versions. Whoever next works on a GPU runs this first.
+# GPU, ours against timm, and ours with FP8 matmuls (config.model.fp8), as
+# one table (images/s, MFU, peak memory, compile time, the loss after the
+# timed steps) with the device and the JAX, torch and timm versions.
+# Whoever next works on a GPU runs this first.
 #
 #   benchmarks/gpu_check.sh          # an H100/H200 machine: about 6 minutes
 #   benchmarks/gpu_check.sh --dry    # any CPU: the tiny `testing` model, 2 steps,
@@ -14,10 +15,11 @@
 # AdamW). It uses what the machine has (the lent GPU machines: Python 3.12,
 # JAX 0.11.2, torch, timm), plus ml_collections from benchmarks/wheels/ (pure
 # Python, 77 kB) where that is missing. B/16 runs at batch 256, L/16 at 128
-# (the same for both codes). The four runs share BUDGET seconds (default
-# 470, so the whole check ends within 8 minutes), each at most 200: one
-# that hangs leaves the others their time, and a run that fails or runs
-# out of time shows its last log line in the table.
+# (the same for all codes; FP8 is ours only, timm has none here). The six
+# runs share BUDGET seconds (default 540, so the whole check ends within 9
+# minutes), each at most 200: one that hangs leaves the others their time,
+# and a run that fails or runs out of time shows its last log line in the
+# table.
 #
 # PYTHON (default python3) runs ours, TORCH_PYTHON (default $PYTHON)
 # timm's; OUT keeps the JSON results and logs (default: a new temporary
@@ -33,7 +35,7 @@ if [[ ${1:-} == --dry ]]; then  # torch.compile captures the graph only.
 else
   rows=("ViT-B/16 256 224" "ViT-L/16 128 224") steps=20 backend=inductor
 fi
-deadline=$((SECONDS + ${BUDGET:-470}))
+deadline=$((SECONDS + ${BUDGET:-540}))
 limit() {  # Seconds the next run may take: 200, or what the budget has left.
   local left=$((deadline - SECONDS))
   echo $((left < 200 ? (left > 1 ? left : 1) : 200))
@@ -60,6 +62,10 @@ for row in "${rows[@]}"; do
   else
     echo "not run: it takes the model and batch from ours" >"$out/$name.timm.log"
   fi
+  timeout "$(limit)" "$PYTHON" -m vit_jax benchmark --variant="$variant" \
+    --batch="$batch" --image_size="$size" --dtype=bfloat16 --steps="$steps" \
+    --fp8 --out="$out/$name.ours-fp8.json" >"$out/$name.ours-fp8.log" 2>&1 ||
+    echo "(exit status $?)" >>"$out/$name.ours-fp8.log"
 done
 "$PYTHON" benchmarks/side_by_side.py "$out" "${names[@]}"
 echo "(results and logs: $out)"

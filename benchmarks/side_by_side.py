@@ -2,9 +2,9 @@
 
     python3 benchmarks/side_by_side.py DIR ROW...
 
-Each ROW (e.g. ViT-B_16) has DIR/ROW.ours.json and DIR/ROW.timm.json when
-its run finished; a run that did not gets its log's last line instead
-(DIR/ROW.ours.log, DIR/ROW.timm.log). Needs only Python.
+Each ROW (e.g. ViT-B_16) has DIR/ROW.CODE.json for each code (ours, timm,
+ours-fp8: ours with FP8 matmuls) when its run finished; a run that did not
+gets its log's last line instead (DIR/ROW.CODE.log). Needs only Python.
 """
 
 import json
@@ -44,7 +44,7 @@ def table(folder: str, rows: list) -> str:
   lines, about = [], {}
   body = []
   for row in rows:
-    for code in ("ours", "timm"):
+    for code in ("ours", "timm", "ours-fp8"):
       result, last = _result(folder, row, code)
       name = row.replace("_", "/")
       if result is None:

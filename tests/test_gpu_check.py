@@ -42,13 +42,16 @@ def test_dry_run_prints_ours_and_timms_rows_for_the_same_model(tmp_path):
       "model", "batch", "code", "images/s", "MFU", "peak", "GiB", "compile",
       "s", "loss"
   ]
-  for line, code in zip(lines[2:4], ("ours", "timm")):
+  for line, code in zip(lines[2:5], ("ours", "timm", "ours-fp8")):
     cells = line.split()
     assert cells[:3] == ["testing", "8", code], lines
     assert float(cells[3].replace(",", "")) > 0 and cells[4:6] == ["-", "-"]
-  assert lines[4] == f"(results and logs: {tmp_path})"
+  assert lines[5] == f"(results and logs: {tmp_path})"
   ours = json.loads((tmp_path / "testing.ours.json").read_text())
   timm = json.loads((tmp_path / "testing.timm.json").read_text())
+  fp8 = json.loads((tmp_path / "testing.ours-fp8.json").read_text())
+  assert fp8["fp8"] is True and ours["fp8"] is False
+  assert fp8["parameters"] == ours["parameters"]
   # The same model (parameter for parameter), batch and images.
   assert ours["parameters"] == timm["parameters"] == 23_320
   for key in ("batch", "image_size", "dtype"):

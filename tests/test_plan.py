@@ -111,8 +111,8 @@ def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
   regathered = _tpu_plan(digits_config, "fsdp")
   in_blocks = fsdp.gathering_plan
 
-  def in_the_loss_only(model, shardings):  # Gathers all, before the blocks.
-    return dataclasses.replace(in_blocks(model, shardings),
+  def in_the_loss_only(model, shardings, **kwargs):  # All, before the blocks.
+    return dataclasses.replace(in_blocks(model, shardings, **kwargs),
                                loss_gathers=shardings, block_gather=None)
 
   monkeypatch.setattr(fsdp, "gathering_plan", in_the_loss_only)

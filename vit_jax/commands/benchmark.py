@@ -25,6 +25,8 @@ flags.DEFINE_integer("steps", 10, "Timed steps (after one warm-up step).",
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
 flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
+flags.DEFINE_bool("fp8", False, "The encoder's matmuls in FP8 "
+                  "(config.model.fp8).")
 flags.DEFINE_enum("attention", "auto", models.ATTENTION,
                   "Attention implementation (config.model.attention).")
 flags.DEFINE_integer(
@@ -41,7 +43,7 @@ def main(argv):
   f = flags.FLAGS
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
                      f.dtype, f.remat, f.scan_layers, f.peak_tflops,
-                     f.attention, f.profile_steps)
+                     f.attention, f.profile_steps, f.fp8)
   text = json.dumps(result, indent=2)
   print(text)
   if f.out:

@@ -44,6 +44,11 @@ def get_model_config() -> ml_collections.ConfigDict:
   # The final LayerNorm on the pooled features, not every token (fc_norm).
   model.pooled_norm = False  # See above.
   model.layer_norm_eps = 1e-6  # Every LayerNorm's epsilon (timm's CLIP: 1e-5).
+  # FP8 training: the encoder blocks' matmuls (attention projections, MLP)
+  # in e4m3 forward and e5m2 gradients, with delayed scaling whose state the
+  # train state keeps and checkpoints; the embedding, head, LayerNorms,
+  # softmax and loss stay in `dtype`, and so does evaluation (ViTs only).
+  model.fp8 = False  # See above.
   model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
   model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
   model.dropout_rate = 0.0  # After position embeddings, attention and MLP.

@@ -11,6 +11,7 @@ from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
 from vit_jax.models import variants
 from vit_jax.models.attention import ATTENTION
+from vit_jax.models.attention import FP8_STATE
 from vit_jax.models.mixer import MlpMixer
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import MixerVariant
@@ -43,6 +44,7 @@ _LATER_FIELDS = {
     "quick_gelu": False,
     "pooled_norm": False,
     "layer_norm_eps": 1e-6,
+    "fp8": False,
 }
 # The options of PyTorch's ViT families, as VisionTransformer's fields.
 TORCH_FAMILY_OPTIONS = ("num_registers", "posemb_covers_prefix", "layer_scale",
@@ -156,6 +158,7 @@ def _check_mixer_config(model_config: ml_collections.ConfigDict):
       "class_token": (model_field(model_config, "class_token"), (None, False)),
       "posemb": (model_field(model_config, "posemb"), ("learn",)),
       "scan_layers": (model_config.scan_layers, (False,)),
+      "fp8": (model_field(model_config, "fp8"), (False,)),
   }
   for name in TORCH_FAMILY_OPTIONS:  # A ViT's options only.
     options[name] = (model_field(model_config, name), (_LATER_FIELDS[name],))
@@ -233,6 +236,7 @@ def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
       remat=model_config.remat,
       scan_layers=model_config.scan_layers,
       attention=model_field(model_config, "attention"),
+      fp8=model_field(model_config, "fp8"),
       gelu_approximate=_decided_gelu(model_config),
       dtype=DTYPES[model_config.dtype],
       param_dtype=DTYPES[model_config.param_dtype],
@@ -273,6 +277,17 @@ def init_on_zeros(model, rng, image_size: int):
   return model.init(rng, images, train=False)["params"]
 
 
+def fp8_state(model, rng, image_size: int):
+  """The scaling state (amax histories, scales) of the FP8 matmuls of a
+  model built with config.model.fp8, which training keeps beside the
+  parameters (`TrainState.fp8`); None for any other model."""
+  if not getattr(vit_of(model), "fp8", False):
+    return None
+  images = jnp.zeros((1, image_size, image_size, 3))
+  variables = model.init({"params": rng, "dropout": rng}, images, train=True)
+  return variables[FP8_STATE]
+
+
 def param_shapes(model, image_size: int):
   """The parameter tree as ShapeDtypeStructs: nothing is allocated."""
   return jax.eval_shape(
@@ -283,5 +298,5 @@ __all__ = [
     "VARIANTS", "VisionTransformer", "MlpMixer", "MixerVariant", "build_model",
     "check_image_size", "from_config", "get_variant", "check_model_config",
     "DTYPES", "model_field", "num_prefix_tokens", "posemb_prefix_tokens",
-    "stride", "init_on_zeros", "param_shapes"
+    "stride", "init_on_zeros", "param_shapes", "fp8_state"
 ]

@@ -8,6 +8,7 @@ import functools
 from typing import Any
 
 import flax.linen as nn
+from flax.linen import fp8_ops
 import jax
 import jax.numpy as jnp
 
@@ -51,6 +52,18 @@ def fused_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK, implementation: str,
   return y[:, :tokens]
 
 
+# The variable collection of the FP8 matmuls' scaling state.
+FP8_STATE = fp8_ops.OVERWRITE_WITH_GRADIENT
+
+
+def fp8_matmuls(fp8: bool, deterministic: bool):
+  """Flax's FP8 matmul (e4m3 inputs and kernels, e5m2 gradients, delayed
+  scaling from an amax history kept in the `_overwrite_with_gradient`
+  collection) where FP8 training is on; None (the dtype's) otherwise and
+  in evaluation, which computes from the same parameters without it."""
+  return fp8_ops.Fp8DirectDotGeneralOp if fp8 and not deterministic else None
+
+
 class MultiHeadDotProductAttention(nn.Module):
   """Multi-head attention with an fp32 softmax.
 
@@ -66,6 +79,7 @@ class MultiHeadDotProductAttention(nn.Module):
   num_heads: int
   dropout_rate: float = 0.0
   implementation: str = "auto"
+  fp8: bool = False  # The projections in FP8 in training (`fp8_matmuls`).
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -77,9 +91,11 @@ class MultiHeadDotProductAttention(nn.Module):
       raise ValueError(f"hidden_size {width} is not divisible by num_heads "
                        f"{self.num_heads}.")
     head_dim = width // self.num_heads
+    dot_general_cls = fp8_matmuls(self.fp8, deterministic)
     proj = functools.partial(nn.DenseGeneral, (self.num_heads, head_dim),
                              dtype=self.dtype, param_dtype=self.param_dtype,
-                             kernel_init=nn.initializers.xavier_uniform())
+                             kernel_init=nn.initializers.xavier_uniform(),
+                             dot_general_cls=dot_general_cls)
     scale = jnp.sqrt(head_dim).astype(self.dtype)
     q_BxMxHxK = proj(name="query")(q_BxMxD) / scale
     k_BxNxHxK = proj(name="key")(kv_BxNxD)
@@ -105,5 +121,6 @@ class MultiHeadDotProductAttention(nn.Module):
           _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1)
     out_BxMxD = nn.DenseGeneral(
         width, axis=(-2, -1), dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform(), name="out")(y_BxMxHxK)
+        kernel_init=nn.initializers.xavier_uniform(),
+        dot_general_cls=dot_general_cls, name="out")(y_BxMxHxK)
     return out_BxMxD, weights_BxHxMxN

@@ -38,7 +38,9 @@ import jax.numpy as jnp
 
 from vit_jax.models import partitioning as lx
 from vit_jax.models import resnet
+from vit_jax.models.attention import FP8_STATE
 from vit_jax.models.attention import MultiHeadDotProductAttention
+from vit_jax.models.attention import fp8_matmuls
 from vit_jax.models.embeddings import AddPositionEmbs
 from vit_jax.models.embeddings import PatchEmbedding
 from vit_jax.models.embeddings import posemb_sincos2d
@@ -62,15 +64,17 @@ class MlpBlock(nn.Module):
   dropout_rate: float = 0.0
   gelu_approximate: bool = True
   quick_gelu: bool = False  # x sigmoid(1.702 x) instead (OpenAI's CLIP).
+  fp8: bool = False  # Training matmuls in FP8 (`fp8_matmuls`).
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
-    dense = functools.partial(nn.Dense, dtype=self.dtype,
-                              param_dtype=self.param_dtype,
-                              kernel_init=nn.initializers.xavier_uniform(),
-                              bias_init=nn.initializers.normal(stddev=1e-6))
+    dense = functools.partial(
+        nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6),
+        dot_general_cls=fp8_matmuls(self.fp8, deterministic))
     h_BxNxF = dense(self.mlp_dim, name="Dense_0")(x_BxNxD)
     if self.quick_gelu:
       h_BxNxF = h_BxNxF * nn.sigmoid(1.702 * h_BxNxF)
@@ -114,6 +118,7 @@ class Encoder1DBlock(nn.Module):
   layer_scale: Optional[float] = None  # LayerScale's init; None: none.
   layer_norm_eps: float = 1e-6
   attention: str = "auto"  # See MultiHeadDotProductAttention.
+  fp8: bool = False  # See MlpBlock.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -124,7 +129,7 @@ class Encoder1DBlock(nn.Module):
     y = norm(name="LayerNorm_0")(x_BxNxD)
     y, weights_BxHxNxN = MultiHeadDotProductAttention(
         self.num_heads, self.attention_dropout_rate, self.attention,
-        dtype=self.dtype, param_dtype=self.param_dtype,
+        fp8=self.fp8, dtype=self.dtype, param_dtype=self.param_dtype,
         name="MultiHeadDotProductAttention_1")(
             y, y, deterministic, need_weights=self.return_intermediates)
     y = nn.Dropout(self.dropout_rate)(y, deterministic)
@@ -135,7 +140,7 @@ class Encoder1DBlock(nn.Module):
 
     y = norm(name="LayerNorm_2")(x_BxNxD)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
-                 self.quick_gelu, dtype=self.dtype,
+                 self.quick_gelu, self.fp8, dtype=self.dtype,
                  param_dtype=self.param_dtype, name="MlpBlock_3")(y,
                                                                   deterministic)
     if self.layer_scale is not None:
@@ -172,6 +177,7 @@ class Encoder(nn.Module):
   final_norm: bool = True  # False: the model normalises pooled features.
   layer_norm_eps: float = 1e-6
   attention: str = "auto"
+  fp8: bool = False  # See MlpBlock.
   # FSDP in training: `{"params": block} -> {"params": gathered block}`.
   gather_block: Optional[Callable[[Any], Any]] = None
   dtype: Dtype = jnp.float32
@@ -215,11 +221,14 @@ class Encoder(nn.Module):
         return_intermediates=return_intermediates,
         gelu_approximate=self.gelu_approximate, quick_gelu=self.quick_gelu,
         layer_scale=self.layer_scale, layer_norm_eps=self.layer_norm_eps,
-        attention=self.attention, dtype=self.dtype,
+        attention=self.attention, fp8=self.fp8, dtype=self.dtype,
         param_dtype=self.param_dtype)
 
     if self.scan_layers:
-      scanned = nn.scan(block_cls, variable_axes={"params": 0}, split_rngs={
+      scanned = nn.scan(block_cls, variable_axes={
+          "params": 0,
+          FP8_STATE: 0
+      }, split_rngs={
           "params": True,
           "dropout": True
       }, in_axes=nn.broadcast, length=self.num_layers)
@@ -313,6 +322,7 @@ class VisionTransformer(nn.Module):
   pooled_norm: bool = False
   layer_norm_eps: float = 1e-6  # Every LayerNorm's (timm's CLIP: 1e-5).
   attention: str = "auto"  # See MultiHeadDotProductAttention; one of ATTENTION.
+  fp8: bool = False  # The encoder's matmuls in FP8 in training (MlpBlock).
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
@@ -386,7 +396,7 @@ class VisionTransformer(nn.Module):
         gelu_approximate=self.gelu_approximate, quick_gelu=self.quick_gelu,
         layer_scale=self.layer_scale, pre_norm=self.pre_norm,
         final_norm=not self.pooled_norm, layer_norm_eps=self.layer_norm_eps,
-        attention=self.attention, gather_block=self.gather_block,
+        attention=self.attention, fp8=self.fp8, gather_block=self.gather_block,
         dtype=self.dtype, param_dtype=self.param_dtype, name="Transformer")(
             x_BxNxD, not train, return_intermediates)
     out["encoded"] = encoded

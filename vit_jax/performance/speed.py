@@ -64,11 +64,11 @@ def _timed_steps(compiled, state, batch_data, num_steps: int):
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, dtype: str = "float32", remat: str = "none",
         scan_layers: bool = False, peak_tflops=None, attention: str = "auto",
-        profile_steps: int = 0) -> dict:
+        profile_steps: int = 0, fp8: bool = False) -> dict:
   model_config = defaults.get_model_config()
   model_config.update(
       dict(variant=variant, dtype=dtype, remat=remat, scan_layers=scan_layers,
-           attention=attention, gelu_approximate=True))  # As released.
+           attention=attention, fp8=fp8, gelu_approximate=True))  # As released.
   model = models.build_model(model_config, num_classes)
   models.variants.check_image_size(variant, image_size, "--image_size")
   config = defaults.get_config()
@@ -113,6 +113,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "batch": batch,
       "image_size": image_size,
       "dtype": dtype,
+      "fp8": fp8,  # MFU stays relative to the dtype's peak.
       "remat": remat,
       "scan_layers": scan_layers,
       "attention": attention,

@@ -12,8 +12,10 @@ another. The workdir may be local or on object storage (`vit_jax.paths`).
 import logging as logging_lib
 import signal
 import sys
+from typing import Any
 
 from absl import logging
+import flax
 import jax
 from jax.experimental import multihost_utils
 import ml_collections
@@ -59,7 +61,7 @@ def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):
   failed = []  # (step, why)
   for step in steps:
     try:
-      restored = manager.restore(step, args=ocp.args.StandardRestore(abstract))
+      restored = _restore(manager, step, abstract)
     except Exception as e:  # noqa: BLE001 Orbax and TensorStore raise many.
       why = _reason(e)
       if _saved_shapes(manager, step) not in (None, _shapes(state)):
@@ -206,6 +208,34 @@ def _set_aside(manager, steps):
         mark.unlink()
   multihost_utils.sync_global_devices("damaged checkpoints set aside")
   manager.reload()
+
+
+@flax.struct.dataclass
+class _StateWithoutFp8:
+  """The train state's fields before it had `fp8` (checkpoints written
+  then have no such entry)."""
+  step: Any
+  params: Any
+  opt_state: Any
+  rng: Any
+  ema_params: Any = None
+
+
+def _restore(manager: ocp.CheckpointManager, step: int, abstract):
+  """Step `step` restored into `abstract` (a TrainState of
+  ShapeDtypeStructs); one written before the FP8 field, into the fields it
+  has, where the state has no FP8 state."""
+  try:
+    return manager.restore(step, args=ocp.args.StandardRestore(abstract))
+  except Exception as e:  # noqa: BLE001 Orbax's mismatch is a ValueError.
+    if abstract.fp8 is not None or "tree structures do not match" not in str(e):
+      raise
+  older = _StateWithoutFp8(abstract.step, abstract.params, abstract.opt_state,
+                           abstract.rng, abstract.ema_params)
+  restored = manager.restore(step, args=ocp.args.StandardRestore(older))
+  return abstract.replace(step=restored.step, params=restored.params,
+                          opt_state=restored.opt_state, rng=restored.rng,
+                          ema_params=restored.ema_params)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, force=False):

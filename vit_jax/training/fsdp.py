@@ -61,13 +61,15 @@ def _gather_block(variables, per_block, cast, explicit):
   }
 
 
-def gathering_plan(model, params_sharding) -> FsdpPlan:
+def gathering_plan(model, params_sharding, explicit: bool = True) -> FsdpPlan:
   """The plan for parameters sharded as `params_sharding` (None: not
-  given); it gathers nothing where nothing is split over `data`."""
+  given); it gathers nothing where nothing is split over `data`.
+  `explicit=False` leaves the collectives to XLA's partitioner even where
+  `data` is the only split."""
   if params_sharding is None or not sharding.splits_over_data(params_sharding):
     return FsdpPlan(params_sharding)
   mesh = jax.tree.leaves(params_sharding)[0].mesh
-  explicit = mesh.shape[sharding.MODEL_AXIS] == 1
+  explicit = explicit and mesh.shape[sharding.MODEL_AXIS] == 1
   names = scan.encoder_blocks(params_sharding)
   encoder = params_sharding.get(scan.ENCODER, {})
   whole = FsdpPlan(params_sharding, params_sharding, explicit=explicit)

@@ -14,8 +14,10 @@ from jax.sharding import PartitionSpec as P
 import ml_collections
 import optax
 
+from vit_jax import models
 from vit_jax import sharding
 from vit_jax.data import handover
+from vit_jax.models.attention import FP8_STATE
 from vit_jax.training import fsdp
 from vit_jax.training import objectives
 from vit_jax.training import optim
@@ -58,7 +60,7 @@ def accumulate(grad_fn: Callable, params, batch, rng, accum_steps: int,
 
 def make_train_step(model, tx, objective: objectives.Objective, schedule,
                     mesh: Mesh, accum_steps: int = 1, ema_decay: float = 0.0,
-                    params_sharding=None, frozen=()):
+                    params_sharding=None, frozen=(), fp8_sharding=None):
   """`train_step(state, batch) -> (state, metrics)` for `objective`
   (`objectives.py`).
 
@@ -68,25 +70,49 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
   over `data` are gathered where `fsdp.gathering_plan` says. Parameters
   matching a regex of `frozen` (config.frozen) get no gradient computed;
   the metric `grad_norm` then counts the trained parameters only.
+
+  With FP8 matmuls (config.model.fp8) the loss is differentiated by the
+  parameters and the FP8 scaling state, whose "gradient" is its next value
+  (Flax's fp8_ops); the amax a step records is the whole batch's (with
+  gradient accumulation, the mean over its micro-batches').
   """
-  gathering = fsdp.gathering_plan(model, params_sharding)
+  fp8 = getattr(models.vit_of(model), "fp8", False)
+  # FP8's amax is the whole batch's only where XLA partitions the step;
+  # FSDP's explicit per-shard collectives are not used with it.
+  gathering = fsdp.gathering_plan(model, params_sharding, explicit=not fp8)
   model = gathering.wrap_model(model)
 
-  def loss(params, batch, rng):
+  def loss(trained, batch, rng):  # trained: params, or params and FP8 state.
+    params, collections = trained, {}
+    if fp8:
+      params, collections = trained["params"], {FP8_STATE: trained["fp8"]}
     batch = {**batch, "image": handover.images_in_value_range(batch["image"])}
     params = gathering.gather(optim.stop_frozen_gradients(frozen, params))
 
     def apply(images, **kwargs):  # The model in training mode.
-      return model.apply({"params": params}, images, train=True, **kwargs)
+      return model.apply({
+          "params": params,
+          **collections
+      }, images, train=True, **kwargs)
 
     return objective(apply, batch, rng)
 
+  trained_sharding = params_sharding
+  if fp8 and params_sharding is not None:  # The FP8 state's: replicated.
+    trained_sharding = {"params": params_sharding, "fp8": fp8_sharding}
   grad_fn = jax.value_and_grad(gathering.wrap_loss(loss, mesh), has_aux=True)
 
   def train_step(state: TrainState, batch):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    trained = ({
+        "params": state.params,
+        "fp8": state.fp8
+    } if fp8 else state.params)
     (loss_value, objective_metrics), grads = accumulate(
-        grad_fn, state.params, batch, rng, accum_steps, mesh, params_sharding)
+        grad_fn, trained, batch, rng, accum_steps, mesh, trained_sharding)
+    new_fp8 = state.fp8
+    if fp8:
+      grads, new_fp8 = grads["params"], grads["fp8"]
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     ema_params = state.ema_params
@@ -100,7 +126,8 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
         **objective_metrics
     }
     return state.replace(step=state.step + 1, params=params,
-                         opt_state=opt_state, ema_params=ema_params), metrics
+                         opt_state=opt_state, ema_params=ema_params,
+                         fp8=new_fp8), metrics
 
   return train_step
 
@@ -120,8 +147,8 @@ def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
   """The config's jitted train step: what training runs and the plan
   compiles (one definition, so the plan measures the real step)."""
   return jit_train_step(
-      make_train_step(model, tx, objectives.objective_for_config(config),
-                      schedule, mesh, config.accum_steps,
-                      config.ema_decay, state_sharding.params,
-                      tuple(config.frozen)), state_sharding, mesh,
+      make_train_step(
+          model, tx, objectives.objective_for_config(config), schedule, mesh,
+          config.accum_steps, config.ema_decay, state_sharding.params,
+          tuple(config.frozen), state_sharding.fp8), state_sharding, mesh,
       config.sharding.logical_axis_rules)

@@ -21,6 +21,9 @@ class TrainState:
   opt_state: Any
   rng: jax.Array  # uint32 key data; the dropout key of step s folds in s.
   ema_params: Any = None  # Polyak average of params; None when disabled.
+  # The FP8 matmuls' scaling state (config.model.fp8; models.fp8_state):
+  # each step's gradient of it is its next value. None without FP8.
+  fp8: Any = None
 
   def eval_params(self):
     """The parameters evaluation uses: the average when there is one."""
@@ -35,7 +38,8 @@ def _init_fn(model, tx, image_size: int, ema: bool):
     return TrainState(step=jnp.zeros(
         (), jnp.int32), params=params, opt_state=tx.init(params),
                       rng=jax.random.key_data(dropout_key),
-                      ema_params=params if ema else None)
+                      ema_params=params if ema else None, fp8=models.fp8_state(
+                          model, params_key, image_size))
 
   return init
 
