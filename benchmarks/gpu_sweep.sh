@@ -1,7 +1,8 @@
 #!/bin/bash
 # ViT-B/16 bf16 training speed on one GPU: the attention implementations,
-# a larger batch and an XLA flag, each a `vit-jax benchmark` run writing
-# JSON into $1 (default: .); the first also profiles where the time goes.
+# a larger batch, an XLA flag and FP8 matmuls, each a `vit-jax benchmark`
+# run writing JSON into $1 (default: .); the first also profiles where the
+# time goes.
 # Needs jax, flax, optax and ml_collections; no TensorFlow.
 set -u
 out=${1:-.}
@@ -18,3 +19,4 @@ bench auto 256 "" --profile_steps=3
 bench explicit 256 "" --attention=explicit
 bench auto_b512 512 ""
 bench auto_no_triton_gemm 256 "--xla_gpu_enable_triton_gemm=false"
+bench fp8 256 "" --fp8
