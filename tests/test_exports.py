@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+from etils import epath
 import flax
 import jax
 import numpy as np
@@ -33,6 +34,7 @@ from vit_jax.errors import UserError
 from vit_jax.fewshot import sweep
 from vit_jax.models import VisionTransformer
 from vit_jax.models import variants
+from vit_jax.weights import pytorch_dir
 from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -304,3 +306,26 @@ def test_a_trained_workdir_exports_for_both_from_the_command_line(
   last = refused.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and "--pp_eval" in last, last
   assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("config,options", [
+    ({
+        "architecture": "vit_base_patch16_clip_quickgelu_224"
+    }, dict(gelu_approximate=False, layer_norm_eps=1e-5, quick_gelu=True)),
+    ({
+        "architecture": "vit_base_patch14_dinov2"
+    }, dict(gelu_approximate=False)),
+    ({
+        "model_type": "vit",
+        "hidden_act": "gelu_pytorch_tanh",
+        "layer_norm_eps": 1e-12
+    }, dict(gelu_approximate=True, layer_norm_eps=1e-12)),
+])
+def test_a_hub_directory_says_what_its_weights_cannot(config, options,
+                                                      tmp_path):
+  """A directory as the Hub serves it (timm's: the architecture's name,
+  often without model_args; transformers': hidden_act, layer_norm_eps)."""
+  (tmp_path / "config.json").write_text(json.dumps(config))
+  (tmp_path / "model.safetensors").write_bytes(b"")
+  assert pytorch_dir.model_options(epath.Path(tmp_path)) == options
+  assert pytorch_dir.model_options(epath.Path(tmp_path / "elsewhere")) == {}

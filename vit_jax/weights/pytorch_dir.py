@@ -67,6 +67,8 @@ def model_options(directory: epath.Path) -> dict:
     options = dict(_ACTIVATIONS.get(args.get("act_layer", "gelu"), {}))
     if "_clip_" in config["architecture"]:
       options["layer_norm_eps"] = 1e-5  # timm's CLIP functions' LayerNorm.
+    if "_quickgelu_" in config["architecture"] and "act_layer" not in args:
+      options["quick_gelu"] = True  # e.g. vit_base_patch16_clip_quickgelu_224.
     return options
   options = dict(_ACTIVATIONS.get(config.get("hidden_act", "gelu"), {}))
   if "layer_norm_eps" in config:
