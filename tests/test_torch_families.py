@@ -40,6 +40,14 @@ _FAMILY_NAMES = {
 }
 
 
+def _register_tiny_timm():
+  """The variant of the tiny families' size, for what builds from a file."""
+  variants.register(
+      "tiny-timm",
+      variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
+                       patch_size=8))
+
+
 def _convert(name):
   return convert.from_timm(stored.tiny_family_state(name), 4, name)
 
@@ -121,10 +129,7 @@ def test_each_family_fine_tunes_sweeps_predicts_and_round_trips(
   workdir, exported to a timm directory that loads back with the same
   logits, and swept few-shot as the model its file holds (DINOv2's probe
   features: class token and mean patch token side by side)."""
-  variants.register(
-      "tiny-timm",
-      variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
-                       patch_size=8))
+  _register_tiny_timm()
   path = str(tmp_path / f"{name}.safetensors")
   st_numpy.save_file(stored.tiny_family_state(name), path)
   converted = _convert(name)
@@ -201,10 +206,7 @@ def test_hugging_faces_dinov2_gives_its_tokens(name, checkpoint, tmp_path):
 def test_each_familys_file_says_the_model_it_holds(name, tmp_path):
   """What `predict`, `inspect` and few-shot sweeps build from a file alone
   (a registered variant of its size): its logits are timm's."""
-  variants.register(
-      "tiny-timm",
-      variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
-                       patch_size=8))
+  _register_tiny_timm()
   path = str(tmp_path / f"{name}.safetensors")
   st_numpy.save_file(stored.tiny_family_state(name), path)
   config = defaults.get_config()

@@ -29,7 +29,6 @@ from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
 from vit_jax.models import scan
-from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import hf_dir
 from vit_jax.weights import timm_dir
@@ -82,10 +81,8 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
                                    loaded.config.image_size)
   flat = flax.traverse_util.flatten_dict(jax.device_get(loaded.params), sep="/")
   flat = scan.unstack_flat(flat) if scan.is_scanned(loaded.params) else flat
-  left_out = sorted(k for k in flat if convert.is_masked_patch_part(k))
-  params = {
-      k: np.asarray(v, np.float32) for k, v in flat.items() if k not in left_out
-  }
+  # The plain model: masked patch prediction's parts were left out loading.
+  params = {k: np.asarray(v, np.float32) for k, v in flat.items()}
   names, source = None, None
   if loaded.num_classes:
     names, source = inference.class_names(loaded, labels)
@@ -93,7 +90,6 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
   console.say("Writing %s to %s as %s.", checkpoint, out, fmt)
   write = {"hf": hf_dir.write, "timm-dir": timm_dir.write}[fmt]
   write(out, params, loaded.config.model, loaded.config.image_size, pp, names)
-  _say_left_out(left_out)
   count = sum(v.size for v in params.values())
   return (f"Wrote {out} ({count:,} parameters"
           f"{', class names from ' + source if names else ''}).")

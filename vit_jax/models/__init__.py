@@ -277,11 +277,16 @@ def init_on_zeros(model, rng, image_size: int):
   return model.init(rng, images, train=False)["params"]
 
 
+def uses_fp8(model: nn.Module) -> bool:
+  """Whether `model` was built with config.model.fp8 (ViTs only)."""
+  return getattr(vit_of(model), "fp8", False)
+
+
 def fp8_state(model, rng, image_size: int):
   """The scaling state (amax histories, scales) of the FP8 matmuls of a
   model built with config.model.fp8, which training keeps beside the
   parameters (`TrainState.fp8`); None for any other model."""
-  if not getattr(vit_of(model), "fp8", False):
+  if not uses_fp8(model):
     return None
   images = jnp.zeros((1, image_size, image_size, 3))
   variables = model.init({"params": rng, "dropout": rng}, images, train=True)
@@ -298,5 +303,5 @@ __all__ = [
     "VARIANTS", "VisionTransformer", "MlpMixer", "MixerVariant", "build_model",
     "check_image_size", "from_config", "get_variant", "check_model_config",
     "DTYPES", "model_field", "num_prefix_tokens", "posemb_prefix_tokens",
-    "stride", "init_on_zeros", "param_shapes", "fp8_state"
+    "stride", "init_on_zeros", "param_shapes", "fp8_state", "uses_fp8"
 ]

@@ -76,7 +76,7 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
   (Flax's fp8_ops); the amax a step records is the whole batch's (with
   gradient accumulation, the mean over its micro-batches').
   """
-  fp8 = getattr(models.vit_of(model), "fp8", False)
+  fp8 = models.uses_fp8(model)
   # FP8's amax is the whole batch's only where XLA partitions the step;
   # FSDP's explicit per-shard collectives are not used with it.
   gathering = fsdp.gathering_plan(model, params_sharding, explicit=not fp8)

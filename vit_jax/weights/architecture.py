@@ -113,7 +113,7 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
   """The architecture of flat `params` under the released names (see `read`)."""
   if mixer_layout.is_mixer(params):
     return _mixer(params, path)
-  variant = _variant(params, path)
+  variant = variant_of(params, path)
   name = next((n for n, v in VARIANTS.items() if v == variant), None)
   if name is None:
     raise WeightsError(
@@ -170,7 +170,7 @@ def _mixer(params, path) -> Architecture:
                       mixer_tiles=tiles)
 
 
-def _variant(params, path) -> Variant:
+def variant_of(params, path) -> Variant:
   """The widths, depth, heads, patch size and stem of `params`."""
   try:
     embedding = params["embedding/kernel"]  # P x P x C x D

@@ -19,16 +19,15 @@ models are refused in one line naming the format that holds them.
 
 import json
 
-import numpy as np
-
 from vit_jax import models
 from vit_jax import paths
 from vit_jax.errors import WeightsError
-from vit_jax.models import embeddings
+from vit_jax.weights import architecture
 from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import families
 from vit_jax.weights import mixer_layout
+from vit_jax.weights import writers
 
 _TIMM_DIR = "use --format=timm-dir (timm builds it) or --format=npz"
 
@@ -38,7 +37,8 @@ def write(directory: str, params: dict, model_config, image_size: int,
   """Writes the three files into `directory` (see the module doc)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   _check(params, model_config)
-  params = _with_class_token_posemb(params, image_size)
+  params = writers.with_posemb_table(params, image_size)
+  params = writers.with_class_token_entry(params, convert.posemb_prefix(params))
   head = params.get("head/kernel")
   pre_logits = params.get("pre_logits/kernel")
   classify = head is not None
@@ -48,32 +48,26 @@ def write(directory: str, params: dict, model_config, image_size: int,
         (k if k.startswith("classifier.") else "vit." + k): v
         for k, v in state.items()
     }
-  query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
-                 "query/kernel"]
-  width = query.shape[0]
-  patch = params["embedding/kernel"].shape[0]
+  variant = architecture.variant_of(params, "the model")
   grid = round((params[convert.POSEMB].shape[1] - 1)**0.5)
-  architecture = "ViTForImageClassification" if classify else "ViTModel"
+  model_class = "ViTForImageClassification" if classify else "ViTModel"
   config = {
-      "architectures": [architecture],
+      "architectures": [model_class],
       "model_type": "vit",
-      "hidden_size": width,
-      "num_hidden_layers": sum(
-          k.endswith("/MlpBlock_3/Dense_0/kernel") for k in params),
-      "num_attention_heads": query.shape[1],
-      "intermediate_size":
-          params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].
-          shape[-1],
+      "hidden_size": variant.hidden_size,
+      "num_hidden_layers": variant.num_layers,
+      "num_attention_heads": variant.num_heads,
+      "intermediate_size": variant.mlp_dim,
       "hidden_act": _activation(model_config),
       "hidden_dropout_prob": 0.0,
       "attention_probs_dropout_prob": 0.0,
       "initializer_range": 0.02,
       "layer_norm_eps": models.model_field(model_config, "layer_norm_eps"),
-      "image_size": grid * patch,
-      "patch_size": patch,
+      "image_size": grid * variant.patch_size,
+      "patch_size": variant.patch_size,
       "num_channels": 3,
       "qkv_bias": True,
-      "encoder_stride": patch,
+      "encoder_stride": variant.patch_size,
       "dtype": "float32",
   }
   if pre_logits is not None:
@@ -122,24 +116,6 @@ def _check(params, model_config):
         "ViTForImageClassification classifies the class token without the "
         "pre-logits layer this model has; export it without a head (a "
         "ViTModel, whose pooler is that layer) or use --format=npz.")
-
-
-def _with_class_token_posemb(params, image_size) -> dict:
-  """transformers' position embeddings cover the class token: a fixed
-  sincos2d table written at `image_size`, and a zero entry for a class
-  token without one (the same model)."""
-  params = dict(params)
-  if convert.POSEMB not in params:
-    patch = params["embedding/kernel"].shape[0]
-    width = params["embedding/kernel"].shape[-1]
-    grid = image_size // patch
-    params[convert.POSEMB] = np.asarray(
-        embeddings.posemb_sincos2d(grid, grid, width), np.float32)
-  table = params[convert.POSEMB]
-  if convert.posemb_prefix(params) == 0:
-    params[convert.POSEMB] = np.concatenate(
-        [np.zeros_like(table[:, :1]), table], axis=1)
-  return params
 
 
 def image_processor(pp: eval_preprocessing.EvalPreprocessing) -> dict:

@@ -24,10 +24,11 @@ import numpy as np
 from vit_jax import models
 from vit_jax import paths
 from vit_jax.errors import WeightsError
-from vit_jax.models import embeddings
+from vit_jax.weights import architecture
 from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import mixer_layout
+from vit_jax.weights import writers
 
 # timm model function -> the LayerNorm epsilon it builds its ViT with.
 _VIT_BY_EPS = {1e-6: "vit_base_patch16_224", 1e-5: "vit_base_patch16_clip_224"}
@@ -88,11 +89,8 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
     raise WeightsError(
         f"timm's ViT functions build LayerNorms with epsilon 1e-6 or 1e-5, "
         f"not config.model.layer_norm_eps={eps}; use --format=npz.")
-  query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/"
-                 "query/kernel"]
-  width, heads = query.shape[0], query.shape[1]
-  mlp = params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[-1]
-  patch = params["embedding/kernel"].shape[0]
+  variant = architecture.variant_of(params, "the model")
+  width, mlp, patch = variant.hidden_size, variant.mlp_dim, variant.patch_size
   classifier = model_config.classifier
   if classifier == "map" and (eps != 1e-6 or _activation(model_config)
                               not in ("gelu", "gelu_tanh")):
@@ -101,14 +99,10 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
         "this model's MAP head does not; use --format=npz.")
   prefix = int("cls" in params) + (params["registers"].shape[1]
                                    if "registers" in params else 0)
-  params = dict(params)
-  if convert.POSEMB not in params:  # Fixed sincos2d: write its values.
-    grid = image_size // patch
-    params[convert.POSEMB] = np.asarray(
-        embeddings.posemb_sincos2d(grid, grid, width), np.float32)
-    table_prefix = 0
-  else:
-    table_prefix = convert.posemb_prefix(params)
+  table_prefix = (
+      convert.posemb_prefix(params) if convert.POSEMB in params else 0
+  )  # sincos2d: patches.
+  params = writers.with_posemb_table(params, image_size)
   grid_tokens = params[convert.POSEMB].shape[1] - table_prefix
   if "Transformer/pre_norm/scale" in params:
     # timm's pre-norm patch embedding has no bias: it goes into the patches'
@@ -122,11 +116,8 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
       "img_size": round(grid_tokens**0.5) * patch,
       "patch_size": patch,
       "embed_dim": width,
-      "depth": 1 + max(
-          int(k.split("/")[1].split("_")[-1])
-          for k in params
-          if k.startswith("Transformer/encoderblock_")),
-      "num_heads": heads,
+      "depth": variant.num_layers,
+      "num_heads": variant.num_heads,
       "mlp_ratio": mlp / width,
       "qkv_bias": True,
       "class_token": "cls" in params,

@@ -22,15 +22,34 @@ EXPORT_FORMATS = ("npz", "timm")
 def released_params(path: str, num_heads: int = 0) -> dict[str, np.ndarray]:
   """Any file's params under the released names; class-token posemb included."""
   source = loader.read_converted(path, num_heads)
-  params = dict(source.params)
+  return with_class_token_entry(source.params, source.posemb_prefix_tokens)
+
+
+def with_class_token_entry(params, posemb_prefix_tokens: int) -> dict:
+  """`params` whose position embeddings have an entry for the class token:
+  a zero one where the table has none (big_vision adds no position
+  embedding to the class token; zero is the same model)."""
+  params = dict(params)
   posemb = params.get(convert.POSEMB)
-  if ("cls" in params and posemb is not None and
-      source.posemb_prefix_tokens == 0):
-    # big_vision adds no position embedding to the class token: zero is the
-    # same model in the released form.
+  if "cls" in params and posemb is not None and posemb_prefix_tokens == 0:
     zeros = np.zeros_like(posemb[:, :1])
     params[convert.POSEMB] = np.concatenate([zeros, posemb], axis=1)
   return params
+
+
+def with_posemb_table(params, image_size: int) -> dict:
+  """`params` with fixed sincos2d position embeddings (none stored) written
+  as the table of their values at `image_size`, patches only: the same
+  model at that resolution, for formats that only know learned ones."""
+  if convert.POSEMB in params:
+    return params
+  from vit_jax.models import embeddings  # pylint: disable=g-import-not-at-top
+  patch, _, _, width = params["embedding/kernel"].shape
+  grid = image_size // patch
+  return {
+      **params, convert.POSEMB: np.asarray(
+          embeddings.posemb_sincos2d(grid, grid, width), np.float32)
+  }
 
 
 def save_npz(params, path: str):
