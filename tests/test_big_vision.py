@@ -28,6 +28,7 @@ from vit_jax.models import VisionTransformer
 from vit_jax.models import patch_resize
 from vit_jax.weights import architecture
 from vit_jax.weights import convert
+from vit_jax.weights import describe
 from vit_jax.weights import writers
 
 TINY = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2, patch_size=8)
@@ -341,3 +342,101 @@ def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
   table, _ = sweep.sweep(fewshot_config, [paper, f"{siglip}:img", plain])
   for path in (paper, f"{siglip}:img", plain):
     assert 0.0 <= table[path]["digits"]["5shot"] <= 1.0, table
+
+
+def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
+    tfds_data_dir, tmp_path):
+  """A FlexiViT file (big_vision's layout, stored at patch 4 for 16 px) is
+  fine-tuned at 32 px run at patch 8 (kernel PI-resized, position
+  embeddings resized to the grid), predicts at that size from its workdir,
+  exports to .npz at its stored size (loaded back with the workdir's
+  config: the same logits) and is swept few-shot at patch 8 beside a paper
+  ViT. Directory exports at the run size: test_exports.py."""
+  flexi = str(tmp_path / "flexivit.npz")
+  np.savez(
+      flexi,
+      **big_vision_file(random_params(_testing_variant(num_classes=10),
+                                      size=16)))
+  config = finetune.get_config("digits,runlocal")
+  config.data_dir = tfds_data_dir
+  config.model.variant, config.model.patch_size = "testing", 8
+  config.init.checkpoint = flexi
+  config.total_steps = 3
+  workdir = str(tmp_path / "flexi")
+  result = trainer.train_and_evaluate(config, workdir)
+  assert config.image_size == 32 and 0.0 <= result["test/accuracy"] <= 1.0
+
+  loaded = inference.load(workdir)
+  assert loaded.config.model.patch_size == loaded.model.run_patch_size == 8
+  assert describe.describe_model(workdir)[1].endswith(
+      "--config.model.patch_size=8 --config.image_size=32")
+  assert loaded.params["embedding"]["kernel"].shape[:2] == (4, 4)  # Stored.
+  x = images(32, batch=3)
+  want = np.asarray(
+      loaded.model.apply({"params": jax.device_get(loaded.params)}, x)[0])
+  exported = str(tmp_path / "flexi_export.npz")
+  writers.save_npz(writers.released_params(workdir), exported)
+  again = inference.load(exported, config=loaded.config)
+  np.testing.assert_allclose(
+      np.asarray(
+          again.model.apply({"params": jax.device_get(again.params)}, x)[0]),
+      want, atol=1e-6)
+
+  paper = str(tmp_path / "paper.npz")
+  writers.save_npz(random_params(_testing_variant(num_classes=10), size=32),
+                   paper)
+  fewshot_config = fewshot_configs.get_config("runlocal")
+  fewshot_config.data_dir = tfds_data_dir
+  fewshot_config.image_size = 32
+  fewshot_config.model.patch_size = 8
+  table, _ = sweep.sweep(fewshot_config, [paper, flexi])
+  for path in (paper, flexi):
+    assert 0.0 <= table[path]["digits"]["5shot"] <= 1.0, table
+
+
+def test_inspect_says_what_each_kind_holds_and_the_config_that_builds_it(
+    tmp_path):
+  """`vit-jax inspect FILE` (describe.report without a config) names the
+  model of a plain ViT, a SigLIP tower and a Mixer, with the fields that
+  build it."""
+  from tests import test_mixer  # pylint: disable=g-import-not-at-top
+  plain = str(tmp_path / "plain.npz")
+  np.savez(
+      plain,
+      **big_vision_file(
+          random_params(
+              _testing_variant(num_classes=10, classifier="gap",
+                               posemb="sincos2d", representation_size=24),
+              size=16)))
+  siglip = _siglip_file(
+      tmp_path,
+      random_params(_testing_variant(num_classes=16, classifier="map"),
+                    size=16))
+  mixer = str(tmp_path / "mixer.npz")
+  mixer_model = test_mixer.MlpMixer(num_classes=10, **test_mixer.TINY)
+  writers.save_npz(test_mixer.random_params(mixer_model, 16), mixer)
+  said = {
+      path: describe.report(path).splitlines()[1:3]
+      for path in (plain, siglip, mixer)
+  }
+  assert said[plain] == [
+      "The model: ViT testing, for any size (224 px in its config, as "
+      "big_vision trains), written by big_vision: classifier gap, no class "
+      "token, fixed sincos2d position embeddings, a 24-wide pre-logits "
+      "layer, a head of 10 classes.",
+      "Its config: --config.model.variant=testing --config.model.classifier="
+      "gap --config.model.class_token=False --config.model.posemb=sincos2d "
+      "--config.model.representation_size=24 --config.image_size=224"
+  ]
+  assert said[siglip][0] == (
+      "The model: ViT testing, trained at 16 px, written by big_vision; read "
+      "the image tower (img/) of a two-tower file; left out b, t, txt/: "
+      "classifier map, no class token, learned position embeddings, no "
+      "pre-logits layer, a head of 16 classes.")
+  assert said[mixer] == [
+      "The model: MLP-Mixer testing-mixer, trained at 16 px, written by "
+      "google-research/vision_transformer: classifier gap, no position "
+      "embeddings, no pre-logits layer, a head of 10 classes.",
+      "Its config: --config.model.variant=testing-mixer "
+      "--config.model.classifier=gap --config.image_size=16"
+  ]

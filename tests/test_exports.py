@@ -44,13 +44,16 @@ _SIZES = {
     "tiny-families": variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4,
                                       num_layers=2, patch_size=8),
     "tiny-vit": variants.Variant(**test_big_vision.TINY),
+    # The FlexiViT file's model as exported: run (and written) at patch 4.
+    "tiny-vit-p4": variants.Variant(**dict(test_big_vision.TINY, patch_size=4)),
     "tiny-mixer": variants.MixerVariant(32, 16, 128, 2, 8),  # timm's own.
 }
 # What the weights cannot show: OpenAI's CLIP computes QuickGELU; our
 # Mixer-S/32 was built with the erf GELU (a released file's is tanh).
 _CONFIG = {
     "clip": dict(quick_gelu=True),
-    "mixer_s32": dict(gelu_approximate=False)
+    "mixer_s32": dict(gelu_approximate=False),
+    "flexi_p8_run_at_4": dict(patch_size=4),
 }
 _BIG_VISION = {  # Built only here: (model options, reference = ours).
     "plain_gap_sincos": dict(posemb="sincos2d", class_token=False,
@@ -58,6 +61,8 @@ _BIG_VISION = {  # Built only here: (model options, reference = ours).
     "siglip_map": dict(class_token=False, classifier="map"),
     # No head: the pre-logits layer's output (transformers' ViTModel pooler).
     "pre_logits_no_head": dict(representation_size=16),
+    # FlexiViT: stored at patch 8, run at 4 (the export bakes that in).
+    "flexi_p8_run_at_4": dict(run_patch_size=4),
 }
 _TIMM_DIR = "--format=timm-dir"
 FORMATS = ("hf", "timm-dir")
@@ -73,6 +78,7 @@ MODELS = {
     "plain_gap_sincos": (_TIMM_DIR, None),
     "siglip_map": (_TIMM_DIR, None),
     "pre_logits_no_head": (None, "--format=npz"),
+    "flexi_p8_run_at_4": (None, None),
 }
 
 

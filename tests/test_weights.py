@@ -419,4 +419,5 @@ def test_inspect_and_export_commands(tmp_path):
              "--config.model.variant=testing")
   assert done.returncode == 0, done.stderr[-2000:]
   assert "blocks.0.attn.qkv.weight" in done.stdout
+  assert "The model: " in done.stdout.splitlines()[1]
   assert "Does NOT load into testing" in done.stdout  # Width 32 vs 16.

@@ -28,6 +28,7 @@ import numpy as np
 from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
+from vit_jax import models
 from vit_jax.models import scan
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import hf_dir
@@ -83,6 +84,9 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
   flat = scan.unstack_flat(flat) if scan.is_scanned(loaded.params) else flat
   # The plain model: masked patch prediction's parts were left out loading.
   params = {k: np.asarray(v, np.float32) for k, v in flat.items()}
+  run_patch = models.model_field(loaded.config.model, "patch_size")
+  if run_patch:  # FlexiViT: the other libraries' models run what they store.
+    params = writers.at_patch_size(params, run_patch, loaded.config.image_size)
   names, source = None, None
   if loaded.num_classes:
     names, source = inference.class_names(loaded, labels)

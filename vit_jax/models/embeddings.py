@@ -42,17 +42,11 @@ class AddPositionEmbs(nn.Module):
                           (1,) + x_BxNxD.shape[1:], self.param_dtype)
     else:
       (stored_h, stored_w), (run_h, run_w) = self.grids
-      width = x_BxNxD.shape[-1]
       prefix = x_BxNxD.shape[1] - run_h * run_w
       posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
-                          (1, prefix + stored_h * stored_w, width),
+                          (1, prefix + stored_h * stored_w, x_BxNxD.shape[-1]),
                           self.param_dtype)
-      if (stored_h, stored_w) != (run_h, run_w):
-        grid = posemb[0, prefix:].reshape(stored_h, stored_w, width)
-        grid = jax.image.resize(grid, (run_h, run_w, width), "bilinear")
-        posemb = jnp.concatenate(
-            [posemb[:, :prefix],
-             grid.reshape(1, run_h * run_w, width)], axis=1)
+      posemb = posemb_at_grid(posemb, *self.grids)
     x_BxNxD = x_BxNxD + posemb.astype(x_BxNxD.dtype)
     if not self.skip:
       return x_BxNxD
@@ -78,14 +72,37 @@ class PatchEmbedding(nn.Module):
                         self.param_dtype)
     bias = self.param("bias", nn.initializers.zeros, (self.features,),
                       self.param_dtype)
-    matrix = patch_resize.pi_matrix((stored, stored), (run, run))
-    kernel = jnp.einsum("rp,pcd->rcd", jnp.asarray(matrix, jnp.float32),
-                        kernel.reshape(stored * stored, channels, -1))
     y = jax.lax.conv_general_dilated(
         images_BxHxWxC.astype(self.dtype),
-        kernel.reshape(run, run, channels, -1).astype(self.dtype), (run, run),
+        kernel_at_patch_size(kernel, run).astype(self.dtype), (run, run),
         "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     return y + bias.astype(self.dtype)
+
+
+def kernel_at_patch_size(kernel_PxPxCxD, run: int):
+  """A patch-embedding kernel stored for P x P patches, PI-resized to
+  run x run (float32, as in the step; exports bake it in)."""
+  stored, _, channels, features = kernel_PxPxCxD.shape
+  matrix = patch_resize.pi_matrix((stored, stored), (run, run))
+  kernel = jnp.einsum("rp,pcd->rcd", jnp.asarray(matrix, jnp.float32),
+                      kernel_PxPxCxD.reshape(stored * stored, channels, -1))
+  return kernel.reshape(run, run, channels, features)
+
+
+def posemb_at_grid(posemb_1xNxD, stored_hw, run_hw):
+  """Learned position embeddings stored for one grid, bilinearly resized to
+  another (FlexiViT's jax.image.resize); the tokens before the grid keep
+  theirs."""
+  (stored_h, stored_w), (run_h, run_w) = stored_hw, run_hw
+  if (stored_h, stored_w) == (run_h, run_w):
+    return posemb_1xNxD
+  width = posemb_1xNxD.shape[-1]
+  prefix = posemb_1xNxD.shape[1] - stored_h * stored_w
+  grid = posemb_1xNxD[0, prefix:].reshape(stored_h, stored_w, width)
+  grid = jax.image.resize(grid, (run_h, run_w, width), "bilinear")
+  return jnp.concatenate(
+      [posemb_1xNxD[:, :prefix],
+       grid.reshape(1, run_h * run_w, width)], axis=1)
 
 
 def posemb_sincos2d(grid_h: int, grid_w: int, width: int,

@@ -85,6 +85,13 @@ def heads_for_width(width: int) -> int:
 
 def read(path: str, num_heads: Optional[int] = None,
          cache_dir=None) -> Architecture:
+  return read_with_source(path, num_heads, cache_dir)[0]
+
+
+def read_with_source(path: str, num_heads: Optional[int] = None,
+                     cache_dir=None) -> tuple[Architecture, convert.Converted]:
+  """The architecture, and the file's parameters under the released names
+  with where they came from (origin, the tower read)."""
   fmt, tensors = formats.read(path, cache_dir)
   if fmt in ("safetensors", "torch") and not num_heads and (
       not mixer_layout.is_mixer(tensors)):
@@ -101,11 +108,13 @@ def read(path: str, num_heads: Optional[int] = None,
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
   # What a transformers or timm directory's config.json says beside.
   stated = pytorch_dir.model_options(paths.resolve(path))
-  return dataclasses.replace(
-      arch, options=tuple({
-          **dict(arch.options),
-          **stated
-      }.items())) if stated else arch
+  if stated:
+    arch = dataclasses.replace(
+        arch, options=tuple({
+            **dict(arch.options),
+            **stated
+        }.items()))
+  return arch, converted
 
 
 def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,

@@ -58,6 +58,18 @@ ORIGIN_GELU_APPROXIMATE = {
     "timm": False,
     "hugging_face": False
 }
+# How reports name each origin.
+ORIGIN_WORDS = {
+    "orbax": "this project (Orbax)",
+    "released": "google-research/vision_transformer",
+    "released_current_flax": ("google-research/vision_transformer, current "
+                              "Flax names"),
+    "hugging_face": "Hugging Face transformers",
+}
+
+
+def origin_words(origin: str) -> str:
+  return ORIGIN_WORDS.get(origin, origin)
 
 
 def detect_origin(fmt: str, names, path: str) -> str:

@@ -2,7 +2,10 @@
 text the `inspect` command prints (`vit_jax/commands/inspect_weights.py`)."""
 
 from vit_jax import models
+from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
+from vit_jax.weights import architecture
+from vit_jax.weights import convert
 from vit_jax.weights import decisions
 from vit_jax.weights import formats
 from vit_jax.weights import loader
@@ -13,13 +16,69 @@ def describe_file(path: str, cache_dir=None) -> str:
   width = max(len(k) for k in tensors)
   rows = [
       f"{path}: {fmt}, {len(tensors)} arrays, "
-      f"{sum(v.size for v in tensors.values()):,} parameters"
+      f"{sum(v.size for v in tensors.values()):,} parameters",
+      *describe_model(path, cache_dir)
   ]
   rows += [
       f"  {name:<{width}}  {str(tuple(v.shape)):<20} {v.dtype}"
       for name, v in sorted(tensors.items())
   ]
   return "\n".join(rows)
+
+
+def describe_model(path: str, cache_dir=None) -> list[str]:
+  """Lines saying the model the file holds and the config fields that
+  build it (what `predict` and few-shot sweeps use), or why the file alone
+  cannot say."""
+  try:
+    arch, source = architecture.read_with_source(path, cache_dir=cache_dir)
+  except (UserError, WeightsError) as e:
+    return [f"The model: not read from the file alone. {e}"]
+  kind = ("MLP-Mixer" if isinstance(models.get_variant(arch.variant),
+                                    models.MixerVariant) else "ViT")
+  parts = [
+      f"classifier {arch.classifier}",
+      "a class token"
+      if arch.class_token else "no class token" if kind == "ViT" else "",
+      ("no position embeddings"
+       if kind == "MLP-Mixer" else "fixed sincos2d position embeddings"
+       if arch.posemb == "sincos2d" else "learned position embeddings"),
+      (f"a {arch.representation_size}-wide pre-logits layer"
+       if arch.representation_size else "no pre-logits layer"),
+      (f"a head of {arch.num_classes} classes"
+       if arch.num_classes else "no head"),
+  ]
+  recorded = loader.recorded_config(path) or {}
+  run_patch = recorded.get("model", {}).get("patch_size")
+  if run_patch:  # A FlexiViT run: the workdir's config says the size.
+    parts.append(f"run at patch {run_patch} (its config.model.patch_size)")
+  if arch.mixer_tiles != 1:
+    parts.append(f"token mixing for {arch.mixer_tiles} x {arch.mixer_tiles} "
+                 "tiles")
+  parts += [f"{option}={value}" for option, value in arch.options]
+  where = "; ".join(
+      [f"written by {convert.origin_words(source.origin)}", *source.notes])
+  left_out = {"mixer_tiles": 1, "representation_size": None}
+  if kind == "MLP-Mixer":  # It has neither.
+    left_out.update(class_token=False, posemb="learn")
+  fields = {
+      k: v
+      for k, v in arch.model_fields().items()
+      if k not in left_out or v != left_out[k]
+  }
+  name = (arch.variant if arch.variant.startswith(
+      ("ViT", "Mixer")) else f"{kind} {arch.variant}")
+  size = (f"trained at {arch.image_size} px" if arch.posemb == "learn" else
+          f"for any size ({arch.image_size} px in its config, as big_vision "
+          "trains)")
+  if run_patch:
+    fields["patch_size"] = run_patch
+  flags = " ".join(f"--config.model.{k}={v}" for k, v in fields.items())
+  return [
+      f"The model: {name}, {size}, {where}: "
+      f"{', '.join(p for p in parts if p)}.",
+      f"Its config: {flags} --config.image_size={arch.image_size}"
+  ]
 
 
 def compare_with_config(path: str, config, num_classes=None) -> str:

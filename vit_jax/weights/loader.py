@@ -86,7 +86,7 @@ class Report:
 
   def table(self, limit: int = 12) -> str:
     rows = [
-        f"{self.path} (written by {self.origin}): "
+        f"{self.path} (written by {convert.origin_words(self.origin)}): "
         f"{len(self.matched)} matching"
     ]
     rows += [f"  {note}" for note in self.notes]

@@ -52,6 +52,28 @@ def with_posemb_table(params, image_size: int) -> dict:
   }
 
 
+def at_patch_size(params, patch: int, image_size: int) -> dict:
+  """A ViT stored at one patch size (FlexiViT) as the plain ViT it is when
+  run at `patch` on `image_size` pixels: the kernel PI-resized and learned
+  position embeddings resized to that grid, as the model does in its step.
+  For formats whose models run at the patch size they store."""
+  from vit_jax.models import embeddings  # pylint: disable=g-import-not-at-top
+  kernel = params["embedding/kernel"]
+  stored = kernel.shape[0]
+  if patch == stored:
+    return params
+  out = {
+      **params, "embedding/kernel": np.asarray(
+          embeddings.kernel_at_patch_size(kernel, patch))
+  }
+  if convert.POSEMB in params:
+    out[convert.POSEMB] = np.asarray(
+        embeddings.posemb_at_grid(params[convert.POSEMB],
+                                  (image_size // stored,) * 2,
+                                  (image_size // patch,) * 2))
+  return out
+
+
 def save_npz(params, path: str):
   """Params (flat names or a nested tree) -> a released-form .npz."""
   if not all(isinstance(k, str) and "/" in k for k in params):
