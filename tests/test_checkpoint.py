@@ -171,6 +171,7 @@ def runs_to_resume(tfds_data_dir, tmp_path_factory):
   return root / "whole", root / "stopped"
 
 
+@pytest.mark.xdist_group("runs_to_resume")  # Its two runs made once.
 @pytest.mark.parametrize("how", ["truncated", "garbled"])
 def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
     runs_to_resume, tfds_data_dir, tmp_path, how):
@@ -191,6 +192,7 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
   jax.tree.map(np.testing.assert_array_equal, restore(run), restore(whole))
 
 
+@pytest.mark.xdist_group("runs_to_resume")
 def test_no_intact_checkpoint_is_a_one_line_error(runs_to_resume, tfds_data_dir,
                                                   tmp_path):
   import shutil

@@ -195,6 +195,12 @@ _REFUSALS = [(name, fmt)
              if refusal is not None]
 
 
+# The tests of the `exported` directories share one xdist worker, so that
+# the exports and the PyTorch run are made once, not once per worker.
+_ONE_WORKER = pytest.mark.xdist_group("exports")
+
+
+@_ONE_WORKER
 @pytest.mark.parametrize("name,fmt", _EXPORTS)
 def test_their_library_computes_the_same_logits_from_the_directory(
     name, fmt, exported, their_logits):
@@ -204,6 +210,7 @@ def test_their_library_computes_the_same_logits_from_the_directory(
   assert error < 2e-5, error
 
 
+@_ONE_WORKER
 @pytest.mark.parametrize("name,fmt", _EXPORTS)
 def test_the_directory_loads_back_here_with_the_same_logits(
     name, fmt, exported):
@@ -215,6 +222,7 @@ def test_the_directory_loads_back_here_with_the_same_logits(
   assert error < 2e-5, error
 
 
+@_ONE_WORKER
 @pytest.mark.parametrize("name,fmt", _REFUSALS)
 def test_a_format_that_cannot_hold_the_model_names_one_that_can(
     name, fmt, exported):
@@ -223,6 +231,7 @@ def test_a_format_that_cannot_hold_the_model_names_one_that_can(
   assert MODELS[name][FORMATS.index(fmt)] in message, message
 
 
+@_ONE_WORKER
 def test_the_written_configs_say_what_the_libraries_need(exported):
   directory, _ = exported["timm_vit", "hf"]
   config = json.loads(open(os.path.join(directory, "config.json")).read())

@@ -13,6 +13,9 @@ import pytest
 
 from tests.helpers import package_install
 
+# One worker builds the installed environment, once.
+pytestmark = pytest.mark.xdist_group("install")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_RUNLOCAL_LINES = 30
 

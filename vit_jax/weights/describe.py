@@ -34,51 +34,61 @@ def describe_model(path: str, cache_dir=None) -> list[str]:
     arch, source = architecture.read_with_source(path, cache_dir=cache_dir)
   except (UserError, WeightsError) as e:
     return [f"The model: not read from the file alone. {e}"]
-  kind = ("MLP-Mixer" if isinstance(models.get_variant(arch.variant),
-                                    models.MixerVariant) else "ViT")
-  parts = [
-      f"classifier {arch.classifier}",
-      "a class token"
-      if arch.class_token else "no class token" if kind == "ViT" else "",
-      ("no position embeddings"
-       if kind == "MLP-Mixer" else "fixed sincos2d position embeddings"
-       if arch.posemb == "sincos2d" else "learned position embeddings"),
-      (f"a {arch.representation_size}-wide pre-logits layer"
-       if arch.representation_size else "no pre-logits layer"),
-      (f"a head of {arch.num_classes} classes"
-       if arch.num_classes else "no head"),
-  ]
+  mixer = isinstance(models.get_variant(arch.variant), models.MixerVariant)
+  # A FlexiViT run: its workdir's config says the patch size it runs at.
   recorded = loader.recorded_config(path) or {}
   run_patch = recorded.get("model", {}).get("patch_size")
-  if run_patch:  # A FlexiViT run: the workdir's config says the size.
+  name = arch.variant
+  if not name.startswith(("ViT", "Mixer")):
+    name = f"{'MLP-Mixer' if mixer else 'ViT'} {name}"
+  if arch.posemb == "learn":
+    size = f"trained at {arch.image_size} px"
+  else:
+    size = (f"for any size ({arch.image_size} px in its config, as "
+            "big_vision trains)")
+  where = "; ".join(
+      [f"written by {convert.origin_words(source.origin)}", *source.notes])
+  return [
+      f"The model: {name}, {size}, {where}: "
+      f"{', '.join(_parts(arch, mixer, run_patch))}.",
+      f"Its config: {_flags(arch, mixer, run_patch)}"
+  ]
+
+
+def _parts(arch, mixer: bool, run_patch) -> list[str]:
+  parts = [f"classifier {arch.classifier}"]
+  if mixer:
+    parts.append("no position embeddings")
+  else:
+    parts.append("a class token" if arch.class_token else "no class token")
+    parts.append("fixed sincos2d position embeddings" if arch.posemb ==
+                 "sincos2d" else "learned position embeddings")
+  parts.append(f"a {arch.representation_size}-wide pre-logits layer" if arch.
+               representation_size else "no pre-logits layer")
+  parts.append(f"a head of {arch.num_classes} classes" if arch.
+               num_classes else "no head")
+  if run_patch:
     parts.append(f"run at patch {run_patch} (its config.model.patch_size)")
   if arch.mixer_tiles != 1:
     parts.append(f"token mixing for {arch.mixer_tiles} x {arch.mixer_tiles} "
                  "tiles")
-  parts += [f"{option}={value}" for option, value in arch.options]
-  where = "; ".join(
-      [f"written by {convert.origin_words(source.origin)}", *source.notes])
-  left_out = {"mixer_tiles": 1, "representation_size": None}
-  if kind == "MLP-Mixer":  # It has neither.
-    left_out.update(class_token=False, posemb="learn")
+  return parts + [f"{option}={value}" for option, value in arch.options]
+
+
+def _flags(arch, mixer: bool, run_patch) -> str:
+  """The --config flags that build the model, defaults left out."""
+  defaults = {"mixer_tiles": 1, "representation_size": None}
+  if mixer:  # It has neither.
+    defaults.update(class_token=False, posemb="learn")
   fields = {
       k: v
       for k, v in arch.model_fields().items()
-      if k not in left_out or v != left_out[k]
+      if k not in defaults or v != defaults[k]
   }
-  name = (arch.variant if arch.variant.startswith(
-      ("ViT", "Mixer")) else f"{kind} {arch.variant}")
-  size = (f"trained at {arch.image_size} px" if arch.posemb == "learn" else
-          f"for any size ({arch.image_size} px in its config, as big_vision "
-          "trains)")
   if run_patch:
     fields["patch_size"] = run_patch
-  flags = " ".join(f"--config.model.{k}={v}" for k, v in fields.items())
-  return [
-      f"The model: {name}, {size}, {where}: "
-      f"{', '.join(p for p in parts if p)}.",
-      f"Its config: {flags} --config.image_size={arch.image_size}"
-  ]
+  flags = [f"--config.model.{k}={v}" for k, v in fields.items()]
+  return " ".join(flags + [f"--config.image_size={arch.image_size}"])
 
 
 def compare_with_config(path: str, config, num_classes=None) -> str:
