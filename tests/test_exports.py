@@ -194,7 +194,6 @@ _REFUSALS = [(name, fmt)
              for fmt, refusal in zip(FORMATS, refusals)
              if refusal is not None]
 
-
 # The tests of the `exported` directories share one xdist worker, so that
 # the exports and the PyTorch run are made once, not once per worker.
 _ONE_WORKER = pytest.mark.xdist_group("exports")
