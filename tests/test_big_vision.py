@@ -22,6 +22,7 @@ from configs import fewshot as fewshot_configs
 from configs import finetune
 from vit_jax import inference
 from vit_jax import weights
+from vit_jax.commands import export
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
 from vit_jax.models import VisionTransformer
@@ -345,7 +346,7 @@ def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
 
 
 def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
-    tfds_data_dir, tmp_path):
+    tfds_data_dir, tmp_path, capsys):
   """A FlexiViT file (big_vision's layout, stored at patch 4 for 16 px) is
   fine-tuned at 32 px run at patch 8 (kernel PI-resized, position
   embeddings resized to the grid), predicts at that size from its workdir,
@@ -376,6 +377,9 @@ def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
       loaded.model.apply({"params": jax.device_get(loaded.params)}, x)[0])
   exported = str(tmp_path / "flexi_export.npz")
   writers.save_npz(writers.released_params(workdir), exported)
+  export._say_stored_patch_size(workdir, writers.released_params(workdir))  # pylint: disable=protected-access
+  assert ("it ran at patch 8: load it with --config.model.patch_size=8"
+          in capsys.readouterr().err)
   again = inference.load(exported, config=loaded.config)
   np.testing.assert_allclose(
       np.asarray(

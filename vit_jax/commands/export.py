@@ -32,6 +32,7 @@ from vit_jax import models
 from vit_jax.models import scan
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import hf_dir
+from vit_jax.weights import loader
 from vit_jax.weights import timm_dir
 from vit_jax.weights import writers
 
@@ -59,12 +60,26 @@ def _say_left_out(left_out):
         "place for them.", len(left_out))
 
 
+def _say_stored_patch_size(checkpoint, params):
+  """A FlexiViT run's file keeps the stored kernel: say how to run it."""
+  run_patch = ((loader.recorded_config(checkpoint) or {}).get(
+      "model", {}).get("patch_size"))
+  stored = params["embedding/kernel"].shape[0] if run_patch else None
+  if run_patch and run_patch != stored:
+    console.say(
+        "The file keeps the patch-%d kernel the run stored (FlexiViT's "
+        "form); it ran at patch %d: load it with --config.model.patch_size=%d, "
+        "or export --format=hf or timm-dir, which write the model as it ran.",
+        stored, run_patch, run_patch)
+
+
 def _export_file(f):
   params = writers.released_params(f.checkpoint, f.num_heads or 0)
   console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
   save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
   left_out = save(params, f.out) or []
   _say_left_out(left_out)
+  _say_stored_patch_size(f.checkpoint, params)
   written = {k: v for k, v in params.items() if k not in left_out}
   count = sum(v.size for v in written.values())
   print(f"Wrote {len(written)} arrays ({count:,} parameters) to {f.out}.")
