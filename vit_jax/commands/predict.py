@@ -73,8 +73,9 @@ def main(argv):
                           FLAGS.num_heads)
   names, source = inference.class_names(loaded, FLAGS.labels)
   batch_size = loaded.batch_size(FLAGS.batch_size)
-  console.say("Predicting %d files with %s (%s; class names: %s).", len(files),
-              loaded.checkpoint, inference.describe(loaded), source)
+  console.say("Predicting %d file%s with %s (%s; class names: %s).", len(files),
+              "" if len(files) == 1 else "s", loaded.checkpoint,
+              inference.describe(loaded), source)
   batches = image_files.ImageFiles(files, loaded.config.pp_eval,
                                    loaded.config.image_size, batch_size)
   start = time.perf_counter()
@@ -82,10 +83,11 @@ def main(argv):
   seconds = time.perf_counter() - start
   if rows:
     print(format_table(rows, names))
+  rate = len(rows) / max(seconds, 1e-9)
   console.say(
-      "Predicted %d images in %.1f s (%.0f images/s, reading and "
-      "compiling included).", len(rows), seconds,
-      len(rows) / max(seconds, 1e-9))
+      "Predicted %d image%s in %.1f s (%.*f images/s, reading and "
+      "compiling included).", len(rows), "" if len(rows) == 1 else "s", seconds,
+      1 if rate < 10 else 0, rate)
   if FLAGS.out:
     paths.resolve(FLAGS.out).write_text(to_csv(rows, names))
     console.say("Wrote %d predictions to %s.", len(rows), FLAGS.out)
