@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_configs
 from configs import finetune
+from tests.references import stored
 from vit_jax import inference
 from vit_jax import weights
 from vit_jax.commands import export
@@ -437,6 +438,12 @@ def test_inspect_says_what_each_kind_holds_and_the_config_that_builds_it(
       "the image tower (img/) of a two-tower file; left out b, t, txt/: "
       "classifier map, no class token, learned position embeddings, no "
       "pre-logits layer, a head of 16 classes.")
+  # A PyTorch file does not store its heads: the width's variants', or
+  # --num_heads (this tiny width has no variant).
+  timm_file = stored.path("tiny_timm.safetensors")
+  assert "pass --num_heads" in describe.report(timm_file).splitlines()[1]
+  assert "num_heads=4, num_layers=2" in describe.report(
+      timm_file, num_heads=4).splitlines()[1]
   assert said[mixer] == [
       "The model: MLP-Mixer testing-mixer, trained at 16 px, written by "
       "google-research/vision_transformer: classifier gap, no position "

@@ -28,6 +28,10 @@ config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
                                 lock_config=True)
 flags.DEFINE_integer("num_classes", None, "Classes of the target's head.",
                      lower_bound=1)
+flags.DEFINE_integer(
+    "num_heads", None, "Attention heads of a PyTorch file's model (its "
+    "weights do not say; default: those of the variants of its width).",
+    lower_bound=1)
 flags.DEFINE_bool(
     "list_released", False, "Print the names of the released "
     "checkpoints (and their URLs) instead.")
@@ -40,7 +44,9 @@ def main(argv):
   if len(argv) != 2:
     raise app.UsageError("Usage: vit-jax inspect PATH [--config=...]")
   np.set_printoptions(linewidth=120)
-  print(describe.report(argv[1], FLAGS.config, FLAGS.num_classes))
+  print(
+      describe.report(argv[1], FLAGS.config, FLAGS.num_classes,
+                      FLAGS.num_heads))
 
 
 if __name__ == "__main__":

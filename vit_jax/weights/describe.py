@@ -11,13 +11,13 @@ from vit_jax.weights import formats
 from vit_jax.weights import loader
 
 
-def describe_file(path: str, cache_dir=None) -> str:
+def describe_file(path: str, cache_dir=None, num_heads=None) -> str:
   fmt, tensors = formats.read(path, cache_dir)
   width = max(len(k) for k in tensors)
   rows = [
       f"{path}: {fmt}, {len(tensors)} arrays, "
       f"{sum(v.size for v in tensors.values()):,} parameters",
-      *describe_model(path, cache_dir)
+      *describe_model(path, cache_dir, num_heads)
   ]
   rows += [
       f"  {name:<{width}}  {str(tuple(v.shape)):<20} {v.dtype}"
@@ -26,32 +26,36 @@ def describe_file(path: str, cache_dir=None) -> str:
   return "\n".join(rows)
 
 
-def describe_model(path: str, cache_dir=None) -> list[str]:
+def describe_model(path: str, cache_dir=None, num_heads=None) -> list[str]:
   """Lines saying the model the file holds and the config fields that
   build it (what `predict` and few-shot sweeps use), or why the file alone
   cannot say."""
   try:
-    arch, source = architecture.read_with_source(path, cache_dir=cache_dir)
+    arch, source = architecture.read_with_source(path, num_heads, cache_dir)
   except (UserError, WeightsError) as e:
     return [f"The model: not read from the file alone. {e}"]
   mixer = isinstance(models.get_variant(arch.variant), models.MixerVariant)
   # A FlexiViT run: its workdir's config says the patch size it runs at.
   recorded = loader.recorded_config(path) or {}
   run_patch = recorded.get("model", {}).get("patch_size")
+  image_size = recorded.get("image_size", arch.image_size)
   name = arch.variant
   if not name.startswith(("ViT", "Mixer")):
     name = f"{'MLP-Mixer' if mixer else 'ViT'} {name}"
   if arch.posemb == "learn":
-    size = f"trained at {arch.image_size} px"
+    size = f"trained at {image_size} px"
+  elif recorded:
+    size = f"for any size (its run's config: {image_size} px)"
   else:
-    size = (f"for any size ({arch.image_size} px in its config, as "
+    size = (f"for any size ({image_size} px in its config, as "
             "big_vision trains)")
   where = "; ".join(
       [f"written by {convert.origin_words(source.origin)}", *source.notes])
   return [
       f"The model: {name}, {size}, {where}: "
       f"{', '.join(_parts(arch, mixer, run_patch))}.",
-      f"Its config: {_flags(arch, mixer, run_patch)}"
+      f"Its config: {_flags(arch, mixer, run_patch)} "
+      f"--config.image_size={image_size}"
   ]
 
 
@@ -76,7 +80,7 @@ def _parts(arch, mixer: bool, run_patch) -> list[str]:
 
 
 def _flags(arch, mixer: bool, run_patch) -> str:
-  """The --config flags that build the model, defaults left out."""
+  """The --config.model flags that build the model, defaults left out."""
   defaults = {"mixer_tiles": 1, "representation_size": None}
   if mixer:  # It has neither.
     defaults.update(class_token=False, posemb="learn")
@@ -87,8 +91,7 @@ def _flags(arch, mixer: bool, run_patch) -> str:
   }
   if run_patch:
     fields["patch_size"] = run_patch
-  flags = [f"--config.model.{k}={v}" for k, v in fields.items()]
-  return " ".join(flags + [f"--config.image_size={arch.image_size}"])
+  return " ".join(f"--config.model.{k}={v}" for k, v in fields.items())
 
 
 def compare_with_config(path: str, config, num_classes=None) -> str:
@@ -117,13 +120,15 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
     return f"Does NOT load into {config.model.variant} at {size} px:\n{e}"
 
 
-def report(path: str, config=None, num_classes=None) -> str:
-  """The file's arrays, then with `config` how they load into its model."""
+def report(path: str, config=None, num_classes=None, num_heads=None) -> str:
+  """The file's arrays, then with `config` how they load into its model.
+  `num_heads`: of a PyTorch file (else the width's, or the config's)."""
   if config is None:
-    return describe_file(path)
+    return describe_file(path, num_heads=num_heads)
   # Before `describe_file` downloads a released name.
   loader.check_released_variant(path, config.model.variant)
+  num_heads = num_heads or models.get_variant(config.model.variant).num_heads
   return "\n".join([
-      describe_file(path, config.init.cache_dir),
+      describe_file(path, config.init.cache_dir, num_heads),
       compare_with_config(path, config, num_classes)
   ])
