@@ -5,9 +5,13 @@ config's model (`vit_jax/weights/describe.py`).
     vit-jax inspect /tmp/digits.npz --config=configs/finetune.py:digits
     vit-jax inspect ViT-B/16@i21k        # a released checkpoint, by name
     vit-jax inspect --list_released      # the names
+    vit-jax inspect /tmp/model.safetensors --num_heads=6  # heads not stored
 
-(or `python -m vit_jax inspect ...`). Without --config: every array in the
-file (name, shape, dtype) and the total count. With a config: the table of
+(or `python -m vit_jax inspect ...`). It prints the array count, the
+model the file holds and the config fields that build it (or why the file
+alone cannot say; a PyTorch file does not store its attention heads: those
+of the variants of its width are assumed, or --num_heads), then every
+array (name, shape, dtype). With a config, also the table of
 matching, resized, re-initialised, dropped, missing and unexpected
 parameters that loading it for that config would give (the number of
 classes is the file's head's unless --num_classes says otherwise). Reads any
