@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_configs
 from configs import finetune
-from tests.references import stored
 from vit_jax import inference
 from vit_jax import weights
 from vit_jax.commands import export
@@ -439,11 +438,16 @@ def test_inspect_says_what_each_kind_holds_and_the_config_that_builds_it(
       "classifier map, no class token, learned position embeddings, no "
       "pre-logits layer, a head of 16 classes.")
   # A PyTorch file does not store its heads: the width's variants', or
-  # --num_heads (this tiny width has no variant).
-  timm_file = stored.path("tiny_timm.safetensors")
+  # --num_heads (no variant is 40 wide).
+  timm_file = str(tmp_path / "timm.safetensors")
+  writers.save_timm(
+      random_params(
+          VisionTransformer(num_classes=3, hidden_size=40, mlp_dim=80,
+                            num_heads=5, num_layers=1, patch_size=4), size=16),
+      timm_file)
   assert "pass --num_heads" in describe.report(timm_file).splitlines()[1]
-  assert "num_heads=4, num_layers=2" in describe.report(
-      timm_file, num_heads=4).splitlines()[1]
+  assert "num_heads=5, num_layers=1" in describe.report(
+      timm_file, num_heads=5).splitlines()[1]
   assert said[mixer] == [
       "The model: MLP-Mixer testing-mixer, trained at 16 px, written by "
       "google-research/vision_transformer: classifier gap, no position "
