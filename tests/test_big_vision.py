@@ -288,13 +288,9 @@ def _testing_variant(**kwargs):
                            num_layers=2, patch_size=4, **kwargs)
 
 
-def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
-    tfds_data_dir, tmp_path):
-  """A SigLIP image tower (two-tower file, MAP, no class token) and a
-  big_vision plain ViT (sincos2d, GAP, pre-logits), both the `testing`
-  variant at 16 px: fine-tuned at 32 px for a few steps; swept few-shot
-  beside a paper ViT (each as the model its file holds); the fine-tuned
-  workdirs predict and export to .npz that loads back with equal logits."""
+def _siglip_and_plain_files(tmp_path) -> tuple[str, str]:
+  """A SigLIP two-tower file (MAP, 16 classes) and a big_vision plain ViT
+  (sincos2d, GAP, pre-logits 24, 10 classes), the `testing` variant."""
   siglip = _siglip_file(
       tmp_path,
       random_params(_testing_variant(num_classes=16, classifier="map"),
@@ -307,6 +303,17 @@ def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
               _testing_variant(num_classes=10, classifier="gap",
                                posemb="sincos2d", representation_size=24),
               size=16)))
+  return siglip, plain
+
+
+def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
+    tfds_data_dir, tmp_path):
+  """A SigLIP image tower (two-tower file, MAP, no class token) and a
+  big_vision plain ViT (sincos2d, GAP, pre-logits), both the `testing`
+  variant at 16 px: fine-tuned at 32 px for a few steps; swept few-shot
+  beside a paper ViT (each as the model its file holds); the fine-tuned
+  workdirs predict and export to .npz that loads back with equal logits."""
+  siglip, plain = _siglip_and_plain_files(tmp_path)
   paper = str(tmp_path / "paper.npz")
   writers.save_npz(random_params(_testing_variant(num_classes=10), size=16),
                    paper)
@@ -404,18 +411,7 @@ def test_inspect_says_what_each_kind_holds_and_the_config_that_builds_it(
   model of a plain ViT, a SigLIP tower and a Mixer, with the fields that
   build it."""
   from tests import test_mixer  # pylint: disable=g-import-not-at-top
-  plain = str(tmp_path / "plain.npz")
-  np.savez(
-      plain,
-      **big_vision_file(
-          random_params(
-              _testing_variant(num_classes=10, classifier="gap",
-                               posemb="sincos2d", representation_size=24),
-              size=16)))
-  siglip = _siglip_file(
-      tmp_path,
-      random_params(_testing_variant(num_classes=16, classifier="map"),
-                    size=16))
+  siglip, plain = _siglip_and_plain_files(tmp_path)
   mixer = str(tmp_path / "mixer.npz")
   mixer_model = test_mixer.MlpMixer(num_classes=10, **test_mixer.TINY)
   writers.save_npz(test_mixer.random_params(mixer_model, 16), mixer)

@@ -13,6 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests import test_steps
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -20,9 +21,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.loop import trainer
-from vit_jax.training import objectives
 from vit_jax.training import optim
-from vit_jax.training import steps
 from vit_jax.training import train_state
 
 STEPS = 60
@@ -59,13 +58,8 @@ def _train(config, batches, mesh=None, sharding_config=None):
   tx, schedule = optim.make_optimizer(config, len(batches))
   state, state_sharding = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, sharding_config)
-  step = steps.jit_train_step(
-      steps.make_train_step(model, tx,
-                            objectives.supervised(
-                                objectives.softmax_xent), schedule, mesh,
-                            params_sharding=state_sharding.params,
-                            fp8_sharding=state_sharding.fp8), state_sharding,
-      mesh, sharding_config.logical_axis_rules)
+  step = test_steps.jitted_step(model, tx, schedule, state_sharding, mesh,
+                                sharding_config)
   first = sharding.to_global_batch(batches[0], mesh)
   hlo = step.lower(state, first).compile().as_text()
   losses = []

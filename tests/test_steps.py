@@ -42,17 +42,26 @@ def setup(digits_config):
   return digits_config, model, tx, schedule, batches
 
 
+def jitted_step(model, tx, schedule, state_sharding, mesh, sharding_config,
+                accum_steps=1):
+  """The supervised train step, jitted with the state's shardings as the
+  trainer does."""
+  return steps.jit_train_step(
+      steps.make_train_step(model, tx,
+                            objectives.supervised(
+                                objectives.softmax_xent), schedule, mesh,
+                            accum_steps, params_sharding=state_sharding.params,
+                            fp8_sharding=state_sharding.fp8), state_sharding,
+      mesh, sharding_config.logical_axis_rules)
+
+
 def _train(setup, mesh, accum_steps=1, sharding_config=None, keep_state=None):
   config, model, tx, schedule, batches = setup
   sharding_config = sharding_config or config.sharding
   state, state_sharding = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, sharding_config)
-  step = steps.jit_train_step(
-      steps.make_train_step(model, tx,
-                            objectives.supervised(
-                                objectives.softmax_xent), schedule, mesh,
-                            accum_steps, params_sharding=state_sharding.params),
-      state_sharding, mesh, sharding_config.logical_axis_rules)
+  step = jitted_step(model, tx, schedule, state_sharding, mesh, sharding_config,
+                     accum_steps)
   losses = []
   for batch in batches:
     state, metrics = step(state, sharding.to_global_batch(batch, mesh))
