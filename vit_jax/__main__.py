@@ -26,7 +26,7 @@ def main():
   # TensorFlow's and XLA's C++ INFO and WARNING lines, unless asked for.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if details else "2")
   from vit_jax import cli  # pylint: disable=g-import-not-at-top
-  cli.dispatch(quiet=not details)
+  cli.dispatch()
 
 
 if __name__ == "__main__":

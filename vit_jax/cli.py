@@ -4,8 +4,9 @@ A command is a module of `vit_jax/commands/` (`vit-jax NAME` once
 installed, or `python -m vit_jax NAME`; see `COMMANDS`) that defines its
 flags and `main(argv)`; nothing in the library imports it. The entry point
 (`vit_jax/__main__.py`) sets the environment before JAX loads; `dispatch`
-then loads TensorFlow quietly for the commands that read data, imports the
-command's module and runs its `main` with `run`. Importing a module
+imports the command's module and runs its `main` with `run`. TensorFlow
+loads where data is first read (`vit_jax.config.imports.lazy`), so a
+mistake in the flags or the config is said in about a second. Importing a module
 changes no environment.
 
 `run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
@@ -19,7 +20,6 @@ and keeps its traceback. The console shows our own lines
 `--verbose`) brings back every INFO line of ours and of the libraries.
 """
 
-import contextlib
 import gc
 import glob
 import importlib
@@ -58,10 +58,6 @@ COMMANDS = {
     "analyze": ("analyze", "the paper's figures of what a model learnt"),
     "vtab": ("vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),
 }
-# The commands that read data, and so load TensorFlow (through TFDS, clu).
-READ_DATA = ("train", "fewshot", "plan", "benchmark-input", "predict",
-             "analyze", "vtab")
-
 FLAGS = flags.FLAGS
 flags.DEFINE_bool(
     "verbose", False,
@@ -161,24 +157,6 @@ def initialize_distributed():
                jax.device_count())
   if jax.process_index() > 0:  # One log for the run: process 0's.
     logging.set_verbosity(logging.WARNING)
-
-
-def import_tensorflow_quietly():
-  """TensorFlow 2.21 prints a oneDNN notice from C++ while it loads, before
-  any log level applies: load it with stderr closed. Without TensorFlow
-  (accelerator hosts) this does nothing; a broken install fails again, with
-  its messages, where it is next imported."""
-  if "tensorflow" in sys.modules:
-    return
-  saved = os.dup(2)
-  try:
-    with open(os.devnull, "w") as devnull:
-      os.dup2(devnull.fileno(), 2)
-      with contextlib.suppress(ImportError):
-        import tensorflow  # noqa: F401
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)
 
 
 def _verbose() -> bool:
@@ -293,10 +271,8 @@ def run(main):
   app.run(guarded, flags_parser=_parse_flags)
 
 
-def dispatch(quiet: bool = True):
-  """`vit-jax NAME [flags]`: runs the command `NAME` (see COMMANDS); `quiet`
-  (no details asked for): TensorFlow loaded quietly first where it reads
-  data."""
+def dispatch():
+  """`vit-jax NAME [flags]`: runs the command `NAME` (see COMMANDS)."""
   name = sys.argv[1] if len(sys.argv) > 1 else ""
   if name not in COMMANDS:
     width = max(map(len, COMMANDS))
@@ -308,8 +284,6 @@ def dispatch(quiet: bool = True):
     sys.exit(0 if name in ("-h", "--help", "help") else 2)
   module_name, _ = COMMANDS[name]
   sys.argv = [f"vit-jax {name}"] + sys.argv[2:]
-  if quiet and name in READ_DATA:
-    import_tensorflow_quietly()  # Before the command's modules load it.
   command = importlib.import_module(f"vit_jax.commands.{module_name}")
   sys.modules["__main__"].__doc__ = command.__doc__  # What --help shows.
   run(command.main)

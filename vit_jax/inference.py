@@ -127,9 +127,13 @@ def load(checkpoint: str, config=None, image_size=None,
                                           num_heads)
   model = models.build_model(config.model, arch.num_classes)
   mesh = sharding.make_mesh(devices=jax.local_devices())
-  params, params_sharding = sharding.random_params(model, config.image_size,
-                                                   config.seed, mesh)
-  params = weights.init_params(config, checkpoint, params, params_sharding)
+  # Random init only where the file lacks a parameter (rarely, at inference).
+  params, params_sharding = sharding.abstract_params(model, config.image_size,
+                                                     mesh)
+  params = weights.init_params(
+      config, checkpoint, params,
+      params_sharding, fill=lambda: sharding.random_params(
+          model, config.image_size, config.seed, mesh)[0])
   return Loaded(checkpoint, config, model, params, mesh, params_sharding,
                 trained_here)
 

@@ -225,12 +225,25 @@ def random_params(model, image_size: int, seed: int, mesh: Mesh,
   """The model's parameters at random init (`seed`), made in place on their
   shards (no host copy), and their shardings (`sharding_config`'s rules;
   default: all replicated)."""
+  init, shardings = _params_init(model, image_size, mesh, sharding_config)
+  return jax.jit(init, out_shardings=shardings)(jax.random.key(seed)), shardings
+
+
+def abstract_params(model, image_size: int, mesh: Mesh, sharding_config=None):
+  """(the parameters' ShapeDtypeStructs, their shardings), as
+  `random_params` would make them: nothing is computed."""
+  init, shardings = _params_init(model, image_size, mesh, sharding_config)
+  return with_shardings(jax.eval_shape(init, jax.random.key(0)),
+                        shardings), shardings
+
+
+def _params_init(model, image_size: int, mesh: Mesh, sharding_config):
   init = lambda key: models.init_on_zeros(model, init_keys(key)[0], image_size)
   specs = param_partition_specs(jax.eval_shape(init, jax.random.key(0)), mesh,
                                 sharding_config or replicate_all())
   shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                            is_leaf=lambda x: isinstance(x, P))
-  return jax.jit(init, out_shardings=shardings)(jax.random.key(seed)), shardings
+  return init, shardings
 
 
 def state_shardings(abstract_state, abstract_params, param_specs, mesh: Mesh):

@@ -29,6 +29,8 @@ from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
 from vit_jax import models
+from vit_jax import paths
+from vit_jax.errors import UserError
 from vit_jax.models import scan
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import hf_dir
@@ -114,9 +116,24 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
           f"{', class names from ' + source if names else ''}).")
 
 
+def _check_out(fmt: str, out: str):
+  """--out fits --format, before the checkpoint is read."""
+  path = paths.resolve(out)
+  if fmt in DIRECTORY_FORMATS and path.exists() and not path.is_dir():
+    raise UserError(f"--out={out} is an existing file, and --format={fmt} "
+                    "writes a directory; give a new path, or a directory "
+                    "(its files of the same names are replaced).")
+  if fmt not in DIRECTORY_FORMATS and path.is_dir():
+    raise UserError(
+        f"--out={out} is a directory, and --format={fmt} writes "
+        "one file; give the file's path, e.g. "
+        f"{out.rstrip('/')}/model.{'npz' if fmt == 'npz' else 'safetensors'}.")
+
+
 def main(argv):
   del argv
   f = flags.FLAGS
+  _check_out(f.format, f.out)
   console.say("Reading %s.", f.checkpoint)  # Big files take a while.
   if f.format in DIRECTORY_FORMATS:
     print(

@@ -7,19 +7,76 @@ path of a `.py` file (relative to the working directory, made absolute in
 the config so the run's config.json finds it from anywhere; a config file
 can name one beside itself with `os.path.dirname(__file__)`). Each is
 loaded once per process.
+
+Also the libraries that cost seconds to import and that checking a config
+does not need (TensorFlow, TFDS and clu's writers, which only reading data
+needs; Orbax): modules take them from `lazy`, so they load where they are
+first used, and a mistake in a config is found before, in about a second.
 """
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import os
 import sys
+import types
 
 import ml_collections
 
 from vit_jax.errors import UserError
 
 _LOADED: dict[str, object] = {}
+# The packages that load TensorFlow.
+_WITH_TENSORFLOW = ("tensorflow", "tensorflow_datasets", "clu")
+
+
+def _load_tensorflow():
+  """TensorFlow 2.21 prints a oneDNN notice from C++ while it loads, which no
+  log level silences once JAX is loaded: it loads with stderr closed, unless
+  every C++ line is asked for (TF_CPP_MIN_LOG_LEVEL=0, as `--verbose` sets).
+  Without TensorFlow this does nothing; a broken install fails again, with
+  its messages, where it is next imported."""
+  if ("tensorflow" in sys.modules or
+      os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") == "0" or
+      importlib.util.find_spec("tensorflow") is None):
+    return
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+      with contextlib.suppress(ImportError):
+        importlib.import_module("tensorflow")
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
+def import_quietly(name: str) -> types.ModuleType:
+  """`importlib.import_module(name)`; TensorFlow first (`_load_tensorflow`)
+  where `name` loads it."""
+  if name.split(".")[0] in _WITH_TENSORFLOW:
+    _load_tensorflow()
+  return importlib.import_module(name)
+
+
+class _Lazy:
+  """Module `name`, imported (`import_quietly`) at the first use of one of
+  its attributes."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attribute: str):
+    return getattr(import_quietly(self._name), attribute)
+
+  def __repr__(self):
+    return f"<module {self._name!r}, imported at first use>"
+
+
+def lazy(name: str):
+  """Module `name` (e.g. "tensorflow"), imported where it is first used."""
+  return _Lazy(name)
 
 
 def _load_file(path: str):
@@ -65,6 +122,7 @@ def load(config: ml_collections.ConfigDict) -> None:
                         "file; give the path of a .py file or a module name.")
     entries.append(entry)
     if entry not in _LOADED:
+      _load_tensorflow()  # Where the user's modules import it.
       _LOADED[entry] = (_load_file(entry)
                         if entry.endswith(".py") else _import(entry))
   if tuple(entries) != tuple(config.imports):

@@ -9,17 +9,21 @@ data, a file that cannot be read does not stop the run: it is left out, and
 `failed` names it with the reason once the batches are consumed.
 """
 
+from __future__ import annotations
+
 from typing import Iterator
 from typing import Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from vit_jax import paths
+from vit_jax.config import imports
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
+
+tf = imports.lazy("tensorflow")  # Loaded where data is first read.
 
 
 def _walk(directory: str) -> list[str]:

@@ -16,6 +16,8 @@ resumed run reads it instead of listing again, so it trains on exactly the
 files it started with.
 """
 
+from __future__ import annotations
+
 import concurrent.futures
 import gzip
 import hashlib
@@ -24,13 +26,16 @@ import random
 
 import jax
 from jax.experimental import multihost_utils
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax.config import imports
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
+
+# Loaded where data is first read.
+tf = imports.lazy("tensorflow")
+tfds = imports.lazy("tensorflow_datasets")
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 LISTING_THREADS = 32

@@ -12,6 +12,8 @@ exactly once with the same number of batches on every process (no
 recompilation). TensorFlow runs on the host CPU only.
 """
 
+from __future__ import annotations
+
 import collections
 import dataclasses
 import math
@@ -20,9 +22,9 @@ from typing import Iterator
 import jax
 import ml_collections
 import numpy as np
-import tensorflow as tf
 
 from vit_jax import sharding
+from vit_jax.config import imports
 from vit_jax.data import handover
 from vit_jax.data import preprocess
 from vit_jax.data import sources
@@ -30,11 +32,13 @@ from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 
+tf = imports.lazy("tensorflow")  # Loaded where data is first read.
+
 # tf.data traces our functions as written (AutoGraph off): they branch with
 # tf.cond / tf.switch_case, so AutoGraph's rewriting of their source would
 # only cost time at every start (about a second) and deprecation warnings of
 # its AST library on Python 3.13.
-_as_written = tf.autograph.experimental.do_not_convert
+_as_written = lambda fn: tf.autograph.experimental.do_not_convert(fn)
 
 Batch = dict[str, np.ndarray]
 make_source = sources.make_source

@@ -21,6 +21,8 @@ last op (see `make_image_fn`). A module of the user's registers more ops the
 same way (config.imports loads it).
 """
 
+from __future__ import annotations
+
 import ast
 import dataclasses
 import inspect
@@ -29,12 +31,14 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 
-import tensorflow as tf
-
+from vit_jax.config import imports
 from vit_jax.data import randaug as randaug_lib
 from vit_jax.errors import UserError
 
-ImageFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]  # (image, seed) -> image
+tf = imports.lazy("tensorflow")  # Loaded where data is first read.
+
+# (image, seed) -> image.
+ImageFn = Callable[["tf.Tensor", "tf.Tensor"], "tf.Tensor"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,9 +34,13 @@ so a resumed run sees the same images. Images are uint8 inside (as in
 big_vision); input and output are [0, 255], before value_range.
 """
 
+from __future__ import annotations
+
 import math
 
-import tensorflow as tf
+from vit_jax.config import imports
+
+tf = imports.lazy("tensorflow")  # Loaded where data is first read.
 
 MAX_LEVEL = 10.0
 GREY = 128

@@ -13,23 +13,32 @@ TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
 dataset; the others wait for it.
 """
 
+from __future__ import annotations
+
 import jax
 from jax.experimental import multihost_utils
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from vit_jax import console
 from vit_jax import paths
-from vit_jax.data import digits  # Registers the built-in `digits` builder.
+from vit_jax.config import imports
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 from vit_jax.data import specs
 from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
 
-del digits
+# Loaded where data is first read.
+tf = imports.lazy("tensorflow")
+tfds = imports.lazy("tensorflow_datasets")
+
 FOLDER_PREFIX = "folder:"
 VTAB_PREFIX = "vtab:"
+
+
+def _builder(name: str, data_dir):
+  """TFDS's builder of dataset `name`, the built-in `digits` among them."""
+  from vit_jax.data import digits  # noqa: F401  # Registers its builder.
+  return tfds.builder(name, data_dir=data_dir)
 
 
 def multi_hot(labels, num_classes: int) -> tf.Tensor:
@@ -47,7 +56,7 @@ class TfdsSource:
 
   def __init__(self, name: str, data_dir, manual_dir, label_key=None):
     try:
-      self._builder = tfds.builder(name, data_dir=data_dir)
+      self._builder = _builder(name, data_dir)
     except tfds.core.registered.DatasetNotFoundError as e:
       raise UserError(
           f"Unknown dataset {name!r}: TFDS has no builder of that name. Use a "
@@ -59,7 +68,7 @@ class TfdsSource:
       if jax.process_index() == 0 and not self._builder.is_prepared():
         self._prepare(manual_dir)
       multihost_utils.sync_global_devices(f"TFDS {name} prepared")
-      self._builder = tfds.builder(name, data_dir=data_dir)
+      self._builder = _builder(name, data_dir)
     elif not self._builder.is_prepared():
       self._prepare(manual_dir)
     features = self._builder.info.features
@@ -204,7 +213,7 @@ def label_names(spec: specs.DataSpec, index_dir=None):
     if spec.dataset.startswith(FOLDER_PREFIX):
       return image_folder.class_names(spec.dataset[len(FOLDER_PREFIX):],
                                       index_dir) or None
-    features = tfds.builder(spec.dataset, data_dir=spec.data_dir).info.features
+    features = _builder(spec.dataset, spec.data_dir).info.features
     label = (features["label"]
              if "label" in features else features["labels"].feature)
     return list(label.names)

@@ -20,6 +20,8 @@ trainer's, passed to the streams it makes) gathers their logs and writes
 the files' paths into the workdir.
 """
 
+from __future__ import annotations
+
 import math
 import re
 import threading
@@ -27,14 +29,16 @@ from typing import Callable
 from typing import Optional
 
 import jax
-import tensorflow as tf
 
 from vit_jax import paths
+from vit_jax.config import imports
 from vit_jax.data import image_folder
 from vit_jax.errors import UserError
 
+tf = imports.lazy("tensorflow")  # Loaded where data is first read.
+
 # Functions traced as written, AutoGraph off (input_pipeline.py says why).
-_as_written = tf.autograph.experimental.do_not_convert
+_as_written = lambda fn: tf.autograph.experimental.do_not_convert(fn)
 
 DEFAULT_MAX_SHARE = 0.01
 # Files a stream always tolerates where the share is above 0 (but fewer than

@@ -83,8 +83,8 @@ def make(entry: registry.Entry, context: registry.Context):
   config = context.config
   return MaskedPatchEvaluator(
       context.model,
-      input_pipeline.make_eval_batches(entry.data, context.source(
-          entry.data), labels=False, collector=context.unreadable),
-      context.mesh, config.masked_patch,
-      models.get_variant(config.model.variant).stride, config.seed,
-      context.params_sharding, config.sharding.logical_axis_rules)
+      input_pipeline.make_eval_batches(
+          entry.data, context.source(entry.data), labels=False,
+          collector=context.unreadable), context.mesh, config.masked_patch,
+      models.stride(config.model), config.seed, context.params_sharding,
+      config.sharding.logical_axis_rules)

@@ -119,15 +119,21 @@ class FewShotEvaluator:
     return ", ".join(f"{k} {100 * metrics[k]:.2f}%" for k in shown)
 
 
-def from_protocol(model, config, mesh, params_sharding,
-                  datasets=None) -> FewShotEvaluator:
-  """config.fewshot's protocol on `datasets` (default: its own), read as
-  the config's evaluation data with config.fewshot.pp_eval: what `vit-jax
-  fewshot` sweeps."""
+def protocol_specs(config, datasets=None):
+  """`dataset_specs` of config.fewshot's protocol on `datasets` (default:
+  its own), read as the config's evaluation data with
+  config.fewshot.pp_eval; the protocol checked first."""
+  solver.check_config(config.fewshot)
   where = "--datasets" if datasets else "config.fewshot.datasets"
   base = specs.evaluation(config, {"pp": config.fewshot.pp_eval})
-  return FewShotEvaluator(
-      model, config.fewshot,
-      dataset_specs(tuple(datasets or config.fewshot.datasets), config.fewshot,
-                    base, where), mesh, params_sharding,
-      config.sharding.logical_axis_rules)
+  return dataset_specs(tuple(datasets or config.fewshot.datasets),
+                       config.fewshot, base, where)
+
+
+def from_protocol(model, config, mesh, params_sharding,
+                  datasets=None) -> FewShotEvaluator:
+  """`protocol_specs`'s evaluation of `model`: what `vit-jax fewshot`
+  sweeps."""
+  return FewShotEvaluator(model, config.fewshot, protocol_specs(
+      config, datasets), mesh, params_sharding,
+                          config.sharding.logical_axis_rules)

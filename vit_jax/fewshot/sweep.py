@@ -45,8 +45,9 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
   if not checkpoints:
     raise UserError("No checkpoints to evaluate; pass --checkpoints.")
   models.check_image_size(config.model, config.image_size, "config.image_size")
+  fewshot_evaluator.protocol_specs(config, datasets)  # Before compiling.
   mesh = sharding.mesh_from_config(config)
-  by_model = {}  # Model config -> (random params, shardings, evaluator).
+  by_model = {}  # Model config -> (model, its shapes, shardings, evaluator).
   table, notes = {}, []
   for path in checkpoints:
     random_init = path == RANDOM_INIT
@@ -56,14 +57,17 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
     key = path_config.model.to_json()
     if key not in by_model:
       model = models.build_model(path_config.model, num_classes=None)
-      params, params_sharding = sharding.random_params(
-          model, config.image_size, config.seed, mesh, config.sharding)
-      by_model[key] = (params, params_sharding,
+      abstract, params_sharding = sharding.abstract_params(
+          model, config.image_size, mesh, config.sharding)
+      by_model[key] = (model, abstract, params_sharding,
                        fewshot_evaluator.from_protocol(
                            model, config, mesh, params_sharding, datasets))
-    random_params, params_sharding, evaluator = by_model[key]
-    params = random_params if random_init else weights.init_params(
-        path_config, path, random_params, params_sharding)
+    model, abstract, params_sharding, evaluator = by_model[key]
+    # Initialised only for `random`, or where a file lacks a parameter.
+    random_params = lambda m=model: sharding.random_params(
+        m, config.image_size, config.seed, mesh, config.sharding)[0]
+    params = random_params() if random_init else weights.init_params(
+        path_config, path, abstract, params_sharding, fill=random_params)
     metrics, path_notes = evaluator.run_with_notes(params)
     notes += [f"{path}: {note}" for note in path_notes]
     table[path] = {}

@@ -33,6 +33,13 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh,
                  process_count: Optional[int] = None):
   """Every user mistake we can see before compiling, with its fix
   (`process_count`: the processes that will run it, if not these)."""
+  check_fields(config)
+  check_batches(config, mesh, process_count)
+
+
+def check_fields(config: ml_collections.ConfigDict):
+  """The mistakes the config shows by itself, without the devices (`plan`
+  says them before it loads libtpu to describe a TPU topology)."""
   imports.load(config)  # What they register is checked below.
   fields.check_numbers(config)
   models.check_model_config(config.model)
@@ -48,6 +55,11 @@ def check_config(config: ml_collections.ConfigDict, mesh: Mesh,
       config.fewshot.eval_split, "config.fewshot.datasets")
   evaluators.check(config)
   sharding.check_strategy_rules(config.sharding.params)
+
+
+def check_batches(config: ml_collections.ConfigDict, mesh: Mesh,
+                  process_count: Optional[int] = None):
+  """The batch sizes split over `mesh`'s devices and the processes."""
   sharding.local_batch_size(config.batch_size, mesh, what="batch_size",
                             accumulation=config.accum_steps,
                             process_count=process_count, log=True)

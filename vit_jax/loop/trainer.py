@@ -15,8 +15,6 @@ from typing import Callable
 from typing import Iterator
 
 from absl import logging
-from clu import metric_writers
-from clu import periodic_actions
 import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
@@ -30,6 +28,7 @@ from vit_jax import models
 from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
+from vit_jax.config import imports
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
@@ -41,6 +40,11 @@ from vit_jax.training import flexi
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
+
+# clu's writers load TensorFlow: loaded where the run starts, not when the
+# config is checked.
+metric_writers = imports.lazy("clu.metric_writers")
+periodic_actions = imports.lazy("clu.periodic_actions")
 
 
 def total_steps(config: ml_collections.ConfigDict, num_train_examples: int):
@@ -79,28 +83,37 @@ class _Outputs:
       self.mirror.close()
 
 
-def _decide_and_record(config, workdir, manager):
+def _decided(config, workdir):
   """The config decided (`weights.decide`: a resumed run keeps its GELU
-  form), written to WORKDIR/config.json."""
-  resumed = manager.latest_step() is not None
-  config = weights.decide(config, resumed_workdir=workdir if resumed else None)
+  form; a checkpoint to start from is read), before anything is written."""
+  resumed = checkpoint.has_saved_steps(workdir)
+  return weights.decide(config, resumed_workdir=workdir if resumed else None)
+
+
+def _record(config, workdir):
+  """The decided config, written to WORKDIR/config.json."""
   # Every process has read the previous run's config.json before process 0
   # rewrites it (a process reading while it is written sees it truncated).
   multihost_utils.sync_global_devices("config.json read")
   if jax.process_index() == 0:
     (workdir / paths.CONFIG_FILE).write_text(
         config.to_json_best_effort(indent=2))
-  return config
 
 
 def _starting_state(config, manager, model, tx, mesh):
   """(state, its shardings) to train from: a resumed run's latest
-  checkpoint, else config.init.checkpoint's weights, else random init."""
-  state, state_sharding = train_state.create_train_state(
-      model, tx, config.image_size, config.seed, mesh, config.sharding,
-      ema=config.ema_decay > 0)
-  optim.check_param_rules(config, state.params)
-  if config.init.checkpoint and manager.latest_step() is None:
+  checkpoint (restored into the state's shapes: nothing is initialised),
+  else config.init.checkpoint's weights, else random init."""
+  abstract, state_sharding = train_state.abstract_train_state(
+      model, tx, config.image_size, mesh, config.sharding, ema=config.ema_decay
+      > 0)
+  optim.check_param_rules(config, abstract.params)
+  restored = checkpoint.restore_latest(manager, abstract, state_sharding)
+  if restored is not abstract:
+    return restored, state_sharding
+  state = train_state.initialise(model, tx, config.image_size, config.seed,
+                                 state_sharding, ema=config.ema_decay > 0)
+  if config.init.checkpoint:
     params = weights.init_params(config, config.init.checkpoint, state.params,
                                  state_sharding.params)
     state = state.replace(
@@ -108,7 +121,6 @@ def _starting_state(config, manager, model, tx, mesh):
         ema_params=(  # Own buffers: donated.
             None if state.ema_params is None else jax.tree.map(
                 jnp.copy, params)))
-  state = checkpoint.restore_latest(manager, state, state_sharding)
   return state, state_sharding
 
 
@@ -131,10 +143,11 @@ def _close(manager):
 def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   mesh = sharding.mesh_from_config(config)
   checks.check_config(config, mesh)
+  config = _decided(config, workdir)
   workdir = paths.make_workdir(workdir)
   manager = checkpoint.make_manager(workdir, config)
   started.callback(_close, manager)
-  config = _decide_and_record(config, workdir, manager)
+  _record(config, workdir)
   outputs = started.enter_context(contextlib.closing(_Outputs(workdir)))
 
   data = specs.training(config)

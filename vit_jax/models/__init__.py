@@ -251,10 +251,9 @@ def from_config(config, num_classes):
   if config.objective != "masked_patch":
     return build_model(config.model, num_classes)
   mp = config.masked_patch
-  stride = get_variant(config.model.variant).stride
   return build_model(
       config.model, None,
-      masked_patch.output_width(mp.target, stride, mp.color_bits,
+      masked_patch.output_width(mp.target, stride(config.model), mp.color_bits,
                                 mp.downsized_size))
 
 

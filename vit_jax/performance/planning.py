@@ -30,6 +30,7 @@ from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
+from vit_jax.config import imports
 from vit_jax.data import handover
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
@@ -53,7 +54,7 @@ def _num_classes(config: ml_collections.ConfigDict) -> int:
   if config.dataset == "digits":
     return 10
   try:
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    tfds = imports.import_quietly("tensorflow_datasets")
     features = tfds.builder(config.dataset,
                             data_dir=config.data_dir).info.features
     label = features["label"] if "label" in features else features[
@@ -68,9 +69,10 @@ def plan(config: ml_collections.ConfigDict, topology: str,
          num_classes: Optional[int] = None,
          hbm_gib: Optional[float] = None) -> dict:
   """Compiles the config's train step for `topology`; returns the report."""
+  checks.check_fields(config)
   devices, placed = targets.target(topology)
   mesh = sharding.mesh_from_config(config, devices)
-  checks.check_config(config, mesh, process_count=placed.hosts)
+  checks.check_batches(config, mesh, process_count=placed.hosts)
   config = weights.decide(config)
   supervised = config.objective == "supervised"  # Else no labels, no head.
   if supervised:
@@ -98,7 +100,8 @@ def plan(config: ml_collections.ConfigDict, topology: str,
         (batch, num_classes), jnp.float32, sharding=batch_sharding)
   lowered = train_step.lower(state, batch_spec)
   try:
-    compiled = lowered.compile()
+    with targets.compiling_for(devices):
+      compiled = lowered.compile()
   except jax.errors.JaxRuntimeError as e:
     # The TPU compiler refuses a program larger than the chip's memory;
     # that is an answer ("does not fit"), with its lower bound of the need.
@@ -133,8 +136,8 @@ def _tensor_parallel_activations(config, mesh) -> float:
   if not any("tp" in strategy for _, strategy in config.sharding.params):
     return 0.0
   variant = models.get_variant(config.model.variant)
-  tokens = (config.image_size // variant.stride)**2 + (models.num_prefix_tokens(
-      config.model))
+  tokens = (config.image_size // models.stride(config.model))**2 + (
+      models.num_prefix_tokens(config.model))
   return communication.tensor_parallel_activations(
       config.batch_size // mesh.shape[sharding.DATA_AXIS], tokens,
       variant.hidden_size, variant.num_layers, mesh.shape[sharding.MODEL_AXIS],

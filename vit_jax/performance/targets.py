@@ -6,6 +6,7 @@ libtpu names a topology GENERATION:CHIPS, e.g. `v3:4x4` (a v3-32: 16 chips,
 say, and a name it does not know gets one line listing those it does.
 """
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -83,6 +84,24 @@ def _describe(topology: str):
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   return topologies.get_topology_desc(topology_name=topology,
                                       platform="tpu").devices
+
+
+@contextlib.contextmanager
+def compiling_for(devices):
+  """Around the compilation of a plan: for compile-only TPU devices, none of
+  its programs is written to JAX's persistent compilation cache, as a
+  client without a TPU cannot read one back ('PjRtCompiler must be
+  constructed with a Client')."""
+  if devices[0].platform == "cpu":
+    yield
+    return
+  option = "jax_persistent_cache_min_compile_time_secs"
+  saved = getattr(jax.config, option)
+  jax.config.update(option, float("inf"))
+  try:
+    yield
+  finally:
+    jax.config.update(option, saved)
 
 
 def _known_generations() -> str:

@@ -9,6 +9,8 @@ the current mesh, so a checkpoint written on one device count loads on
 another. The workdir may be local or on object storage (`vit_jax.paths`).
 """
 
+from __future__ import annotations
+
 import logging as logging_lib
 import signal
 import sys
@@ -19,12 +21,14 @@ import flax
 import jax
 from jax.experimental import multihost_utils
 import ml_collections
-import orbax.checkpoint as ocp
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax.config import imports
 from vit_jax.errors import CheckpointError
 from vit_jax.errors import UserError
+
+ocp = imports.lazy("orbax.checkpoint")  # Loaded where a run starts.
 
 
 def make_manager(workdir: str,
@@ -35,6 +39,13 @@ def make_manager(workdir: str,
       enable_async_checkpointing=True)
   return ocp.CheckpointManager(
       paths.resolve(workdir) / paths.CHECKPOINTS_DIR, options=options)
+
+
+def has_saved_steps(workdir) -> bool:
+  """Whether WORKDIR/checkpoints holds a finished step (read only: nothing
+  is created, unlike `make_manager`)."""
+  directory = paths.resolve(workdir) / paths.CHECKPOINTS_DIR
+  return directory.is_dir() and bool(ocp.path.step.checkpoint_steps(directory))
 
 
 def restore_latest(manager: ocp.CheckpointManager, state, state_sharding):

@@ -115,9 +115,8 @@ def _supervised_for_config(config: ml_collections.ConfigDict) -> Objective:
 
 
 def _masked_patch_for_config(config: ml_collections.ConfigDict) -> Objective:
-  return masked_patch_prediction(
-      config.masked_patch,
-      models.get_variant(config.model.variant).stride)
+  return masked_patch_prediction(config.masked_patch, models.stride(
+      config.model))
 
 
 # config.objective -> the config's objective.
@@ -149,7 +148,7 @@ def check_masked_patch(config: ml_collections.ConfigDict):
   colour bits and the patch grid that masked patch prediction needs (its
   pixel range: `preprocess.check_pipelines`)."""
   mp = config.masked_patch
-  stride = models.get_variant(config.model.variant).stride
+  stride = models.stride(config.model)
   if models.get_variant(config.model.variant).resnet is not None:
     raise UserError(
         f"config.objective=masked_patch does not take the hybrid "
@@ -181,7 +180,7 @@ def check_masked_patch(config: ml_collections.ConfigDict):
                                    stride % mp.downsized_size):
     raise UserError(
         f"config.masked_patch.downsized_size={mp.downsized_size} does not "
-        f"divide the {stride}-pixel patches of {config.model.variant}; use a "
+        f"divide the {stride}-pixel patches the model runs at; use a "
         f"divisor of {stride} (the paper: 4).")
   if (config.image_size // stride)**2 < 2:
     raise UserError(

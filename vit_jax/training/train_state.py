@@ -70,6 +70,13 @@ def create_train_state(model, tx, image_size: int, seed: int, mesh: Mesh,
   """
   _, state_sharding = abstract_train_state(model, tx, image_size, mesh,
                                            sharding_config, ema)
+  return initialise(model, tx, image_size, seed, state_sharding,
+                    ema), state_sharding
+
+
+def initialise(model, tx, image_size: int, seed: int, state_sharding,
+               ema: bool = False):
+  """The state at random init (`seed`), written on `state_sharding` (from
+  `abstract_train_state`)."""
   init = _init_fn(model, tx, image_size, ema)
-  state = jax.jit(init, out_shardings=state_sharding)(jax.random.key(seed))
-  return state, state_sharding
+  return jax.jit(init, out_shardings=state_sharding)(jax.random.key(seed))

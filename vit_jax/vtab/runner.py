@@ -27,11 +27,13 @@ import ml_collections
 
 from vit_jax import console
 from vit_jax import paths
+from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.data import sources
 from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
+from vit_jax.loop import checks
 from vit_jax.loop import trainer
 from vit_jax.weights import loader
 
@@ -44,9 +46,14 @@ def task_config(config: ml_collections.ConfigDict,
   """The config with the task as its dataset, decided (`weights.decide`,
   as the trainer decides it, so it compares with the config.json and
   result.json of an earlier run)."""
+  return weights.decide(_with_task(config, task))
+
+
+def _with_task(config: ml_collections.ConfigDict,
+               task: str) -> ml_collections.ConfigDict:
   config = config.copy_and_resolve_references()
   config.dataset = sources.VTAB_PREFIX + vtab_tasks.get(task).name
-  return weights.decide(config)
+  return config
 
 
 # Fields that do not change a task's result: where the data, the cache and
@@ -161,8 +168,9 @@ def run_tasks(config: ml_collections.ConfigDict, workdir,
   """{task: accuracy on the config's eval split} for `tasks` (default all
   19), in order; stops after a preemption with the tasks done so far."""
   tasks = list(tasks or vtab_tasks.TASKS)
-  for task in tasks:
-    vtab_tasks.get(task)  # Every name checked before hours of training.
+  mesh = sharding.mesh_from_config(config)
+  for task in tasks:  # Every name and config checked before hours of training.
+    checks.check_config(_with_task(config, task), mesh)
   if config.init.checkpoint:  # A released name of another model: refused.
     loader.check_released_variant(config.init.checkpoint, config.model.variant)
   paths.make_workdir(workdir)

@@ -13,7 +13,6 @@ refuses a config that has not been through it, so every part reads the
 same decided value (and config.json records it).
 """
 
-import json
 import os
 from typing import Optional
 
@@ -23,6 +22,7 @@ import ml_collections
 from vit_jax import paths
 from vit_jax.weights import convert
 from vit_jax.weights import loader
+from vit_jax.weights import pytorch_dir
 from vit_jax.weights import released
 
 
@@ -32,7 +32,7 @@ def _recorded_gelu(workdir) -> Optional[bool]:
   path = paths.resolve(workdir) / paths.CONFIG_FILE
   if not path.exists():
     return None
-  value = json.loads(path.read_text()).get("model", {}).get(
+  value = pytorch_dir.read_config_json(path).get("model", {}).get(
       "gelu_approximate", False)
   return None if value is None else bool(value)
 

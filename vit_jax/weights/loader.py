@@ -20,7 +20,6 @@ name of another variant than the config's is refused before downloading.
 """
 
 import dataclasses
-import json
 import os
 import re
 from typing import Optional
@@ -168,7 +167,7 @@ def recorded_config(path: str) -> Optional[dict]:
   config_path = training_workdir(path) / paths.CONFIG_FILE
   if not config_path.exists():
     return None
-  return json.loads(config_path.read_text())
+  return pytorch_dir.read_config_json(config_path)
 
 
 def origin_gelu(path: str, origin: str) -> Optional[bool]:
@@ -231,12 +230,14 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
-                params_sharding):
+                params_sharding, fill=None):
   """`params` with every entry the file at `path` provides replaced, sharded.
 
-  Works on any mesh and number of processes: each process reads the file and
-  places only its own shards. A scanned-layers model is loaded through the
-  looped names and stacked back.
+  `params` may be abstract (ShapeDtypeStructs): then `fill()` makes the
+  parameters the file does not provide (random init), only if it lacks
+  some. Works on any mesh and number of processes: each process reads the
+  file and places only its own shards. A scanned-layers model is loaded
+  through the looped names and stacked back.
   """
   loaded, report = load_for_config(config, path, params)
   console.say("Initialised from %s (--log_level=info shows the table).",
@@ -246,6 +247,8 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
   if scan.is_scanned(params):
     loaded = scan.stack_flat(loaded, scan.num_scanned_layers(params))
   flat = flax.traverse_util.flatten_dict(params, sep="/")
+  if fill is not None and set(flat) - set(loaded):
+    flat = flax.traverse_util.flatten_dict(fill(), sep="/")
   shardings = flax.traverse_util.flatten_dict(params_sharding, sep="/")
   for name, value in loaded.items():
     flat[name] = jax.make_array_from_callback(value.shape, shardings[name],

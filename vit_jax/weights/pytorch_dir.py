@@ -11,6 +11,8 @@ from typing import Optional
 
 from etils import epath
 
+from vit_jax.errors import WeightsError
+
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 # timm's act_layer / transformers' hidden_act -> config.model fields.
@@ -23,17 +25,30 @@ _ACTIVATIONS = {
 }
 
 
+def read_config_json(path: epath.Path) -> dict:
+  """A config.json beside weights (transformers', timm's or a workdir's);
+  one that is not a JSON object is said in one line."""
+  try:
+    config = json.loads(path.read_text())
+  except ValueError as e:
+    config = e
+  if not isinstance(config, dict):
+    why = f" ({config})" if isinstance(config, ValueError) else ""
+    raise WeightsError(
+        f"{path} is not a JSON object{why}, so the weights beside it cannot "
+        "be read with it: restore the file (transformers and timm write "
+        "theirs, `vit-jax train` a workdir's), or move it away and name the "
+        "weights file itself.")
+  return config
+
+
 def _config(directory: epath.Path) -> Optional[dict]:
   """The directory's config.json if it is one of the two code bases'."""
   if not (directory.is_dir() and (directory / WEIGHTS).exists() and
           (directory / CONFIG).exists()):
     return None
-  try:
-    config = json.loads((directory / CONFIG).read_text())
-  except ValueError:
-    return None
-  if isinstance(config, dict) and ("model_type" in config or
-                                   "architecture" in config):
+  config = read_config_json(directory / CONFIG)
+  if "model_type" in config or "architecture" in config:
     return config
   return None
 
