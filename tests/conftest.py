@@ -1,26 +1,32 @@
 """Test set-up: 8 simulated CPU devices, quiet TensorFlow, a local TFDS dir,
-and deprecations as errors."""
+the compilation cache of this clone, and deprecations as errors."""
 
 import os
 import re
 
 import pytest
 
+from tests.helpers import processes
+
 # Must happen before JAX initialises its backends.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=8")
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
+                           processes.xla_flags(8))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # libtpu (the `tpu` extra, for compiling TPU plans) must not look for a TPU.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Tests and the commands they run as subprocesses compile the same small
-# programs again and again (each test builds its own step functions): they
-# share JAX's persistent compilation cache. A program read from it keeps
-# its cost and memory analyses.
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR",
-    os.path.join("/tmp", f"vit_jax_tests_jax_cache_{os.getuid()}"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Tests and the commands they run as subprocesses compile the same programs
+# again and again (each test builds its own step functions): they share
+# JAX's persistent compilation cache, this clone's own (so a fresh clone
+# starts cold). A program read from it keeps its cost and memory analyses.
+# JAX locks the cache's files only where it bounds its size: with a bound,
+# no process reads an entry another is still writing. Each write then
+# looks through every entry, so only programs that took 0.3 s or more to
+# compile are kept (a few hundred; the thousands of single operations
+# compile in milliseconds).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", processes.CACHE_DIR)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 << 30))
 
 # Every deprecation is an error, in the tests and in the commands they start
 # (PYTHONWARNINGS, which the subprocesses inherit): what JAX, Flax, Optax,
@@ -35,11 +41,17 @@ THIRD_PARTY_DEPRECATIONS = [
 ]
 _AS_ERRORS = ("DeprecationWarning", "PendingDeprecationWarning",
               "FutureWarning")
+# So are the compilation cache's warnings: an entry read while another
+# process wrote it, or one it cannot read back.
+CACHE_WARNINGS = [("Error reading persistent compilation cache", "UserWarning"),
+                  ("Error writing persistent compilation cache", "UserWarning")]
 # PYTHONWARNINGS splits on commas and colons and matches the start of a
 # message literally.
-assert not any("," in m or ":" in m for m, _ in THIRD_PARTY_DEPRECATIONS)
+assert not any(
+    "," in m or ":" in m for m, _ in THIRD_PARTY_DEPRECATIONS + CACHE_WARNINGS)
 os.environ["PYTHONWARNINGS"] = ",".join(
     [f"error::{c}" for c in _AS_ERRORS] +
+    [f"error:{m}:{c}" for m, c in CACHE_WARNINGS] +
     [f"ignore:{m}:{c}" for m, c in THIRD_PARTY_DEPRECATIONS])
 
 
@@ -47,6 +59,9 @@ def pytest_configure(config):
   """The same policy in this process (pytest's filters, later ones win)."""
   for category in _AS_ERRORS:
     config.addinivalue_line("filterwarnings", f"error::{category}")
+  for message, category in CACHE_WARNINGS:
+    config.addinivalue_line("filterwarnings",
+                            f"error:{re.escape(message)}:{category}")
   for message, category in THIRD_PARTY_DEPRECATIONS:
     config.addinivalue_line("filterwarnings",
                             f"ignore:{re.escape(message)}:{category}")
@@ -73,8 +88,10 @@ def digits_config(tfds_data_dir):
 
 
 @pytest.fixture(scope="session")
-def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
-  """A workdir holding the `digits` model trained at 16 px for 400 steps.
+def trained_digits_run(tfds_data_dir, tmp_path_factory) -> tuple[str, dict]:
+  """(a workdir holding the `digits` model trained at 16 px for 400 steps,
+  evaluated at step 200 and at the end, its first steps profiled; its
+  final metrics).
 
   Tests using it share one xdist worker (`xdist_group('trained_digits')`),
   so it is trained once per run.
@@ -87,11 +104,17 @@ def trained_digits(tfds_data_dir, tmp_path_factory) -> str:
   config.total_steps = 400
   config.warmup_steps = 20
   config.lr = 3e-3
-  config.eval_every_steps = 0
+  config.log_every_steps = 100
+  config.eval_every_steps = 200
+  config.profile_steps = 2
   workdir = str(tmp_path_factory.mktemp("trained_digits"))
-  result = trainer.train_and_evaluate(config, workdir)
-  assert result["test/accuracy"] > 0.6, result
-  return workdir
+  return workdir, trainer.train_and_evaluate(config, workdir)
+
+
+@pytest.fixture(scope="session")
+def trained_digits(trained_digits_run) -> str:
+  """The workdir of `trained_digits_run`."""
+  return trained_digits_run[0]
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.helpers import processes
 from vit_jax import inference
 from vit_jax import models
 from vit_jax.analysis import figures
@@ -203,9 +204,8 @@ def test_analyze_writes_the_figures_and_numbers(trained_digits, tmp_path):
       sys.executable, "-m", "vit_jax", "analyze",
       f"--checkpoint={trained_digits}", "--num_images=40", "--num_shown=3",
       f"--out={out}"
-  ], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, capture_output=True, text=True, timeout=300)
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   for name in ("embedding_filters.png", "position_embedding_similarity.png",
                "mean_attention_distance.png", "attention_rollout.png"):

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from configs import fewshot as fewshot_configs
 from configs import finetune
+from tests.helpers import compiled
 from vit_jax import inference
 from vit_jax import weights
 from vit_jax.commands import export
@@ -53,8 +54,7 @@ def random_params(model, size=32, seed=0, scale=0.3):
       lambda x: (scale * rng.normal(size=x.shape)).astype(np.float32), shapes)
 
 
-def logits(model, params, x):
-  return np.asarray(model.apply({"params": params}, x)[0])
+logits = compiled.logits
 
 
 def big_vision_file(params, scanned=False, tower=""):

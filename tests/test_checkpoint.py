@@ -2,6 +2,7 @@
 count."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.helpers import processes
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -37,7 +39,7 @@ def _command(workdir, data_dir):
 
 def _run(workdir, data_dir, kill_after_checkpoint=None, sig=None):
   """Runs main; optionally sends `sig` once that checkpoint is written."""
-  env = {**os.environ, "XLA_FLAGS": ""}
+  env = processes.command_env()
   proc = subprocess.Popen(_command(
       workdir, data_dir), cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -154,64 +156,67 @@ def _train(workdir, data_dir, total_steps):
       sys.executable, "-m", "vit_jax", "train",
       "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
       f"--config.data_dir={data_dir}", f"--config.total_steps={total_steps}",
-      "--config.checkpoint_every_steps=2", "--config.eval_every_steps=0"
-  ], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, capture_output=True, text=True, timeout=300)
-  assert done.returncode == 0, done.stderr[-3000:]
-  return done.stderr
+      "--config.checkpoint_every_steps=2", "--config.keep_checkpoints=4",
+      "--config.eval_every_steps=0"
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=300)
+  return done
 
 
 @pytest.fixture(scope="module")
-def runs_to_resume(tfds_data_dir, tmp_path_factory):
-  """(a run of 6 steps, one stopped at step 4 with checkpoints at 2 and 4)."""
-  root = tmp_path_factory.mktemp("runs")
-  _train(root / "whole", tfds_data_dir, 6)
-  _train(root / "stopped", tfds_data_dir, 4)
-  return root / "whole", root / "stopped"
+def whole_run(tfds_data_dir, tmp_path_factory):
+  """A run of 8 steps with its checkpoints at 2, 4, 6 and 8."""
+  workdir = tmp_path_factory.mktemp("runs") / "whole"
+  done = _train(workdir, tfds_data_dir, 8)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return workdir
 
 
-@pytest.mark.xdist_group("runs_to_resume")  # Its two runs made once.
-@pytest.mark.parametrize("how", ["truncated", "garbled"])
-def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
-    runs_to_resume, tfds_data_dir, tmp_path, how):
-  import shutil
-  whole, stopped = runs_to_resume
-  run = tmp_path / "run"
-  shutil.copytree(stopped, run)
-  _damage(run / "checkpoints" / "4", how)
-  said = _train(run, tfds_data_dir, 6)
-  assert "The checkpoint at step 4 cannot be restored (" in said
-  assert ("it is set aside as 4.damaged, and the run resumes from step 2, "
-          "the newest intact one.") in said
+def _stopped_at_6(whole, folder):
+  """A copy of the whole run as it was at step 6 (its step 8 not taken)."""
+  run = folder / "run"
+  shutil.copytree(whole, run)
+  shutil.rmtree(run / "checkpoints" / "8")
+  return run
+
+
+@pytest.mark.xdist_group("runs_to_resume")  # The whole run made once.
+def test_damaged_newest_checkpoints_resume_from_the_newest_intact_one(
+    whole_run, tfds_data_dir, tmp_path):
+  """The newest step truncated and the one before garbled: both are set
+  aside, and the run resumes from the step before them and ends where the
+  whole run does."""
+  run = _stopped_at_6(whole_run, tmp_path)
+  _damage(run / "checkpoints" / "6", "truncated")
+  _damage(run / "checkpoints" / "4", "garbled")
+  done = _train(run, tfds_data_dir, 8)
+  assert done.returncode == 0, done.stderr[-3000:]
+  said = done.stderr
+  for step in (6, 4):
+    assert f"The checkpoint at step {step} cannot be restored (" in said
+    assert (f"it is set aside as {step}.damaged, and the run resumes from "
+            "step 2, the newest intact one.") in said
   assert "Resuming at step 2 from" in said
   assert "Traceback" not in said  # TensorStore's late callbacks are quiet.
-  assert sorted(os.listdir(run / "checkpoints")) == ["2", "4", "4.damaged", "6"]
+  assert sorted(os.listdir(
+      run / "checkpoints")) == ["2", "4", "4.damaged", "6", "6.damaged", "8"]
   restore = lambda wd: ocp.StandardCheckpointer().restore(
-      wd / "checkpoints" / "6" / "default")["params"]
-  jax.tree.map(np.testing.assert_array_equal, restore(run), restore(whole))
+      wd / "checkpoints" / "8" / "default")["params"]
+  jax.tree.map(np.testing.assert_array_equal, restore(run), restore(whole_run))
 
 
 @pytest.mark.xdist_group("runs_to_resume")
-def test_no_intact_checkpoint_is_a_one_line_error(runs_to_resume, tfds_data_dir,
+def test_no_intact_checkpoint_is_a_one_line_error(whole_run, tfds_data_dir,
                                                   tmp_path):
-  import shutil
-  run = tmp_path / "run"
-  shutil.copytree(runs_to_resume[1], run)
-  for step in (2, 4):
+  run = _stopped_at_6(whole_run, tmp_path)
+  for step in (2, 4, 6):
     _damage(run / "checkpoints" / str(step), "truncated")
-  done = subprocess.run([
-      sys.executable, "-m", "vit_jax", "train",
-      "--config=configs/digits.py:runlocal", f"--workdir={run}",
-      f"--config.data_dir={tfds_data_dir}", "--config.total_steps=6"
-  ], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, capture_output=True, text=True, timeout=300)
+  done = _train(run, tfds_data_dir, 8)
   assert done.returncode == 2, done.stderr[-3000:]
   error = [line for line in done.stderr.splitlines() if "error:" in line]
   assert len(error) == 1 and error[0].startswith(
-      f"error: No checkpoint in {run}/checkpoints can be restored: step 4: ")
-  assert "; step 2: " in error[0]
+      f"error: No checkpoint in {run}/checkpoints can be restored: step 6: ")
+  assert "; step 4: " in error[0] and "; step 2: " in error[0]
   assert "Traceback" not in done.stderr
   assert error[0].endswith(
       ". Move the folder aside (or use a new --workdir) to start afresh.")

@@ -1,15 +1,20 @@
 """Every command reports a mistake of the user's making as one line.
 
-`error: ...` on stderr, exit status 2, no traceback (unless --verbose).
+`error: ...` on stderr, exit status 2, no traceback (unless --verbose),
+nothing written, and without loading what only reading data or compiling
+for a TPU needs (TensorFlow, TFDS, clu, libtpu), nor Orbax: in about a
+second.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
 from absl import app
 import pytest
 
+from tests.helpers import processes
 from vit_jax import cli
 from vit_jax.errors import UserError
 
@@ -68,25 +73,83 @@ MISTAKES = {
     "benchmark: unknown variant": (
         ["vit_jax", "benchmark",
          "--variant=ViT-X/1"], "error: Unknown model variant 'ViT-X/1'"),
+    "fewshot: bad protocol": ([
+        "vit_jax", "fewshot", "--config=configs/fewshot.py:runlocal",
+        "--checkpoints=random", "--config.fewshot.l2_reg=-1"
+    ], "error: config.fewshot.l2_reg and every value of config.fewshot.l2_grid "
+                              "must be positive."),
+    "plan: bad value": ([
+        "vit_jax", "plan", "--config=configs/digits.py", "--topology=v5e:2x2",
+        "--config.batch_size=0"
+    ], "error: config.batch_size=0 must be positive."),
+    "vtab: bad value": ([
+        "vit_jax", "vtab", "--config=configs/vtab.py", "--checkpoint=/no/such",
+        "--workdir={tmp}/vtab", "--config.lr=-1"
+    ], "error: config.lr=-1.0 must be positive."),
+    "export: a directory onto a file": ([
+        "vit_jax", "export", "--checkpoint=/no/such.npz", "--format=hf",
+        "--out={tmp}/a_file"
+    ], "error: --out={tmp}/a_file is an existing file, and --format=hf writes "
+                                        "a directory; give a new path"),
+    "export: a file onto a directory": ([
+        "vit_jax", "export", "--checkpoint=/no/such.npz", "--format=npz",
+        "--out={tmp}"
+    ], "error: --out={tmp} is a directory, and --format=npz writes one file; "
+                                        "give the file's path"),
+    "main: a broken config.json beside the weights": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir={tmp}/run", "--config.init.checkpoint={tmp}/timm_dir"
+    ], "error: {tmp}/timm_dir/config.json is not a JSON object (Expecting "
+                                                      "property name"),
 }
+# Run as `python -m vit_jax` does; then says on stderr which of the modules
+# a mistake should not wait for were loaded.
+_RUN_AND_LIST_LOADED = """
+import sys
+from vit_jax import __main__ as entry
+try:
+  entry.main()
+finally:
+  loaded = [name for name in ("tensorflow", "tensorflow_datasets", "clu",
+                              "orbax.checkpoint") if name in sys.modules]
+  with open("/proc/self/maps") as maps:
+    loaded += ["libtpu.so"] if "libtpu.so" in maps.read() else []
+  print("loaded:", " ".join(loaded), file=sys.stderr)
+"""
 
 
 def _run(args):
-  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, capture_output=True, text=True, timeout=300)
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO,
+                        env=processes.command_env(), capture_output=True,
+                        text=True, timeout=300)
 
 
 @pytest.mark.parametrize("case", MISTAKES)
-def test_a_user_mistake_is_one_line_and_status_2(case):
+def test_a_user_mistake_is_one_line_and_status_2(case, tmp_path):
   args, message = MISTAKES[case]
-  done = _run(args)
+  (tmp_path / "a_file").write_text("kept")
+  weights = tmp_path / "timm_dir"  # Written by timm, its config.json cut.
+  weights.mkdir()
+  shutil.copy(
+      os.path.join(REPO, "tests", "references", "tiny_timm.safetensors"),
+      weights / "model.safetensors")
+  (weights / "config.json").write_text('{"architecture": "vit_tiny", ')
+  before = sorted(tmp_path.rglob("*"))
+  done = subprocess.run([
+      sys.executable, "-c", _RUN_AND_LIST_LOADED,
+      *[arg.format(tmp=tmp_path) for arg in args[1:]]
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=300)
   assert done.returncode == 2, done.stderr[-2000:]
   assert "Traceback" not in done.stderr, done.stderr[-2000:]
   errors = [
       line for line in done.stderr.splitlines() if line.startswith("error: ")
   ]
-  assert len(errors) == 1 and errors[0].startswith(message), errors
+  assert len(errors) == 1 and errors[0].startswith(
+      message.format(tmp=tmp_path)), errors
+  assert done.stderr.splitlines()[-1] == "loaded: ", done.stderr[-2000:]
+  assert sorted(tmp_path.rglob("*")) == before  # Nothing written.
+  assert (tmp_path / "a_file").read_text() == "kept"
 
 
 @pytest.mark.parametrize("args, level", [([], "2"), (["--verbose"], "0")])

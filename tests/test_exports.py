@@ -25,6 +25,7 @@ import pytest
 from safetensors import numpy as st_numpy
 
 from tests import test_big_vision
+from tests.helpers import compiled
 from tests.references import stored
 from vit_jax import inference
 from vit_jax import models
@@ -102,8 +103,7 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
     params = test_big_vision.random_params(model, scale=0.05)
     flat = flax.traverse_util.flatten_dict(params, sep="/")
     writers.save_npz(flat, path + ".npz")
-    return path + ".npz", np.asarray(
-        model.apply({"params": params}, stored.tiny_images())[0])
+    return path + ".npz", compiled.logits(model, params, stored.tiny_images())
   model = VisionTransformer(
       num_classes=None if name == "pre_logits_no_head" else 10,
       **test_big_vision.TINY, **_BIG_VISION[name])
@@ -127,8 +127,7 @@ def _logits(checkpoint: str, images=None) -> np.ndarray:
   """What `predict`'s model computes from the checkpoint alone."""
   loaded = inference.load(checkpoint)
   images = stored.tiny_images() if images is None else images
-  return np.asarray(
-      loaded.model.apply({"params": jax.device_get(loaded.params)}, images)[0])
+  return compiled.logits(loaded.model, jax.device_get(loaded.params), images)
 
 
 def _their_logits(directories: dict, images, folder) -> dict:

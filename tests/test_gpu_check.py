@@ -11,6 +11,8 @@ import zipfile
 
 import pytest
 
+from tests.helpers import processes
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Python 3.11 with torch's CPU build and timm (tests/references/torch_env.sh).
 TORCH_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
@@ -22,8 +24,7 @@ def test_dry_run_prints_ours_and_timms_rows_for_the_same_model(tmp_path):
   if not os.path.exists(TORCH_PYTHON):
     pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
   env = {
-      **os.environ, "XLA_FLAGS": "",
-      "PYTHON": sys.executable,
+      **processes.command_env(), "PYTHON": sys.executable,
       "TORCH_PYTHON": TORCH_PYTHON,
       "OUT": str(tmp_path)
   }

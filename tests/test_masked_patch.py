@@ -315,3 +315,26 @@ def test_masked_patch_step_without_class_token_and_with_accumulation(
       {"params": models.init_on_zeros(model, jax.random.key(0), 16)},
       jnp.zeros((2, 16, 16, 3)))
   assert out["patch_predictions"].shape == (2, 16, 512)
+
+
+def test_a_model_run_at_another_patch_size_predicts_its_own_patches():
+  """config.model.patch_size (FlexiViT's run patch size) sets the grid the
+  head predicts and the objective cuts: 2-pixel patches of a 4-pixel
+  variant. Every patch corrupted and the head at zero, the pixels_l2 loss
+  is the mean square of the images."""
+  from configs import selfsup
+  config = selfsup.get_config("digits,runlocal,target=pixels_l2")
+  config.model.patch_size = 2
+  config.masked_patch.corrupt_rate = 1.0
+  checks.check_config(config, sharding.make_mesh())
+  model = models.from_config(weights.decide(config), None)
+  params = models.init_on_zeros(model, jax.random.key(0), 16)
+  images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3))
+  objective = objectives.objective_for_config(config)
+  apply = lambda x, **kw: model.apply({"params": params}, x, **kw)
+  loss, _ = jax.jit(objective, static_argnums=0)(apply, {
+      "image": jnp.asarray(images, jnp.float32)
+  }, jax.random.key(1))
+  np.testing.assert_allclose(loss, np.mean(images**2), rtol=1e-5)
+  _, out = apply(jnp.zeros((2, 16, 16, 3)))
+  assert out["patch_predictions"].shape == (2, 64, 2 * 2 * 3)

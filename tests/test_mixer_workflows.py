@@ -18,6 +18,7 @@ import pytest
 from configs import fewshot as fewshot_configs
 from configs import finetune
 from tests.helpers import numpy_reference
+from tests.helpers import processes
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import sharding
@@ -184,9 +185,8 @@ def test_fine_tune_sweep_export_and_analyze(tfds_data_dir, tmp_path):
   done = subprocess.run([
       sys.executable, "-m", "vit_jax", "analyze", f"--checkpoint={workdir}",
       "--num_images=4", f"--out={tmp_path / 'analysis'}"
-  ], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, capture_output=True, text=True, timeout=300)
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=300)
   assert done.returncode == 0, done.stderr[-2000:]
   said = done.stdout + done.stderr
   assert ("Not computed: mean attention distance and attention rollout: an "

@@ -21,6 +21,7 @@ import orbax.checkpoint as ocp
 from PIL import Image
 import pytest
 
+from tests.helpers import processes
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -60,8 +61,7 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
   codes], [(stdout, stderr)]), and with `kill_process_1_at` the seconds
   process 0 took to exit after the kill."""
   port = _free_port()
-  devices = f"--xla_force_host_platform_device_count={DEVICES_PER_PROCESS}"
-  env = {**os.environ, "XLA_FLAGS": devices}
+  env = processes.command_env(DEVICES_PER_PROCESS)
   procs = []
   for process_id in range(2):
     cmd = [
@@ -139,12 +139,17 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
   return (state, before_last) if also_before_last else state
 
 
-def test_two_processes_equal_one_with_the_same_global_batch(
+def test_two_processes_equal_one_and_resume_before_a_damaged_checkpoint(
     digits_config, tmp_path):
-  workdir = str(tmp_path / "two")
+  """Two processes train as one, then restore together: one that cannot
+  restore the newest step marks it and the run stops (exit 75); the rerun
+  sets the step aside and resumes from the one before."""
+  from tests.test_checkpoint import _damage
+  workdir = tmp_path / "two"
   # Not prepared yet: process 0 prepares it while process 1 waits.
   data_dir = str(tmp_path / "tfds")
-  codes, outputs = _launch_two_processes(workdir, data_dir)
+  overrides = {**OVERRIDES, "checkpoint_every_steps": 2}
+  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides)
   assert codes == [0, 0], _stderr_tails(outputs)
   # Only process 0 reports.
   assert "test/accuracy=" in outputs[0][0]
@@ -153,18 +158,36 @@ def test_two_processes_equal_one_with_the_same_global_batch(
   assert "Dataset digits downloaded and prepared" in outputs[0][0]
   assert "prepared" not in outputs[1][0]
   digits_config.data_dir = data_dir
-  _apply(digits_config, OVERRIDES)
+  _apply(digits_config, overrides)
   expected = _one_process_reference(digits_config)
   # Restored onto this process's mesh, not the writers' topology.
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
       expected)
   saved = ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, "checkpoints", str(STEPS), "default"), target)
+      workdir / "checkpoints" / str(STEPS) / "default", target)
   assert int(saved.step) == STEPS
   jax.tree.map(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
       jax.device_get(saved.params), jax.device_get(expected.params))
+
+  _damage(workdir / "checkpoints" / str(STEPS), "truncated")
+  overrides["total_steps"] = STEPS + 2
+  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides)
+  assert codes == [75, 75], _stderr_tails(outputs)
+  said = "".join(err for _, err in outputs)
+  assert f"The checkpoint at step {STEPS} in " in said
+  assert ("it is marked damaged, and rerunning every process resumes from "
+          "the step before.") in said
+
+  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  assert f"Resuming at step {STEPS - 2} from" in outputs[0][1]
+  assert sorted(os.listdir(workdir / "checkpoints")) == [
+      str(STEPS - 2),
+      str(STEPS), f"{STEPS}.damaged",
+      str(STEPS + 2)
+  ]
 
 
 def _image_folder(root):
@@ -294,33 +317,6 @@ def test_an_error_in_one_process_stops_the_other_at_once(
       f"{other} stops too. Rerun every process to resume from the last "
       "checkpoint."
   ]
-
-
-def test_a_damaged_checkpoint_stops_the_run_and_the_rerun_resumes_before_it(
-    tfds_data_dir, tmp_path):
-  """Processes restore together, so one that cannot restore the newest
-  step marks it and the run stops (exit 75); the rerun sets the step aside
-  and resumes from the one before."""
-  from tests.test_checkpoint import _damage
-  workdir = tmp_path / "run"
-  overrides = {**OVERRIDES, "checkpoint_every_steps": 2}
-  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
-  assert codes == [0, 0], _stderr_tails(outputs)
-  _damage(workdir / "checkpoints" / "4", "truncated")
-
-  overrides["total_steps"] = 6
-  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
-  assert codes == [75, 75], _stderr_tails(outputs)
-  said = "".join(err for _, err in outputs)
-  assert "The checkpoint at step 4 in " in said
-  assert ("it is marked damaged, and rerunning every process resumes from "
-          "the step before.") in said
-
-  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
-  assert codes == [0, 0], _stderr_tails(outputs)
-  assert "Resuming at step 2 from" in outputs[0][1]
-  assert sorted(os.listdir(
-      workdir / "checkpoints")) == ["2", "4", "4.damaged", "6"]
 
 
 def test_two_processes_leave_out_and_list_unreadable_images(

@@ -77,6 +77,7 @@ def test_preflight_stops_a_step_that_cannot_fit(digits_config, tmp_path,
 
 
 def _tpu_plan(config, strategy, topology="v5e:2x2"):
+  config = config.copy_and_resolve_references()
   with config.unlocked():
     # Wide enough that TPU tiling (arrays pad to 8 x 128) does not hide the
     # sharding; one 32 px patch and scanned layers compile in seconds.
@@ -89,9 +90,20 @@ def _tpu_plan(config, strategy, topology="v5e:2x2"):
   return planning.plan(config, topology)
 
 
-def test_tpu_topology_plan_without_a_tpu(digits_config):
+@pytest.fixture(scope="module")
+def fsdp_tpu_plan():
+  """The FSDP plan of ViT-B/32 on a v5e-4 (both tests below read it)."""
+  from configs import digits  # pylint: disable=g-import-not-at-top
+  return _tpu_plan(digits.get_config("runlocal"), "fsdp")
+
+
+_FSDP_TPU_PLAN = pytest.mark.xdist_group("fsdp_tpu_plan")  # Made once.
+
+
+@_FSDP_TPU_PLAN
+def test_tpu_topology_plan_without_a_tpu(digits_config, fsdp_tpu_plan):
   replicated = _tpu_plan(digits_config, "replicate")
-  fsdp = _tpu_plan(digits_config, "fsdp")
+  fsdp = fsdp_tpu_plan
   for r in (replicated, fsdp):
     assert (r["device_kind"], r["num_devices"]) == ("TPU v5 lite", 4)
     assert r["hbm_bytes_per_device"] == 16 * 2**30 and r["fits"] is True
@@ -103,12 +115,13 @@ def test_tpu_topology_plan_without_a_tpu(digits_config):
   assert fsdp["argument_bytes"] < 0.5 * replicated["argument_bytes"]
 
 
+@_FSDP_TPU_PLAN
 def test_fsdp_blocks_gather_their_weights_again_for_the_backward_pass(
-    digits_config, monkeypatch):
+    digits_config, fsdp_tpu_plan, monkeypatch):
   """Each encoder block gathers its FSDP-sharded weights where it runs, in
   the forward and again in the backward pass, instead of keeping all 12
   layers' gathered weights alive from one to the other."""
-  regathered = _tpu_plan(digits_config, "fsdp")
+  regathered = fsdp_tpu_plan
   in_blocks = fsdp.gathering_plan
 
   def in_the_loss_only(model, shardings, **kwargs):  # All, before the blocks.

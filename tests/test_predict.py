@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from tests.helpers import processes
 from vit_jax import inference
 from vit_jax import models
 from vit_jax.config import defaults
@@ -99,9 +100,8 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
       f"--checkpoint={trained_digits}", "--top_k=2", "--batch_size=4",
       f"--out={out}",
       str(folder)
-  ], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, capture_output=True, text=True, timeout=300)
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=300)
   assert done.returncode == 1, done.stderr[-3000:]
   assert "Traceback" not in done.stderr
   assert f"Skipped {folder / 'notes.png'}: not a JPEG or PNG file" in (

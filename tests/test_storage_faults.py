@@ -1,8 +1,8 @@
 """Object storage that fails some requests (HTTP 503/429, reset
-connections, slow answers) costs retries, never a checkpoint: training,
-resuming and loading weights by URL through `helpers/faulty_proxy.py` in
-front of fake-gcs-server end as they do without faults; storage that stays
-broken stops a run with one line naming the last step saved.
+connections, slow answers) costs retries, never a checkpoint: a run killed
+and resumed, and loading weights by URL, through `helpers/faulty_proxy.py`
+in front of fake-gcs-server end as they do without faults; storage that
+stays broken stops a run with one line naming the last step saved.
 """
 
 import hashlib
@@ -20,7 +20,9 @@ import pytest
 
 from tests.helpers import faulty_proxy
 from tests.helpers import gcs_server
+from tests.helpers import processes
 from vit_jax import paths
+from vit_jax.weights import formats
 
 pytestmark = pytest.mark.xdist_group("gcs")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,18 +38,18 @@ def gcs():
 
 
 def _train(storage_url, workdir, data_dir, kill_after_step=None, steps=STEPS,
-           every=20, gcs=None):
-  """`vit-jax train` with its storage at `storage_url`; SIGKILLs it once
-  that step is committed in `gcs`'s bucket (seen past the proxy). Returns
-  (returncode, stdout, stderr)."""
+           every=20, gcs=None, model=()):
+  """`vit-jax train` with its storage at `storage_url` (and `model`'s
+  overrides); SIGKILLs it once that step is committed in `gcs`'s bucket
+  (seen past the proxy). Returns (returncode, stdout, stderr)."""
   cmd = [
       sys.executable, "-m", "vit_jax", "train",
       "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
       f"--config.data_dir={data_dir}", f"--config.total_steps={steps}",
       f"--config.checkpoint_every_steps={every}",
-      f"--config.log_every_steps={every}", "--config.eval_every_steps=0"
+      f"--config.log_every_steps={every}", "--config.eval_every_steps=0", *model
   ]
-  env = {**os.environ, "STORAGE_EMULATOR_HOST": storage_url, "XLA_FLAGS": ""}
+  env = processes.command_env(STORAGE_EMULATOR_HOST=storage_url)
   env.pop("TENSORSTORE_GCS_HTTP_URL", None)  # configure_storage sets it.
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -65,9 +67,11 @@ def _train(storage_url, workdir, data_dir, kill_after_step=None, steps=STEPS,
   return proc.returncode, stdout, stderr
 
 
-def _params(workdir, step=STEPS):
+def _state(workdir, step=STEPS):
+  """(params, their average) saved at `step`."""
   path = paths.resolve(workdir) / "checkpoints" / str(step) / "default"
-  return ocp.StandardCheckpointer().restore(path)["params"]
+  saved = ocp.StandardCheckpointer().restore(path)
+  return saved["params"], saved["ema_params"]
 
 
 def _complete_steps(gcs, prefix) -> list[int]:
@@ -78,33 +82,65 @@ def _complete_steps(gcs, prefix) -> list[int]:
       if o.endswith("/commit_success.txt") and o.count("/") == 3)
 
 
-def test_training_and_resuming_through_flaky_storage_loses_nothing(
+# The run of the killed-and-resumed test: its average and dropout must be
+# resumed too.
+_MODEL = ("--config.model.variant=digits", "--config.ema_decay=0.99",
+          "--config.model.dropout_rate=0.1")
+
+
+def test_a_run_killed_on_flaky_storage_resumes_from_the_bucket_bit_identically(
     gcs, tfds_data_dir):
-  code, _, err = _train(gcs.url, "gs://bucket/calm", tfds_data_dir)
+  """A run on gs:// keeps everything in the bucket. Another, through storage
+  that fails a tenth of its requests, is killed (SIGKILL) once step 20 is
+  committed, and resumes from the bucket: it ends with the first run's
+  parameters, average and final loss, bit for bit."""
+  code, reference, err = _train(gcs.url, "gs://bucket/whole", tfds_data_dir,
+                                model=_MODEL)
   assert code == 0, err[-3000:]
+  objects = gcs.list("bucket", "whole/")
+  assert "whole/config.json" in objects
+  assert any(o.startswith("whole/events.out.tfevents.") for o in objects)
+  assert f"whole/checkpoints/{STEPS}/commit_success.txt" in objects
+  assert not os.path.exists(os.path.join(REPO, "gs:"))  # Nothing local.
+
   proxy = faulty_proxy.FaultyProxy(gcs.url, share=SHARE,
                                    max_faults=MAX_FAULTS).start()
   try:
-    code, _, err = _train(proxy.url, "gs://bucket/flaky", tfds_data_dir,
-                          kill_after_step=20, gcs=gcs)
+    code, _, err = _train(proxy.url, "gs://bucket/cut", tfds_data_dir,
+                          kill_after_step=20, gcs=gcs, model=_MODEL)
     assert code == -signal.SIGKILL, err[-3000:]
     first = dict(proxy.counts)
     # What a resume would take is complete: Orbax's manager lists no step
     # that lacks its commit.
     listed = ocp.CheckpointManager(
-        paths.resolve("gs://bucket/flaky/checkpoints")).all_steps()
-    assert 20 in listed and set(listed) <= set(_complete_steps(gcs, "flaky"))
+        paths.resolve("gs://bucket/cut/checkpoints")).all_steps()
+    assert 20 in listed and set(listed) <= set(_complete_steps(gcs, "cut"))
     # This process's listing is stale once the run goes on; epath's
     # filesystem (made with these arguments) keeps it: forget it.
     fsspec.filesystem("gcs", finalize_on_close=True).invalidate_cache()
-    code, _, err = _train(proxy.url, "gs://bucket/flaky", tfds_data_dir)
+    code, resumed, err = _train(proxy.url, "gs://bucket/cut", tfds_data_dir,
+                                model=_MODEL)
     assert code == 0, err[-3000:]
   finally:
     proxy.stop()
   print("faults injected:", first, "then", dict(proxy.counts))
   assert sum(proxy.counts[k] for k in faulty_proxy.KINDS) > 5
-  jax.tree.map(np.testing.assert_array_equal, _params("gs://bucket/flaky"),
-               _params("gs://bucket/calm"))
+  assert "Resuming at step" in err and "gs://bucket/cut" in err
+  final = lambda text: text.strip().splitlines()[-1]
+  assert final(resumed) == final(reference)
+  jax.tree.map(np.testing.assert_array_equal, _state("gs://bucket/cut"),
+               _state("gs://bucket/whole"))
+  # Both runs' metrics are kept: the resumed run writes new event files.
+  events = [o for o in gcs.list("bucket", "cut/") if "tfevents" in o]
+  assert len(events) == 2, events
+
+  # Fine-tuning from the bucket reads the parameters' average, nothing else.
+  fmt, tensors = formats.read("gs://bucket/whole")
+  assert fmt == "orbax"
+  ema = _state("gs://bucket/whole")[1]
+  np.testing.assert_array_equal(tensors["head/kernel"], ema["head"]["kernel"])
+  assert len(tensors) == len(jax.tree.leaves(ema))
+  assert not any(k.startswith(("opt_state", "step")) for k in tensors)
 
 
 def test_weights_by_url_load_through_flaky_storage(gcs, tmp_path):

@@ -14,6 +14,7 @@ from safetensors import numpy as st_numpy
 
 from configs import fewshot as fewshot_configs
 from configs import finetune
+from tests.helpers import compiled
 from tests.references import stored
 from vit_jax import inference
 from vit_jax import models
@@ -154,9 +155,9 @@ def test_each_family_fine_tunes_sweeps_predicts_and_round_trips(
       export.export_directory(workdir, "timm-dir", checkpoint)
     loaded = inference.load(checkpoint)
     assert loaded.config.model.gelu_approximate is False  # timm's erf.
-    logits[checkpoint] = np.asarray(
-        loaded.model.apply({"params": jax.device_get(loaded.params)},
-                           images.astype(np.float32))[0])
+    logits[checkpoint] = compiled.logits(loaded.model,
+                                         jax.device_get(loaded.params),
+                                         images.astype(np.float32))
   first, second = logits.values()
   assert first.shape == (2, 10) and np.abs(first - second).max() < 2e-5
 
@@ -213,7 +214,7 @@ def test_each_familys_file_says_the_model_it_holds(name, tmp_path):
   config.image_size = 32
   config.model.update(_NOT_IN_THE_WEIGHTS.get(name, {}))
   loaded = inference.load(path, config=sweep.with_model_of(config, path))
-  logits = loaded.model.apply({"params": jax.device_get(loaded.params)},
-                              stored.tiny_images())[0]
+  logits = compiled.logits(loaded.model, jax.device_get(loaded.params),
+                           stored.tiny_images())
   assert np.abs(np.asarray(logits) -
                 stored.tiny_family_logits(name)).max() < 2e-5

@@ -14,20 +14,16 @@ from vit_jax.loop import checks
 from vit_jax.loop import trainer
 
 
-def test_train_and_evaluate_learns_digits(digits_config, tmp_path):
-  digits_config.model.variant = "digits"
-  digits_config.total_steps = 300
-  digits_config.lr = 3e-3
-  digits_config.log_every_steps = 100
-  digits_config.eval_every_steps = 150
-  digits_config.profile_steps = 2
-  result = trainer.train_and_evaluate(digits_config, str(tmp_path))
+@pytest.mark.xdist_group("trained_digits")
+def test_train_and_evaluate_learns_digits(trained_digits_run):
+  """The `digits` model, 400 steps on 8 devices (tests/conftest.py)."""
+  workdir, result = trained_digits_run
   # The zero-initialised head starts at exactly ln(10).
   assert result["train/loss"] < 0.8 * math.log(10)
   assert result["test/accuracy"] > 0.6  # Chance is 0.1.
-  assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
-  assert glob.glob(str(tmp_path / "plugins/profile/*/*.xplane.pb"))
-  with open(tmp_path / "config.json") as f:
+  assert glob.glob(os.path.join(workdir, "events.out.tfevents.*"))
+  assert glob.glob(os.path.join(workdir, "plugins/profile/*/*.xplane.pb"))
+  with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["model"]["variant"] == "digits"
 
 

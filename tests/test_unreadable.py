@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.helpers import processes
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
@@ -194,9 +195,8 @@ def test_the_command_says_one_line_and_exits_at_once(tmp_path):
       "--config=configs/digits.py:runlocal",
       f"--config.dataset=folder:{tmp_path / 'data'}",
       f"--workdir={tmp_path / 'workdir'}"
-  ], cwd=REPO, env={
-      **os.environ, "XLA_FLAGS": ""
-  }, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  ], cwd=REPO, env=processes.command_env(), text=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   lines = []  # (when read, line)
   reader = threading.Thread(target=lambda: lines.extend(
       (time.monotonic(), line.rstrip("\n")) for line in process.stderr))

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+from tests.helpers import compiled
+from tests.helpers import processes
 from tests.references import stored
 from vit_jax import models
 from vit_jax import weights
@@ -68,9 +70,7 @@ def tiny_hybrid():
   return models.build_model(model_config, num_classes=5)
 
 
-def logits(model, params, x):
-  return np.asarray(model.apply({"params": params}, x)[0])
-
+logits = compiled.logits
 
 # -------------------------------------------------------- round trips --
 
@@ -406,7 +406,7 @@ def test_inspect_and_export_commands(tmp_path):
   model = VisionTransformer(num_classes=10, **dict(TORCH_LIKE, patch_size=4))
   npz = str(tmp_path / "m.npz")
   writers.save_npz(init(model, size=16), npz)
-  env = {**os.environ, "XLA_FLAGS": ""}
+  env = processes.command_env()
   run = lambda *args: subprocess.run([
       sys.executable, "-m", *args
   ], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

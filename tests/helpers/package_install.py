@@ -9,6 +9,8 @@ import subprocess
 import sys
 import sysconfig
 
+from tests.helpers import processes
+
 
 def install(source, venv) -> str:
   """Installs the package in folder `source` into a new venv at `venv`;
@@ -32,9 +34,11 @@ def install(source, venv) -> str:
 
 
 def clean_env() -> dict[str, str]:
-  """This process's environment less what the tests set for themselves."""
-  return {
+  """This process's environment less what the tests set for themselves (but
+  the suite's compiler flags)."""
+  env = {
       k: v
       for k, v in os.environ.items()
       if k not in ("PYTHONPATH", "XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL")
   }
+  return {**env, "XLA_FLAGS": processes.COMPILER_FLAGS}
