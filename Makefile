@@ -28,11 +28,11 @@ $(STAMP): setup.py constraints.txt
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --no-compile -c constraints.txt -e .
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(VENV)/bin/pip install --quiet --no-compile -c constraints.txt -e ".[test,tpu]"
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e ".[test,tpu]"
 	touch $(TEST_STAMP)
 
 setup: $(STAMP)
