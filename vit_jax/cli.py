@@ -6,8 +6,8 @@ flags and `main(argv)`; nothing in the library imports it. The entry point
 (`vit_jax/__main__.py`) sets the environment before JAX loads; `dispatch`
 imports the command's module and runs its `main` with `run`. TensorFlow
 loads where data is first read (`vit_jax.config.imports.lazy`), so a
-mistake in the flags or the config is said in about a second. Importing a module
-changes no environment.
+mistake in the flags or the config is said in about a second. Importing a
+module changes no environment.
 
 `run(main)` replaces `absl.app.run`. A mistake of the user's making (a bad
 flag or config value, a missing file, a refused checkpoint: a `UserError`)

@@ -41,10 +41,19 @@ def kind_of(name: str) -> str:
               "other")
 
 
+def _has_events(plane) -> bool:
+  return any(next(iter(line.events), None) is not None for line in plane.lines)
+
+
 def _device_events(profile):
   """(name, duration ns) of the ops on accelerator planes; on a CPU-only
-  run, the XLA ops of the host's thunk executor."""
-  planes = [p for p in profile.planes if p.name.startswith("/device:")]
+  run, the XLA ops of the host's thunk executor. (A device plane can be
+  there and empty: libtpu, once loaded to compile for a TPU, adds its
+  own.)"""
+  planes = [
+      p for p in profile.planes
+      if p.name.startswith("/device:") and _has_events(p)
+  ]
   if not planes:
     planes = [p for p in profile.planes if p.name.startswith("/host:")]
   for plane in planes:
