@@ -141,8 +141,9 @@ def _close(manager):
 
 
 def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
+  checks.check_fields(config)  # Before JAX starts its devices: at once.
   mesh = sharding.mesh_from_config(config)
-  checks.check_config(config, mesh)
+  checks.check_batches(config, mesh)
   config = _decided(config, workdir)
   workdir = paths.make_workdir(workdir)
   manager = checkpoint.make_manager(workdir, config)
