@@ -10,12 +10,12 @@ digits model's steps half again as slowly.)
 
 import os
 
-REPO = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPILER_FLAGS = "--xla_backend_optimization_level=1"
 # The suite's persistent compilation cache: one per clone, so a fresh clone
 # is timed as a newcomer meets it (cold), and a second run reads it.
-CACHE_DIR = os.path.join(REPO, ".jax_cache")
+CACHE_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), ".jax_cache")
 
 
 def xla_flags(devices: int = 8) -> str:

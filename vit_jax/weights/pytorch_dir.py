@@ -29,11 +29,10 @@ def read_config_json(path: epath.Path) -> dict:
   """A config.json beside weights (transformers', timm's or a workdir's);
   one that is not a JSON object is said in one line."""
   try:
-    config = json.loads(path.read_text())
+    config, why = json.loads(path.read_text()), ""
   except ValueError as e:
-    config = e
+    config, why = None, f" ({e})"
   if not isinstance(config, dict):
-    why = f" ({config})" if isinstance(config, ValueError) else ""
     raise WeightsError(
         f"{path} is not a JSON object{why}, so the weights beside it cannot "
         "be read with it: restore the file (transformers and timm write "
