@@ -14,8 +14,22 @@ does (v4, v5e, v5p, v6e, tpu7x); one pod per host: one host where the
 slice fits one machine (e.g. v5e:2x4, 8 chips), else hosts of 4 chips.
 `--gpu=TYPE:COUNT --hosts=N` takes N nodes of COUNT GPUs of GKE's TYPE
 (`nvidia-h100-80gb`, ...). Flags after `--` go to `vit-jax train`. The
-manifest's header says which node pool it needs and how to watch, stop and
+manifest's header says which node pools it needs and how to watch, stop and
 resume the run. Needs PyYAML (in the project's .venv).
+
+`--slices=N` (TPUs; default 1) runs on N slices of `--tpu`'s shape, each
+a node pool of its own (GKE's Multislice; multi-host slices only):
+
+    python3 launch/gke.py --name=vit-g14 --tpu=v5e:4x4 --slices=2 \
+        --image=us-docker.pkg.dev/PROJECT/REPO/vit-jax:tpu \
+        --config=configs/pretrain.py:i1k --workdir=gs://BUCKET/runs/vit-g14
+
+Within a slice the chips talk over ICI; between slices only over the
+data-centre network (DCN), which is far slower. So the slices split the
+batch: vit_jax's mesh groups the devices by their `slice_index` into a
+`slice` axis (`config.mesh.slices`), each slice lays out its share as one
+slice would, and only the data-parallel reduction of the gradients crosses
+DCN (unless `config.mesh.fsdp_over_slices`).
 
 What the manifest does, and why:
 - One Job of N indexed pods (`completionMode: Indexed`); JobSet gives them
@@ -23,6 +37,13 @@ What the manifest does, and why:
   other: on TPUs GKE tells each pod the slice's hosts (TPU_WORKER_HOSTNAMES)
   and `--distributed` reads them; on GPUs the pods are told pod 0's address
   and their index (`--coordinator_address`, `--process_id`).
+- Several slices: the replicated Job has a replica, a Job, per slice, and
+  the JobSet's exclusive-topology annotation gives each Job a node pool of
+  its own. Every pod is told host 0 of slice 0 (JAX's process 0:
+  MEGASCALE_COORDINATOR_ADDRESS), the slice count (MEGASCALE_NUM_SLICES)
+  and its own slice, its Job's index (MEGASCALE_SLICE_ID, from the
+  `jobset.sigs.k8s.io/job-index` annotation): libtpu joins the slices over
+  DCN with them, and `--distributed` numbers the processes slice by slice.
 - A failure of any pod ends the Job (`backoffLimit: 0`) and the JobSet
   recreates every pod (`maxRestarts`), which resume from the last
   checkpoint. A run that stops after a preemption notice exits 143
@@ -67,6 +88,7 @@ GPU_MACHINES = {
 CONTAINER = "vit-jax"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 REPLICATED_JOB = "workers"
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"  # A Job's index in its replicas.
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a killed process returns.
 USER_ERROR_EXIT_CODE = 2  # vit_jax.cli: a mistake in the command.
 COORDINATOR_PORT = 8482  # Any free port; JAX uses this one on TPU pods.
@@ -136,6 +158,34 @@ def gpu_hosts(spec: str, count: int) -> Hosts:
       f"--num-nodes={count}", f"{_count(count, 'node')} of {per_host} {kind}")
 
 
+def pod_0(args) -> str:
+  """The stable host name of slice 0's host 0 (JAX's process 0): JobSet
+  names pods <jobset>-<replicated job>-<job index>-<pod index> under a
+  headless service named like the JobSet."""
+  return f"{args.name}-{REPLICATED_JOB}-0-0.{args.name}"
+
+
+def slice_env(args) -> list[dict]:
+  """What JAX and libtpu read to join the slices over DCN: host 0 of slice
+  0 (process 0, where JAX's coordinator runs), the slice count and this
+  pod's slice, its Job's index. libtpu's port (MEGASCALE_PORT) keeps its
+  default."""
+  return [{
+      "name": "MEGASCALE_COORDINATOR_ADDRESS",
+      "value": pod_0(args)
+  }, {
+      "name": "MEGASCALE_NUM_SLICES",
+      "value": str(args.slices)
+  }, {
+      "name": "MEGASCALE_SLICE_ID",
+      "valueFrom": {
+          "fieldRef": {
+              "fieldPath": f"metadata.annotations['{JOB_INDEX}']"
+          }
+      }
+  }]
+
+
 def train_args(args, hosts: Hosts, gpu: bool) -> list[str]:
   command = [
       "train", f"--config={args.config}", f"--workdir={args.workdir}",
@@ -145,9 +195,8 @@ def train_args(args, hosts: Hosts, gpu: bool) -> list[str]:
     return command + args.flags
   if not gpu:  # TPU: GKE's environment names the slice's hosts.
     return command + ["--distributed", *args.flags]
-  pod_0 = f"{args.name}-{REPLICATED_JOB}-0-0.{args.name}"
   return command + [
-      f"--coordinator_address={pod_0}:{COORDINATOR_PORT}",
+      f"--coordinator_address={pod_0(args)}:{COORDINATOR_PORT}",
       f"--num_processes={hosts.count}", "--process_id=$(VIT_JAX_PROCESS_ID)",
       *args.flags
   ]
@@ -180,6 +229,8 @@ def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
             }
         }
     }]
+  if args.slices > 1:
+    container["env"] = slice_env(args)
   if gpu:  # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
     container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
@@ -234,7 +285,7 @@ def jobset(args, hosts: Hosts, gpu: bool) -> dict:
           },
           "replicatedJobs": [{
               "name": REPLICATED_JOB,
-              "replicas": 1,
+              "replicas": args.slices,  # A Job per slice.
               "template": {
                   "spec": job
               }
@@ -244,17 +295,28 @@ def jobset(args, hosts: Hosts, gpu: bool) -> dict:
 
 
 def header(args, hosts: Hosts) -> str:
-  name, pod_0 = args.name, (f"jobset.sigs.k8s.io/jobset-name={args.name},"
+  name, first = args.name, (f"jobset.sigs.k8s.io/jobset-name={args.name},"
                             "batch.kubernetes.io/job-completion-index=0")
-  return f"""\
-# vit-jax train on GKE: {hosts.summary}, a pod on each.
-# Written by launch/gke.py; see docs/scaling.md. The cluster needs JobSet
-# (once: kubectl apply --server-side -f {JOBSET_MANIFESTS})
+  what, pools = f"{hosts.summary}, a pod on each", f"""\
 # and a node pool such as
 #   gcloud container node-pools create {name}-pool --cluster=CLUSTER \\
-#     --location=LOCATION --node-locations=ZONE {hosts.pool_flags}
+#     --location=LOCATION --node-locations=ZONE {hosts.pool_flags}"""
+  if args.slices > 1:  # Host 0 of each slice has completion index 0.
+    first += f",{JOB_INDEX}=0"
+    what = (f"{args.slices} slices joined over DCN, each {hosts.summary}, "
+            "a pod per host")
+    pools = f"""\
+# and {args.slices} node pools, one per slice, each of the slice's shape:
+#   for i in $(seq 0 {args.slices - 1}); do
+#     gcloud container node-pools create {name}-pool-$i --cluster=CLUSTER \\
+#       --location=LOCATION --node-locations=ZONE {hosts.pool_flags}; done"""
+  return f"""\
+# vit-jax train on GKE: {what}.
+# Written by launch/gke.py; see docs/scaling.md. The cluster needs JobSet
+# (once: kubectl apply --server-side -f {JOBSET_MANIFESTS})
+{pools}
 # Start or resume:  kubectl apply -f THIS_FILE
-# Watch:            kubectl get jobset {name}; kubectl logs -f -l {pod_0}
+# Watch:            kubectl get jobset {name}; kubectl logs -f -l {first}
 # Stop (all pods save the same step): kubectl delete jobset {name}
 """
 
@@ -277,6 +339,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Hosts, bool]:
       "nvidia-h100-80gb:8 (with --hosts).")
   parser.add_argument("--hosts", type=int,
                       help="GPU nodes (a TPU slice's count follows from it).")
+  parser.add_argument(
+      "--slices", type=int, help="TPU slices of --tpu's shape, "
+      "joined over the data-centre network (default 1).")
   parser.add_argument(
       "--config", required=True, help="FILE.py[:ARG], a path "
       "inside the image (ours: configs/...).")
@@ -307,7 +372,19 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Hosts, bool]:
     if args.tpu:
       if args.hosts is not None:
         raise ValueError("--hosts: a TPU slice's hosts follow from --tpu")
-      return args, tpu_hosts(args.tpu), False
+      hosts = tpu_hosts(args.tpu)
+      args.slices = 1 if args.slices is None else args.slices
+      if args.slices < 1:
+        raise ValueError(f"--slices={args.slices}: give the number of TPU "
+                         "slices, 1 or more")
+      if args.slices > 1 and hosts.count == 1:
+        raise ValueError(f"--slices={args.slices}: GKE joins multi-host "
+                         f"slices only, and {args.tpu} is one host")
+      return args, hosts, False
+    if args.slices is not None:
+      raise ValueError("--slices: only TPUs come in slices; for more GPUs "
+                       "raise --hosts")
+    args.slices = 1
     if args.hosts is None:
       raise ValueError("--gpu needs --hosts, the number of nodes")
     return args, gpu_hosts(args.gpu, args.hosts), True

@@ -1,9 +1,10 @@
 """The GKE manifests of launch/gke.py, rendered and read back: pods per
-host, resources, node selectors, the processes' way to find each other,
-the restart policy, the grace period; the Job inside each JobSet checked
-against Kubernetes' own schema (kubernetes-validate, strict, offline: a
-client's --dry-run=client needs a cluster to read the schema from), and
-its arguments against the flags `vit-jax train` defines."""
+host, resources, node selectors, the processes' way to find each other
+(within a slice and across slices), the restart policy, the grace period;
+the Job inside each JobSet checked against Kubernetes' own schema
+(kubernetes-validate, strict, offline: a client's --dry-run=client needs a
+cluster to read the schema from), and its arguments against the flags
+`vit-jax train` defines."""
 
 import functools
 import os
@@ -33,9 +34,9 @@ def _manifest(*args):
   return done.stdout, yaml.safe_load(done.stdout)
 
 
-def _job(jobset):
+def _job(jobset, slices=1):
   [replicated] = jobset["spec"]["replicatedJobs"]
-  assert replicated["replicas"] == 1
+  assert replicated["replicas"] == slices
   return replicated["template"]["spec"]
 
 
@@ -44,7 +45,8 @@ def _container(jobset):
   return container
 
 
-def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
+def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10,
+                  slices=1):
   assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
   assert jobset["metadata"]["name"] == name
   spec = jobset["spec"]
@@ -53,7 +55,7 @@ def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
       "publishNotReadyAddresses": True
   }
   # A failed pod fails its Job, and the JobSet restarts every pod...
-  job = _job(jobset)
+  job = _job(jobset, slices)
   assert job["parallelism"] == job["completions"] == hosts
   assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
   assert spec["failurePolicy"]["maxRestarts"] == restarts
@@ -75,7 +77,7 @@ def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10):
   pod = job["template"]["spec"]
   assert pod["restartPolicy"] == "Never"
   assert pod["terminationGracePeriodSeconds"] == grace
-  container = _container(jobset)
+  [container] = pod["containers"]
   assert container["args"][:4] == [
       "train", "--config=configs/pretrain.py:i1k", f"--workdir={workdir}",
       "--preempted_exit_code=143"
@@ -171,6 +173,49 @@ def test_a_v5p_64_slice_is_8_pods():
   assert "--machine-type=ct5p-hightpu-4t --tpu-topology=2x4x4" in text
 
 
+def test_two_v5e_16_slices_are_two_jobs_of_4_pods_joined_over_dcn():
+  text, jobset = _manifest(
+      "--name=vit-g14", "--tpu=v5e:4x4", "--slices=2", f"--image={IMAGE}",
+      "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/g14")
+  # A Job per slice, of the slice's 4 pods...
+  _check_common(jobset, "vit-g14", 4, "gs://bucket/runs/g14", slices=2)
+  # ... each Job in a node pool of its own.
+  topology = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+  assert jobset["metadata"]["annotations"] == {
+      topology: "cloud.google.com/gke-nodepool"
+  }
+  pod = _job(jobset, slices=2)["template"]["spec"]
+  assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "4x4"
+  [container] = pod["containers"]
+  assert container["resources"]["limits"] == {"google.com/tpu": 4}
+  assert container["args"][4:] == ["--distributed"]
+  # libtpu and `--distributed` join the slices: host 0 of slice 0 by its
+  # JobSet host name, the slice count, and each pod's slice, its Job's index.
+  index = "jobset.sigs.k8s.io/job-index"
+  assert container["env"] == [{
+      "name": "MEGASCALE_COORDINATOR_ADDRESS",
+      "value": "vit-g14-workers-0-0.vit-g14"
+  }, {
+      "name": "MEGASCALE_NUM_SLICES",
+      "value": "2"
+  }, {
+      "name": "MEGASCALE_SLICE_ID",
+      "valueFrom": {
+          "fieldRef": {
+              "fieldPath": f"metadata.annotations['{index}']"
+          }
+      }
+  }]
+  # The header asks for a node pool per slice and follows slice 0's host 0.
+  assert "and 2 node pools, one per slice" in text
+  assert "for i in $(seq 0 1); do" in text
+  assert ("node-pools create vit-g14-pool-$i" in text and
+          "--machine-type=ct5lp-hightpu-4t --tpu-topology=4x4 --num-nodes=4; "
+          "done" in text)
+  assert ("batch.kubernetes.io/job-completion-index=0,"
+          "jobset.sigs.k8s.io/job-index=0") in text
+
+
 def test_a_v5e_8_slice_is_one_host_of_8_chips_without_distributed():
   _, jobset = _manifest("--name=vit-s16", "--tpu=v5e:2x4", f"--image={IMAGE}",
                         "--config=configs/pretrain.py:i1k",
@@ -243,6 +288,14 @@ def test_two_nodes_of_8_gpus_find_pod_0_by_its_jobset_host_name():
      ], "a TPU slice's hosts follow from --tpu"),
     (["--tpu=v5e:4x4", "--workdir=gs://b/r", "--", "--workdir=gs://c"
      ], "--workdir=gs://c: give it to gke.py itself (before --)"),
+    (["--tpu=v5e:4x4", "--slices=0", "--workdir=gs://b/r"
+     ], "--slices=0: give the number of TPU slices, 1 or more"),
+    (["--tpu=v5e:2x4", "--slices=2", "--workdir=gs://b/r"
+     ], "GKE joins multi-host slices only, and v5e:2x4 is one host"),
+    ([
+        "--gpu=nvidia-h100-80gb:8", "--hosts=2", "--slices=2",
+        "--workdir=gs://r"
+    ], "--slices: only TPUs come in slices"),
 ])
 def test_mistakes_get_one_line_that_names_the_fix(args, message):
   done = _render("--name=run", f"--image={IMAGE}", "--config=configs/digits.py",

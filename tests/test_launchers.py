@@ -3,10 +3,11 @@
 `tests/helpers/launch_fakes/bin/gcloud` records its calls and plays a slice
 whose workers are folders: `scp` copies into them and `ssh` runs the command
 there with bash, so `launch/tpu_pod.sh` drives the real
-`launch/setup_host.sh` and `launch/tpu_worker.sh` on every "worker". The
-workers' python3 is a stand-in of a chosen version (Google's Ubuntu 22.04
-TPU images: 3.10), and so are uv, the venv's pip and python, and a
-`vit-jax` that logs steps until SIGTERM.
+`launch/setup_host.sh` and `launch/tpu_worker.sh` on every "worker"; it
+also plays the slices of a queued resource (Multislice), each a TPU VM of
+its own. The workers' python3 is a stand-in of a chosen version (Google's
+Ubuntu 22.04 TPU images: 3.10), and so are uv, the venv's pip and python,
+and a `vit-jax` that logs steps until SIGTERM.
 """
 
 import os
@@ -21,10 +22,11 @@ FAKES = os.path.join(REPO, "tests", "helpers", "launch_fakes")
 
 
 class Slice:
-  """Runs launch/tpu_pod.sh against a fake slice of `workers` workers."""
+  """Runs launch/tpu_pod.sh against a fake slice of `workers` workers, or
+  against the named `slices` of a queued resource, of `workers` each."""
 
-  def __init__(self, root, workers, python_version):
-    self.root, self.workers = root, workers
+  def __init__(self, root, workers, python_version, slices=()):
+    self.root, self.workers, self.slices = root, workers, slices
     # gcloud's ssh key, as after a first use (see the first-contact test).
     (root / "home" / ".ssh").mkdir(parents=True)
     (root / "home" / ".ssh" / "google_compute_engine").write_text("")
@@ -37,6 +39,7 @@ class Slice:
         "FAKE_ROOT": str(root / "slice"),
         "FAKE_WORKERS": str(workers),
         "FAKE_PYTHON_VERSION": python_version,
+        "FAKE_SLICES": " ".join(slices),
         "VIT_JAX_START_SECONDS": "1"
     }  # How long `start` watches a run.
 
@@ -50,8 +53,8 @@ class Slice:
       assert done.returncode == 0, done.stdout + done.stderr
     return done
 
-  def home(self, worker):
-    return self.root / "slice" / f"worker{worker}"
+  def home(self, worker, tpu=""):
+    return self.root / "slice" / tpu / f"worker{worker}"
 
   def calls(self, prefix=""):
     return [
@@ -59,21 +62,26 @@ class Slice:
     ]
 
   def kill_runs(self):
-    for w in range(self.workers):
-      pidfile = self.home(w) / "vit_jax" / "logs" / "train.pid"
-      if pidfile.exists():
-        try:
-          os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        except ProcessLookupError:
-          pass
+    for tpu in self.slices or [""]:
+      for w in range(self.workers):
+        self._kill(self.home(w, tpu) / "vit_jax" / "logs" / "train.pid")
+
+  @staticmethod
+  def _kill(pidfile):
+    if pidfile.exists():
+      try:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+      except ProcessLookupError:
+        pass
 
 
 @pytest.fixture
 def make_slice(tmp_path):
   made = []
 
-  def make(workers=2, python_version="3.10.12"):
-    made.append(Slice(tmp_path / f"slice{len(made)}", workers, python_version))
+  def make(workers=2, python_version="3.10.12", slices=()):
+    made.append(
+        Slice(tmp_path / f"slice{len(made)}", workers, python_version, slices))
     return made[-1]
 
   yield make
@@ -250,6 +258,69 @@ def test_the_archive_is_the_committed_tree(make_slice):
   for name in ("setup.py", "constraints.txt", "launch/setup_host.sh",
                "vit_jax/commands/train.py", "configs/pretrain.py"):
     assert name in listed and (copy / name).is_file(), name
+
+
+def test_the_slices_of_a_queued_resource_are_set_up_and_run_as_one(make_slice):
+  """Worker S/W is worker W of the S-th slice named; every command reaches
+  every worker of every slice."""
+  names = ["my-run-0", "my-run-1"]
+  fake = make_slice(workers=2, python_version="3.12.3", slices=names)
+  tpus = ",".join(names)
+  done = fake.run("setup", tpus, "z")
+  assert "my-run-0,my-run-1: 2 slices of 2 workers." in done.stdout
+  for s, tpu in enumerate(names):
+    for w in range(2):
+      # All four processes start JAX together.
+      assert (f"worker {s}/{w}: Python 3.12.3, JAX 0.12.0.1, 4 TPU v5 lite "
+              "devices here, 16 in 4 processes") in done.stdout
+      assert (fake.home(w, tpu) / "vit_jax" / "setup.py").is_file()
+  gcloud = fake.calls("gcloud ")
+  assert gcloud[:2] == [
+      f"gcloud compute tpus tpu-vm describe {tpu} --zone=z "
+      "--format=value(state,networkEndpoints.len())" for tpu in names
+  ]
+  assert [c.split()[6] for c in gcloud if " scp " in c] == [
+      f"{tpu}:~/vit_jax.tar.gz" for tpu in names
+  ]
+  ssh = {
+      (c.split()[5], c.split("--worker=")[1][0]) for c in gcloud if " ssh " in c
+  }
+  assert ssh == {(tpu, w) for tpu in names for w in "01"}
+
+  # Every worker gets the same command; one that fails is named, and the
+  # others, on either slice, are stopped.
+  flags = ["--config=configs/pretrain.py:i1k", "--workdir=gs://b/run"]
+  done = fake.run("train", tpus, "z", *flags, ok=False,
+                  FAKE_FAILING_WORKER="my-run-1/0")
+  assert done.stderr.startswith(
+      "error: train failed on worker 1/0 of 4 (worker 1/0: error: the run "
+      "ended at once: error: the config has no field 'totl_steps'); each "
+      "worker's output is in "), done.stderr
+  for tpu in names:
+    for w in range(2):
+      args = fake.home(w, tpu) / "vit_jax_args"
+      assert args.read_text().splitlines() == ["train", "--distributed", *flags]
+  status = fake.run("status", tpus, "z").stdout
+  for worker in ("0/0", "0/1", "1/1"):
+    assert f"worker {worker}: not running: Stopped at step" in status
+
+
+def test_a_slice_not_found_or_not_named_is_refused(make_slice):
+  fake = make_slice(workers=2, slices=["my-run-0", "my-run-1"])
+  done = fake.run("status", "my-run-0,my-run-2", "z", ok=False)
+  assert done.returncode == 1
+  # After gcloud's own message:
+  assert done.stderr.splitlines()[-1].startswith(
+      "error: my-run-2 is not found, not READY")
+  done = fake.run("status", "my-run-0,,my-run-1", "z", ok=False)
+  assert (done.returncode, done.stderr) == (2, (
+      "error: 'my-run-0,,my-run-1': name the TPU, or its slices "
+      "comma-separated\n"))
+  done = fake.run("logs", "my-run-0,my-run-1", "z", "2/0", ok=False)
+  assert done.returncode == 2
+  assert done.stderr.startswith("error: no worker 2/0; use W (0-1) or, on "
+                                "several slices, S/W")
+  assert not fake.calls("gcloud compute tpus tpu-vm ssh")
 
 
 def test_slurm_runs_one_distributed_process_per_node(tmp_path):

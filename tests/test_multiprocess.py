@@ -52,16 +52,17 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _launch_two_processes(workdir, data_dir, overrides=None,
-                          sigterm_process_1_at=None, flags=(),
-                          kill_process_1_at=None, flags_of=None):
-  """Runs the multi-host command (docs/scaling.md) twice (with `flags` added);
-  optionally sends SIGTERM (or SIGKILL) to process 1 alone once process 0
-  logs `sigterm_process_1_at` (`kill_process_1_at`). Returns ([return
-  codes], [(stdout, stderr)]), and with `kill_process_1_at` the seconds
-  process 0 took to exit after the kill."""
+def _launch_two_processes(
+    workdir, data_dir, overrides=None, sigterm_process_1_at=None, flags=(),
+    kill_process_1_at=None, flags_of=None, devices=DEVICES_PER_PROCESS):
+  """Runs the multi-host command (docs/scaling.md) twice (with `flags` added),
+  each process with `devices` CPU devices; optionally sends SIGTERM (or
+  SIGKILL) to process 1 alone once process 0 logs `sigterm_process_1_at`
+  (`kill_process_1_at`). Returns ([return codes], [(stdout, stderr)]), and
+  with `kill_process_1_at` the seconds process 0 took to exit after the
+  kill."""
   port = _free_port()
-  env = processes.command_env(DEVICES_PER_PROCESS)
+  env = processes.command_env(devices)
   procs = []
   for process_id in range(2):
     cmd = [
@@ -109,7 +110,8 @@ def _launch_two_processes(workdir, data_dir, overrides=None,
   return (codes, outputs, seconds) if kill_process_1_at else (codes, outputs)
 
 
-def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
+def _one_process_reference(config, num_steps=STEPS, also_before_last=False,
+                           devices=DEVICES_PER_PROCESS):
   """The two processes' devices in one process, global batches = concat of
   the two shares: the state after `num_steps` (and, `also_before_last`, one
   step before)."""
@@ -119,8 +121,7 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
           specs.training(config), source, process_index=i,
           process_count=2).as_numpy_iterator() for i in range(2)
   ]
-  mesh = sharding.mesh_from_config(config,
-                                   jax.devices()[:2 * DEVICES_PER_PROCESS])
+  mesh = sharding.mesh_from_config(config, jax.devices()[:2 * devices])
   model = models.build_model(weights.decide(config).model, source.num_classes)
   tx, schedule = optim.make_optimizer(config, num_steps)
   state, shardings = train_state.create_train_state(
@@ -139,27 +140,32 @@ def _one_process_reference(config, num_steps=STEPS, also_before_last=False):
   return (state, before_last) if also_before_last else state
 
 
-def test_two_processes_equal_one_and_resume_before_a_damaged_checkpoint(
+def test_two_slices_equal_one_process_and_resume_before_a_damaged_checkpoint(
     digits_config, tmp_path):
-  """Two processes train as one, then restore together: one that cannot
-  restore the newest step marks it and the run stops (exit 75); the rerun
-  sets the step aside and resumes from the one before."""
+  """Two processes stand for two TPU slices (config.mesh.slices=2: each
+  process's 4 devices are a slice): FSDP inside each, the batch split
+  across both, and the state equals one process's on the same mesh. Then
+  they restore together: one that cannot restore the newest step marks it
+  and the run stops (exit 75); the rerun sets the step aside and resumes
+  from the one before."""
   from tests.test_checkpoint import _damage
   workdir = tmp_path / "two"
   # Not prepared yet: process 0 prepares it while process 1 waits.
   data_dir = str(tmp_path / "tfds")
-  overrides = {**OVERRIDES, "checkpoint_every_steps": 2}
-  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides)
+  overrides = {**OVERRIDES, "checkpoint_every_steps": 2, "mesh.slices": 2}
+  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides,
+                                         devices=4)
   assert codes == [0, 0], _stderr_tails(outputs)
   # Only process 0 reports.
   assert "test/accuracy=" in outputs[0][0]
   assert "test/accuracy=" not in outputs[1][0]
+  assert "mesh {'slice': 2, 'data': 4, 'model': 1}" in outputs[0][1]
 
   assert "Dataset digits downloaded and prepared" in outputs[0][0]
   assert "prepared" not in outputs[1][0]
   digits_config.data_dir = data_dir
   _apply(digits_config, overrides)
-  expected = _one_process_reference(digits_config)
+  expected = _one_process_reference(digits_config, devices=4)
   # Restored onto this process's mesh, not the writers' topology.
   target = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
@@ -167,20 +173,30 @@ def test_two_processes_equal_one_and_resume_before_a_damaged_checkpoint(
   saved = ocp.StandardCheckpointer().restore(
       workdir / "checkpoints" / str(STEPS) / "default", target)
   assert int(saved.step) == STEPS
+  # FSDP inside each slice: every kernel is split over `data`, whole
+  # across `slice`.
+  kernel = saved.params["Transformer"]["encoderblock_0"]["MlpBlock_3"][
+      "Dense_0"]["kernel"]
+  assert tuple(kernel.sharding.spec) == (None, "data")
+  # Not bit for bit: the gradients of parameters whole on every device are
+  # summed over all 8 in another order by the processes' collectives (gloo)
+  # than by one process's; they differ by a few 1e-6 after 4 steps.
   jax.tree.map(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
       jax.device_get(saved.params), jax.device_get(expected.params))
 
   _damage(workdir / "checkpoints" / str(STEPS), "truncated")
   overrides["total_steps"] = STEPS + 2
-  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides)
+  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides,
+                                         devices=4)
   assert codes == [75, 75], _stderr_tails(outputs)
   said = "".join(err for _, err in outputs)
   assert f"The checkpoint at step {STEPS} in " in said
   assert ("it is marked damaged, and rerunning every process resumes from "
           "the step before.") in said
 
-  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides)
+  codes, outputs = _launch_two_processes(str(workdir), data_dir, overrides,
+                                         devices=4)
   assert codes == [0, 0], _stderr_tails(outputs)
   assert f"Resuming at step {STEPS - 2} from" in outputs[0][1]
   assert sorted(os.listdir(workdir / "checkpoints")) == [

@@ -66,6 +66,70 @@ def test_mesh_must_fit_the_devices():
     sharding.make_mesh(data=-1, model=3)
 
 
+def test_one_slice_is_todays_mesh():
+  """Devices of one slice: the (data, model) mesh JAX makes, as before."""
+  today = jax.make_mesh((4, 2), ("data", "model"),
+                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  for slices in (-1, 1):
+    assert sharding.make_mesh(4, 2, slices=slices) == today
+  assert sharding.batch_axes(today) == "data"
+  assert sharding.batch_sharding(today).spec == P("data")
+
+
+def test_two_slices_split_the_batch_across_them_and_the_rest_within():
+  """In one process, slices=2 takes consecutive devices as each slice
+  (several processes: whole processes; TPUs: their slice_index)."""
+  mesh = sharding.make_mesh(-1, 2, slices=2)
+  assert dict(mesh.shape) == {"slice": 2, "data": 2, "model": 2}
+  assert [d.id for d in mesh.devices[1].flat] == [4, 5, 6, 7]
+  assert sharding.batch_sharding(mesh).spec == P(("slice", "data"))
+  assert sharding.data_shards(mesh) == 4
+  with pytest.raises(ValueError, match="4 data shards of the mesh; use a "
+                     "multiple of 4"):
+    sharding.local_batch_size(6, mesh)
+  # FSDP splits over a slice's `data` only: whole across slices.
+  specs = sharding.param_partition_specs(_abstract({"w": (64, 256)}), mesh,
+                                         _rules(((".*", "fsdp"),)))
+  assert specs["w"] == P(None, "data")
+  # The activations' batch dimension follows the batch over both axes.
+  assert sharding.rules_on_mesh(
+      (("batch", "data"), ("mlp", "model")),
+      mesh) == (("batch", ("slice", "data")), ("mlp", "model"))
+  # Or FSDP over every device, the slices stacked along `data`.
+  across = sharding.make_mesh(-1, 2, slices=2, fsdp_over_slices=True)
+  assert dict(across.shape) == {"data": 4, "model": 2}
+  assert [d.id for d in across.devices[2:].flat] == [4, 5, 6, 7]
+
+
+def test_tpu_devices_are_grouped_by_their_slice(monkeypatch):
+  """libtpu's description of two v5e:2x2 slices (no TPU needed), on which
+  jax.make_mesh refuses to build a mesh."""
+  from jax.experimental import topologies
+  for name, value in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES",
+                                                    "localhost"),
+                      ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
+    monkeypatch.setenv(name, value)
+  devices = topologies.get_topology_desc(topology_name="v5e:2x2",
+                                         platform="tpu", num_slices=2).devices
+  mesh = sharding.make_mesh(devices=devices)
+  assert dict(mesh.shape) == {"slice": 2, "data": 4, "model": 1}
+  for index, row in enumerate(mesh.devices):
+    assert {d.slice_index for d in row.flat} == {index}
+  with pytest.raises(
+      ValueError, match=r"^config.mesh.slices=3, but the 8 "
+      r"devices lie on 2 slices; set config.mesh.slices=-1"):
+    sharding.make_mesh(devices=devices, slices=3)
+
+
+@pytest.mark.parametrize("slices, message", [
+    (0, "config.mesh.slices=0: give the number of slices, or -1"),
+    (3, "config.mesh.slices=3 does not divide the device count, 8"),
+])
+def test_a_slice_count_that_cannot_be_gets_one_line(slices, message):
+  with pytest.raises(ValueError, match=message):
+    sharding.make_mesh(slices=slices)
+
+
 def test_mesh_from_config_must_fit_the_devices(digits_config):
   digits_config.mesh.model = 3
   with pytest.raises(ValueError, match="config.mesh"):

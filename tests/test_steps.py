@@ -100,21 +100,28 @@ LAYOUTS = {
         "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/key/kernel":
             P("data", "model", None)
     }),
+    # Two slices of 4 devices (config.mesh.slices=2): the batch split across
+    # them, FSDP and TP inside each, the parameters whole across `slice`.
+    "two-slices-fsdp+tp": (2, 2, "fsdp+tp", {
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": P(
+            "data", "model"),
+        "Transformer/encoderblock_0/LayerNorm_0/scale": P("data")
+    }, 2),
 }
 
 
 def _sharded_state_after_training_like_one_device(setup, layout):
   """Trains on one device, then with `layout`; asserts the same losses and
   parameters and returns the sharded run's final state."""
-  data, model_axis, strategy, _ = LAYOUTS[layout]
+  data, model_axis, strategy, _, *slices = LAYOUTS[layout]
   config = setup[0]
   one_losses, one_params = _train(setup,
                                   sharding.make_mesh(devices=jax.devices()[:1]))
   config.sharding.params = ((".*", strategy),)
   config.sharding.fsdp_min_size = 0
   states = []
-  losses, params = _train(setup, sharding.make_mesh(data, model_axis),
-                          keep_state=states)
+  mesh = sharding.make_mesh(data, model_axis, slices=(slices or [-1])[0])
+  losses, params = _train(setup, mesh, keep_state=states)
   np.testing.assert_allclose(one_losses, losses, rtol=1e-5)
   _assert_trees_close(one_params, params)
   return states[0]

@@ -1,9 +1,14 @@
 """Device mesh, and how batches, parameters and optimizer state lie on it.
 
 The mesh has a `data` axis (batch, and FSDP) and a `model` axis (tensor
-parallelism). Batches are sharded over `data`. Each parameter gets the
-strategy of the first `config.sharding.params` rule whose regex matches its
-'/'-joined path:
+parallelism). On several TPU slices (joined by the data-centre network,
+DCN, far slower than the chips' own ICI links) it has a leading `slice`
+axis too: the batch is split over `slice` and `data`, while FSDP and
+tensor parallelism stay inside a slice, so the only traffic between slices
+is the gradients' all-reduce, once a step (`make_mesh`). Batches are sharded
+over the data axes (`batch_axes`). Each parameter gets the strategy of the
+first `config.sharding.params` rule whose regex matches its '/'-joined
+path:
 
   replicate  a full copy on every device;
   fsdp       its largest dimension divisible by the `data` axis is split
@@ -40,14 +45,76 @@ from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.models import partitioning
 
+SLICE_AXIS = "slice"
 DATA_AXIS = "data"
 MODEL_AXIS = "model"
 STRATEGIES = ("replicate", "fsdp", "tp", "fsdp+tp")
 
 
-def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
-  """A (data, model) mesh over all devices; -1 means 'the rest'."""
-  devices = jax.devices() if devices is None else devices
+def make_mesh(data: int = -1, model: int = 1, devices=None, slices: int = -1,
+              fsdp_over_slices: bool = False) -> Mesh:
+  """A (data, model) mesh over all devices; -1 means 'the rest'.
+
+  On several slices (`slices`; -1: as many as the devices' `slice_index`
+  name), a (slice, data, model) mesh: `data` and `model` lay out each
+  slice's devices as on one slice, and `slice` goes across them. With
+  `fsdp_over_slices`, the slices are stacked along `data` instead (a
+  (data, model) mesh, `data` slice-major), so FSDP splits parameters over
+  every device and gathers them over DCN too.
+  """
+  devices = jax.devices() if devices is None else list(devices)
+  groups = slice_groups(devices, slices)
+  if len(groups) == 1:
+    return _one_slice_mesh(data, model, devices)
+  per_slice = [_one_slice_mesh(data, model, g).devices for g in groups]
+  if fsdp_over_slices:
+    return Mesh(np.concatenate(per_slice), (DATA_AXIS, MODEL_AXIS),
+                axis_types=(AxisType.Auto,) * 2)
+  return Mesh(np.stack(per_slice), (SLICE_AXIS, DATA_AXIS, MODEL_AXIS),
+              axis_types=(AxisType.Auto,) * 3)
+
+
+def slice_groups(devices, slices: int = -1) -> list[list]:
+  """The devices of each slice, in slice order.
+
+  Devices carry their slice in `slice_index` (TPUs; one slice where it is
+  missing). `slices=-1` takes those; N on devices of one slice splits them
+  into N groups of whole processes (or, in one process, of consecutive
+  devices): several processes on CPUs stand for slices in tests.
+  """
+  if slices == 0 or slices < -1:
+    raise UserError(f"config.mesh.slices={slices}: give the number of "
+                    "slices, or -1 for the devices' own.")
+  index = lambda d: getattr(d, "slice_index", None) or 0
+  named = sorted({index(d) for d in devices})
+  if slices == -1 or slices == len(named):
+    return [[d for d in devices if index(d) == i] for i in named]
+  if len(named) > 1:
+    raise UserError(
+        f"config.mesh.slices={slices}, but the {len(devices)} devices lie on "
+        f"{len(named)} slice{'s' if len(named) > 1 else ''}; set "
+        "config.mesh.slices=-1 (the devices' own slices).")
+  processes = sorted({d.process_index for d in devices})
+  if len(processes) > 1:
+    if len(processes) % slices:
+      raise UserError(
+          f"config.mesh.slices={slices} does not divide the "
+          f"{len(processes)} processes; use a divisor of {len(processes)} "
+          "or -1.")
+    per = len(processes) // slices
+    return [[d
+             for d in devices
+             if d.process_index in processes[i:i + per]]
+            for i in range(0, len(processes), per)]
+  if len(devices) % slices:
+    raise UserError(f"config.mesh.slices={slices} does not divide the "
+                    f"device count, {len(devices)}; use a divisor of it or "
+                    "-1.")
+  per = len(devices) // slices
+  return [devices[i:i + per] for i in range(0, len(devices), per)]
+
+
+def _one_slice_mesh(data: int, model: int, devices) -> Mesh:
   count = len(devices)
   sizes = {DATA_AXIS: data, MODEL_AXIS: model}
   known = int(np.prod([s for s in sizes.values() if s != -1]))
@@ -69,11 +136,29 @@ def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
 
 
 def mesh_from_config(config: ml_collections.ConfigDict, devices=None) -> Mesh:
-  return make_mesh(config.mesh.data, config.mesh.model, devices)
+  return make_mesh(config.mesh.data, config.mesh.model, devices,
+                   config.mesh.slices, config.mesh.fsdp_over_slices)
+
+
+def batch_axes(mesh: Mesh):
+  """The mesh axes the batch is split over: `data`, or (`slice`, `data`)."""
+  return (SLICE_AXIS, DATA_AXIS) if SLICE_AXIS in mesh.shape else DATA_AXIS
+
+
+def data_shards(mesh: Mesh) -> int:
+  """Into how many shards the batch is split (`batch_axes`' devices)."""
+  return int(mesh.shape[DATA_AXIS] * mesh.shape.get(SLICE_AXIS, 1))
+
+
+def rules_on_mesh(rules, mesh: Mesh) -> tuple:
+  """Logical-axis rules with the batch's `data` read as `batch_axes`."""
+  axes = batch_axes(mesh)
+  return tuple(
+      (name, axes if axis == DATA_AXIS else axis) for name, axis in rules)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P(DATA_AXIS))
+  return NamedSharding(mesh, P(batch_axes(mesh)))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -92,7 +177,7 @@ def local_batch_size(global_batch: int, mesh: Optional[Mesh] = None, *,
   """
   processes = jax.process_count() if process_count is None else process_count
   if mesh is not None:
-    shards = mesh.shape[DATA_AXIS]
+    shards = data_shards(mesh)
     if global_batch % shards:
       raise UserError(
           f"config.{what}={global_batch} is not divisible by the {shards} "
@@ -109,8 +194,8 @@ def local_batch_size(global_batch: int, mesh: Optional[Mesh] = None, *,
   if log:
     sizes = f"{global_batch} global, {local} per process ({processes})"
     if mesh is not None:
-      per_device = global_batch // mesh.shape[DATA_AXIS]
-      sizes += (f", {per_device} per device ({mesh.shape[DATA_AXIS]} data "
+      per_device = global_batch // data_shards(mesh)
+      sizes += (f", {per_device} per device ({data_shards(mesh)} data "
                 "shards)")
       if accumulation > 1:
         sizes += (f", {per_device // accumulation} per device and micro-batch"
@@ -282,7 +367,7 @@ class jit_on_mesh:  # pylint: disable=invalid-name
   def __init__(self, fn: Callable, mesh: Mesh, logical_axis_rules, **jit_kw):
     self._jitted = jax.jit(fn, **jit_kw)
     self._mesh = mesh
-    self._rules = tuple(tuple(r) for r in logical_axis_rules)
+    self._rules = rules_on_mesh(logical_axis_rules, mesh)
     self._compiled = None
 
   @contextlib.contextmanager
@@ -375,23 +460,26 @@ def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding):
   keys do in data-parallel training); the activations' logical constraints
   keep their other axes.
   Loss and metrics are averaged over `data`; differentiating the result
-  reduce-scatters FSDP gradients and all-reduces replicated ones.
+  reduce-scatters FSDP gradients and all-reduces replicated ones. On
+  several slices `slice` is explicit too: the parameters are whole across
+  it, so their gradients are all-reduced over it (over DCN, once a step).
   """
+  axes = batch_axes(mesh)
   param_specs = jax.tree.map(
       lambda s: P(*(a if a == DATA_AXIS else None for a in s.spec)),
       params_sharding)
 
   def on_shard(params, batch, rng):
-    rng = jax.random.fold_in(rng, jax.lax.axis_index(DATA_AXIS))
-    rules = tuple((name, None if axis == DATA_AXIS else axis)
+    rng = jax.random.fold_in(rng, jax.lax.axis_index(axes))
+    rules = tuple((name, None if axis in (DATA_AXIS, axes) else axis)
                   for name, axis in nn.get_logical_axis_rules())
     with nn.logical_axis_rules(rules):
       loss, metrics = loss_fn(params, batch, rng)
-    return jax.lax.pmean((loss, metrics), DATA_AXIS)
+    return jax.lax.pmean((loss, metrics), axes)
 
-  return jax.shard_map(on_shard, mesh=mesh,
-                       in_specs=(param_specs, P(DATA_AXIS), P()), out_specs=P(),
-                       axis_names={DATA_AXIS})
+  return jax.shard_map(
+      on_shard, mesh=mesh, in_specs=(param_specs, P(axes), P()), out_specs=P(),
+      axis_names=set(axes) if isinstance(axes, tuple) else {axes})
 
 
 def without_data(sharding: NamedSharding) -> NamedSharding:

@@ -163,6 +163,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict()  # Sizes of the named mesh axes.
   config.mesh.data = -1  # Devices on the batch/FSDP axis; -1: all the rest.
   config.mesh.model = 1  # Devices on the tensor-parallel axis.
+  # Several TPU slices: the batch splits across them too; `data` and `model`
+  # size each slice's share.
+  config.mesh.slices = -1  # Slices; -1: the devices' own (slice_index).
+  config.mesh.fsdp_over_slices = False  # FSDP across slices too (over DCN).
   config.sharding = ml_collections.ConfigDict()  # Parameter layout on the mesh.
   # ((regex, strategy), ...) on parameter paths, first match wins; strategies:
   # replicate | fsdp | tp | fsdp+tp. Every parameter must match a rule.

@@ -188,7 +188,7 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
       "processes, mesh %s, %d images per device of each batch of %d.",
       config.model.variant, config.dataset, start_step, num_steps, learns,
       jax.device_count(), f" ({placed})" if placed else "", jax.process_count(),
-      dict(mesh.shape), config.batch_size // mesh.shape[sharding.DATA_AXIS],
+      dict(mesh.shape), config.batch_size // sharding.data_shards(mesh),
       config.batch_size)
   preemption = checkpoint.Preemption()
   started.callback(preemption.restore)

@@ -38,7 +38,8 @@ def accumulate(grad_fn: Callable, params, batch, rng, accum_steps: int,
   def split(x):
     x = x.reshape((x.shape[0] // accum_steps, accum_steps) + x.shape[1:])
     return jax.lax.with_sharding_constraint(
-        jnp.swapaxes(x, 0, 1), NamedSharding(mesh, P(None, sharding.DATA_AXIS)))
+        jnp.swapaxes(x, 0, 1),
+        NamedSharding(mesh, P(None, sharding.batch_axes(mesh))))
 
   micro = jax.tree.map(split, batch)
 
