@@ -11,9 +11,11 @@ import sys
 import jax
 import pytest
 
+from vit_jax import hardware
 from vit_jax.errors import UserError
 from vit_jax.loop import preflight
 from vit_jax.loop import trainer
+from vit_jax.models import variants
 from vit_jax.performance import planning
 from vit_jax.performance import targets
 from vit_jax.training import fsdp
@@ -191,7 +193,6 @@ def test_a_v3_8_host_trains_with_the_plans_mesh_and_batch(
 
 
 def test_a_v3_32_slice_has_four_hosts_of_eight_cores():
-  from vit_jax import hardware
   placed = hardware.placement(targets.target_devices("v3:4x4"))
   assert placed == hardware.Placement(devices=32, chips=16, cores_per_chip=2,
                                       devices_per_chip=2, hosts=4, tpu=True)
@@ -281,7 +282,6 @@ def test_plan_command_writes_json(tmp_path, tfds_data_dir):
         ("NVIDIA A100-SXM4-40GB", 1, 40, 312),
     ])
 def test_chip_table_matches_reported_device_kinds(kind, per_chip, gib, tflops):
-  from vit_jax import hardware
   assert hardware.hbm_bytes(kind, per_chip) == gib * 2**30
   assert hardware.peak_flops(kind, per_chip) == tflops * 1e12
   assert hardware.hbm_bytes("cpu") is None
@@ -346,3 +346,123 @@ def test_plan_command_for_a_v3_host_twice_with_a_compilation_cache(tmp_path):
             "device per core; 1 host; mesh {'data': 8, 'model': 1}\n"
             "batch 32: 32 per host, 4 per device (over 8 data shards)\n"
            ) in done.stdout
+
+
+# One block 256 wide on a 16 px image of 8 px patches: compiles in seconds,
+# and wide enough that the biases XLA sends whole over DCN (not each
+# device's share) stay a few percent of the gradients.
+variants.register(
+    "testing, 256 wide",
+    variants.Variant(hidden_size=256, mlp_dim=1024, num_heads=2, num_layers=1,
+                     patch_size=8))
+
+
+def _sliced_plan(config, topology, slices, **kwargs):
+  """FSDP of the wide block on `slices` x `topology`, 2 images a device."""
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.model.variant = "testing, 256 wide"
+    config.image_size = 16
+    config.batch_size = config.eval_batch_size = 2 * slices * len(
+        targets.target_devices(topology))
+    config.sharding.params = ((".*", "fsdp"),)
+    config.sharding.fsdp_min_size = 0
+  return planning.plan(config, topology, slices=slices, **kwargs)
+
+
+def _ici_by_kind(moved: dict) -> dict:
+  return {k: v - moved["dcn_by_kind"][k] for k, v in moved["by_kind"].items()}
+
+
+def test_two_slices_move_only_the_gradients_all_reduce_over_dcn(digits_config):
+  """v5e:2x2 x 2 (FSDP inside each slice, as libtpu compiles a multi-slice
+  program: one slice's devices, its DCN transfers sent to its runtime):
+  between slices only the gradients' all-reduce, about the least (each
+  device its FSDP shard); inside them the same as on one slice."""
+  one, two = (_sliced_plan(digits_config, "v5e:2x2", s) for s in (1, 2))
+  mesh = {"slice": 2, "data": 4, "model": 1}
+  assert (two["slices"], two["num_devices"], two["chips"], two["hosts"],
+          two["mesh"]) == (2, 8, 8, 2, mesh)
+  moved, least = two["communication"], two["communication"]["minimum_dcn_bytes"]
+  assert {k for k, v in moved["dcn_by_kind"].items() if v} == {"all-reduce"}
+  assert least <= moved["dcn_bytes"] < 1.03 * least
+  assert moved["by_axes"]["slice"] == moved["dcn_bytes"]
+  # Inside a slice: what one slice moves (but for the metrics' scalars).
+  for kind, sent in _ici_by_kind(one["communication"]).items():
+    assert _ici_by_kind(moved)[kind] == pytest.approx(sent, rel=1e-2)
+  assert moved["minimum_ici_bytes"] == one["communication"]["minimum_bytes"]
+  # The roofline takes DCN at a v5e's 2 x 100 Gbps NICs for 8 chips.
+  assert two["time"]["dcn_s"] == pytest.approx(moved["dcn_bytes"] / 3.125e9)
+  text = planning.format_report(two)
+  assert ("on 2 x v5e:2x2: 8 x TPU v5 lite (16.00 GiB each) on 8 chips x 1 "
+          "core, a device per chip; 2 hosts; mesh {'slice': 2, 'data': 4, "
+          "'model': 1}\nbatch 16: 8 per host, 2 per device (over 8 data "
+          "shards)") in text
+  assert "\nof which between slices (DCN): " in text
+  assert "(DCN at 3.12 GB/s per chip)" in text
+  # One slice: no DCN, and the report as before.
+  assert one["slices"] == 1 and one["communication"]["dcn_bytes"] == 0
+  assert "DCN" not in planning.format_report(one)
+  # Where the DCN rate is unknown, the rest is estimated without it.
+  unknown = {
+      **two, "time": {
+          **two["time"], "dcn_s": None
+      },
+      "no_dcn_time_because": hardware.missing_dcn("TPU v4")
+  }
+  assert ("(ICI) + DCN not estimated (Google publishes no data-centre "
+          "network bandwidth per chip or host for a TPU v4; pass --dcn_gbps)"
+         ) in planning.format_report(unknown)
+  assert planning.format_report(unknown).endswith(" without DCN")
+
+
+def test_a_v5e_32_of_two_slices_all_reduces_each_shard_over_dcn(digits_config):
+  two = _sliced_plan(digits_config, "v5e:4x4", 2)
+  mesh = {"slice": 2, "data": 16, "model": 1}
+  assert (two["num_devices"], two["hosts"], two["data_shards"],
+          two["mesh"]) == (32, 8, 32, mesh)
+  moved = two["communication"]
+  assert {k for k, v in moved["dcn_by_kind"].items() if v} == {"all-reduce"}
+  # The biases (a device's share: 16 floats) go whole: up to 10% more.
+  least = moved["minimum_dcn_bytes"]
+  assert least <= moved["dcn_bytes"] < 1.1 * least
+
+
+def test_fsdp_over_slices_gathers_across_them_once(digits_config):
+  """With `data` over both slices, libtpu gathers and reduce-scatters each
+  weight across the slices, then inside them: DCN carries 1/7 of FSDP's
+  bytes (1 of the 7 other devices' shares), at --dcn_gbps."""
+  with digits_config.unlocked():
+    digits_config.mesh.fsdp_over_slices = True
+  r = _sliced_plan(digits_config, "v5e:2x2", 2, dcn_gbps=10.0)
+  assert r["mesh"] == {"data": 8, "model": 1}
+  moved = r["communication"]
+  assert moved["dcn_by_kind"]["all-gather"] and moved["dcn_by_kind"][
+      "reduce-scatter"]
+  assert moved["dcn_bytes"] == pytest.approx(moved["minimum_dcn_bytes"],
+                                             rel=0.01)
+  assert r["time"]["dcn_s"] == pytest.approx(moved["dcn_bytes"] / 10e9)
+
+
+def test_bad_slices_and_dcn_bandwidths_are_one_line_errors(digits_config):
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "plan",
+      "--config=configs/digits.py:runlocal", "--topology=v5e:2x2", "--slices=0"
+  ], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines() == [
+      "error: flag --slices=0: give the number of slices, a whole number of "
+      "at least 1."
+  ]
+  for name, value, message in [
+      ("slices", -1, "--slices=-1: give the number of slices of the "
+       "topology, a whole number of at least 1."),
+      ("dcn_gbps", 0.0, "--dcn_gbps=0.0: give each chip's data-centre "
+       "network bandwidth in GB/s, a positive number."),
+  ]:
+    with pytest.raises(UserError) as raised:
+      planning.plan(digits_config, "v5e:2x2", **{name: value})
+    assert str(raised.value) == message
+  cpu = r"^--slices=2 is for TPU topologies; for cpu:8, set --config.mesh"
+  with pytest.raises(UserError, match=cpu):
+    planning.plan(digits_config, "cpu:8", slices=2)

@@ -1,6 +1,7 @@
 """What we know of each accelerator, per chip: memory, dense bf16 peak, and
-the bandwidths of its memory and of its links to other chips; and how a set
-of devices lies on chips.
+the bandwidths of its memory, of its links to other chips and of its share
+of the data-centre network between slices; and how a set of devices lies on
+chips.
 
 Keyed by what JAX reports as `device.device_kind`. A TPU v5p reports
 "TPU v5" and a v5e "TPU v5 lite", so the longest matching key wins. A chip
@@ -22,6 +23,9 @@ class Chip:
   hbm_gbps: float  # Memory bandwidth, GB/s.
   # Chip-to-chip bandwidth (ICI; NVLink on GPUs), GB/s; None: unpublished.
   link_gbps: Optional[float]
+  # Data-centre network (DCN, between TPU slices), GB/s each way: the chip's
+  # share of its host's NICs; None: unpublished.
+  dcn_gbps: Optional[float] = None
 
 
 # Sources, by key:
@@ -36,15 +40,22 @@ class Chip:
 # - TPU7x (Ironwood): cloud.google.com/tpu/docs/tpu7x (2307 bf16 TFLOPs and
 #   192 GiB per chip) and Google's Ironwood announcement (7.37 TB/s of HBM,
 #   1.2 TBps bidirectional ICI, halved as for v5e and v5p).
+# - DCN, from the same pages: v5e "Per-host NIC configuration 2 x 100 Gbps
+#   NIC" for 8 chips per host (and "Data center network bandwidth per Pod
+#   6.4 Tbps" over 256 chips: the same 25 Gbps per chip); v6e "4 x 200 Gbps
+#   NIC" per 8-chip host (25.6 Tbps per 256-chip Pod); v5p "Data center
+#   network (DCN) bandwidth per chip (Gbps) 50". NIC rates are each way.
+#   The v2, v3, v4 and TPU7x pages give none per chip or host (TPU7x: two
+#   NICs per 4-chip VM, their rate unsaid), so theirs is None.
 # - NVIDIA's H100, H200 and A100 datasheets (SXM parts: HBM bandwidth;
 #   NVLink bandwidth, both directions together).
 CHIPS = {
     "TPU v2": Chip(16, 45, 600, None),
     "TPU v3": Chip(32, 123, 900, None),
     "TPU v4": Chip(32, 275, 1200, 2400 / 8),
-    "TPU v5 lite": Chip(16, 197, 819, 1600 / 8),  # v5e
-    "TPU v5": Chip(95, 459, 2765, 4800 / 8),  # v5p
-    "TPU v6 lite": Chip(32, 918, 1640, 3584 / 8),  # v6e (Trillium)
+    "TPU v5 lite": Chip(16, 197, 819, 1600 / 8, 2 * 100 / 8 / 8),  # v5e
+    "TPU v5": Chip(95, 459, 2765, 4800 / 8, 50 / 8),  # v5p
+    "TPU v6 lite": Chip(32, 918, 1640, 3584 / 8, 4 * 200 / 8 / 8),  # v6e
     "TPU7x": Chip(192, 2307, 7370, 1200 / 2),  # Ironwood
     "H100": Chip(80, 989, 3350, 900),
     "H200": Chip(141, 989, 4800, 900),
@@ -78,6 +89,23 @@ def bandwidths(device_kind: str,
     return None
   return (chip.hbm_gbps * 1e9 / devices_per_chip,
           chip.link_gbps * 1e9 / devices_per_chip)
+
+
+def dcn_bandwidth(device_kind: str,
+                  devices_per_chip: int = 1) -> Optional[float]:
+  """DCN bytes/s per device, each way; None where unpublished."""
+  chip = chip_of(device_kind)
+  if chip is None or chip.dcn_gbps is None:
+    return None
+  return chip.dcn_gbps * 1e9 / devices_per_chip
+
+
+def missing_dcn(device_kind: str) -> str:
+  """Why no DCN time can be estimated for this device ('' if it can)."""
+  if dcn_bandwidth(device_kind) is not None:
+    return ""
+  return (f"Google publishes no data-centre network bandwidth per chip or "
+          f"host for a {device_kind}; pass --dcn_gbps")
 
 
 def missing_rates(device_kind: str) -> str:

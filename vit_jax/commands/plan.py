@@ -4,7 +4,9 @@ r"""The plan command: memory, traffic and step time of a config, no devices.
         --config.batch_size=256 --topology=v5e:4x4 --out=plan.json
 
 (or `python -m vit_jax plan ...`). See `vit_jax/performance/planning.py` for
-what is compiled and how the report is made.
+what is compiled and how the report is made. `--search` compiles many
+layouts of the config and ranks those that fit
+(`vit_jax/performance/search.py`).
 """
 
 import json
@@ -16,6 +18,7 @@ from ml_collections import config_flags
 from vit_jax import cli
 from vit_jax import paths
 from vit_jax.performance import planning
+from vit_jax.performance import search
 from vit_jax.performance import targets
 
 FLAGS = flags.FLAGS
@@ -28,10 +31,27 @@ flags.DEFINE_string("out", None, "Also write the report here as JSON.")
 flags.DEFINE_integer("num_classes", None, "Classes, if not from the data.",
                      lower_bound=1)
 flags.DEFINE_float("hbm_gib", None, "Device memory, if not in the table.")
+flags.DEFINE_integer(
+    "slices", 1, "Slices of --topology, joined by the data-centre network "
+    "(DCN); the report splits what moves between ICI and DCN.")
+flags.DEFINE_float(
+    "dcn_gbps", None, "DCN bandwidth per chip in GB/s, each way, if not in "
+    "the table (or to override it).")
 flags.DEFINE_bool("row", False, "Print one Markdown table row instead.")
+flags.DEFINE_bool(
+    "search", False, "Compile the config's sharding, mesh, scan, remat and "
+    "micro-batch variants; rank those that fit by estimated step time.")
+flags.DEFINE_integer("max_candidates", search.MAX_CANDIDATES,
+                     "With --search, compile at most this many.")
 flags.mark_flags_as_required(["config", "topology"])
 cli.check_flag("hbm_gib", lambda gib: gib > 0,
                "give each device's memory in GiB, a positive number.")
+cli.check_flag("max_candidates", lambda count: count >= 1,
+               "give how many candidates to compile at most, 1 or more.")
+cli.check_flag("slices", lambda slices: slices >= 1,
+               "give the number of slices, a whole number of at least 1.")
+cli.check_flag("dcn_gbps", lambda gbps: gbps > 0,
+               "give each chip's DCN bandwidth in GB/s, a positive number.")
 
 
 def _set_up_devices():
@@ -49,8 +69,18 @@ def _set_up_devices():
 def main(argv):
   del argv
   _set_up_devices()
+  options = dict(slices=FLAGS.slices, dcn_gbps=FLAGS.dcn_gbps)
+  if FLAGS.search:
+    found = search.search(
+        FLAGS.config, FLAGS.topology, max_candidates=FLAGS.max_candidates,
+        num_classes=FLAGS.num_classes, hbm_gib=FLAGS.hbm_gib, **options)
+    print(search.format_search(found))
+    if FLAGS.out:
+      paths.resolve(FLAGS.out).write_text(
+          json.dumps(search.to_json(found), indent=2))
+    return
   result = planning.plan(FLAGS.config, FLAGS.topology, FLAGS.num_classes,
-                         FLAGS.hbm_gib)
+                         FLAGS.hbm_gib, **options)
   print(
       planning.format_row(result) if FLAGS.row else planning.
       format_report(result))

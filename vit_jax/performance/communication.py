@@ -15,6 +15,17 @@ algorithms, which a ring or a torus dimension achieves):
   all-to-all          (n - 1) / n x S
   collective-permute  S, for each device that sends
 
+On several slices, what goes between them takes the data-centre network
+(DCN); the rest the chips' own links (ICI). libtpu compiles a multi-slice
+program for one slice's devices, its collectives inside the slice, and
+sends what crosses slices as host transfers to its "megascale" runtime (a
+`send` naming the collective it stands for and the slices it joins),
+counted by the formulas above with n the slices joined and S the buffer's
+logical bytes (the buffer sent is padded to TPU tiles). Elsewhere (CPU
+devices split into slices) the program spans every device and a collective
+whose groups (or pairs) span slices (`slice_of`: each mesh position's
+slice) is DCN's.
+
 `minimum(...)` is the least a strategy must move, from the parameters and
 their shardings (see its docstring for the formulas).
 """
@@ -23,6 +34,7 @@ import dataclasses
 import math
 import re
 from typing import Optional
+from typing import Sequence
 
 import jax
 import numpy as np
@@ -35,6 +47,10 @@ KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
          "collective-permute")
 _CHANNEL = re.compile(r"channel_id=(\d+)")
 _CHAIN = re.compile(r'chain_id="(\d+)"')
+_MEGASCALE = re.compile(r'_xla_megascale_target="\{([\d,:]*)\}x[^"]*",'
+                        r'_xla_megascale_transfer_type="(\w+)"')
+_RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]+)"')
+_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +61,7 @@ class Collective:
   bytes_per_run: float  # Sent by one device, by one execution.
   runs: int  # Executions per step.
   axes: tuple[str, ...]  # The mesh axes its groups span.
+  dcn: bool = False  # Its groups span slices.
 
   @property
   def bytes(self) -> float:
@@ -84,11 +101,71 @@ def _axes(groups_or_pairs, mesh_shape: dict[str, int]) -> tuple[str, ...]:
   return tuple(n for n in names if n in varying)
 
 
+def _spans_slices(groups_or_pairs, slice_of: Optional[Sequence[int]]) -> bool:
+  return slice_of is not None and any(
+      len({slice_of[d] for d in group}) > 1 for group in groups_or_pairs)
+
+
+def program_mesh(text: str,
+                 mesh_shape: dict[str, int]) -> tuple[dict[str, int], int]:
+  """(the mesh a compiled program's replica groups index, its devices): the
+  whole mesh, or one slice's part of it where libtpu compiled the program
+  for one slice (fewer partitions than devices): the `slice` axis, or the
+  slice-major `data` axis spanning slices, divided by the slices."""
+  total = math.prod(mesh_shape.values())
+  found = _PARTITIONS.search(text[:text.find("\n")])
+  partitions = int(found.group(1)) if found else total
+  if partitions >= total or total % partitions:
+    return mesh_shape, total
+  shape, slices = dict(mesh_shape), total // partitions
+  for axis, size in shape.items():
+    shape[axis] = size // math.gcd(size, slices)
+    slices //= math.gcd(size, slices)
+  return shape, partitions
+
+
+def _megascale(instruction: hlo.Instruction) -> Optional[tuple[str, int]]:
+  """(kind, slices joined) of a send to libtpu's multi-slice runtime."""
+  found = _MEGASCALE.search(instruction.attributes)
+  if instruction.opcode != "send" or not found:
+    return None
+  joined = 0
+  for item in found.group(1).split(","):
+    first, _, last = item.partition(":")
+    joined += int(last or first) - int(first) + 1
+  kind = found.group(2).lower().replace("_", "-")
+  return (kind if kind in KINDS else "collective-permute"), joined
+
+
+def _logical_bytes(instruction: hlo.Instruction,
+                   computation: hlo.Computation) -> float:
+  """Bytes of a sent buffer before its padding to TPU tiles (bitcasts and
+  "ZeroCrop" custom calls, which widen it to whole tiles)."""
+  found = computation.by_name.get(instruction.operands[0])
+  size = found.bytes if found else hlo.type_bytes(instruction.type)
+  while found is not None and (found.opcode == "bitcast" or
+                               'custom_call_target="ZeroCrop"'
+                               in found.attributes):
+    found = computation.by_name.get(found.operands[0])
+    size = min(size, found.bytes) if found else size
+  return size
+
+
+def megascale_recv(instruction: hlo.Instruction) -> bool:
+  """Whether this receives a multi-slice transfer (its done ends one)."""
+  return (instruction.opcode == "recv" and
+          _RENDEZVOUS.search(instruction.attributes) is not None)
+
+
 def channel(instruction: hlo.Instruction, computation: str = "") -> str:
   """What identifies one collective across the pieces XLA splits it into:
   a TPU async collective fusion's start, continuation and done carry the
-  same channel and chain id. Elsewhere each instruction is its own (JAX may
-  give many collectives one channel id)."""
+  same channel and chain id; a multi-slice transfer's send and receive the
+  same rendezvous. Elsewhere each instruction is its own (JAX may give
+  many collectives one channel id)."""
+  rendezvous = _RENDEZVOUS.search(instruction.attributes)
+  if rendezvous:
+    return f"rendezvous {rendezvous.group(1)}"
   chain = _CHAIN.search(instruction.attributes)
   found = _CHANNEL.search(instruction.attributes)
   if chain and found:
@@ -97,64 +174,94 @@ def channel(instruction: hlo.Instruction, computation: str = "") -> str:
 
 
 def measure(instruction: hlo.Instruction, computation: hlo.Computation,
-            mesh_shape: dict[str, int], num_devices: int):
-  """(kind, bytes one device sends, mesh axes) of a collective instruction
-  (counted at its start); None for anything else."""
+            mesh_shape: dict[str, int], num_devices: int,
+            slice_of: Optional[Sequence[int]] = None,
+            dcn_axes: tuple[str, ...] = (sharding.SLICE_AXIS,)):
+  """(kind, bytes one device sends, mesh axes, whether over DCN) of a
+  collective instruction (counted at its start), or of a multi-slice
+  transfer (over `dcn_axes`); None for anything else."""
+  megascale = _megascale(instruction)
+  if megascale:
+    kind, n = megascale
+    size = _logical_bytes(instruction, computation)
+    return kind, _sent(kind, n, size), dcn_axes, True
   kind = _kind(instruction.opcode)
   if kind is None:
     return None
   size = _operand_bytes(instruction, computation)
   if kind == "collective-permute":
     pairs = hlo.source_target_pairs(instruction.attributes)
-    return kind, size * len(pairs) / num_devices, _axes(pairs, mesh_shape)
-  groups = hlo.device_groups(instruction.attributes, num_devices)
-  n = len(groups[0])
-  sent = {
+    sent, groups = size * len(pairs) / num_devices, pairs
+  else:
+    groups = hlo.device_groups(instruction.attributes, num_devices)
+    sent = _sent(kind, len(groups[0]), size)
+  return kind, sent, _axes(groups, mesh_shape), _spans_slices(groups, slice_of)
+
+
+def _sent(kind: str, n: int, size: float) -> float:
+  """Bytes one device sends in a group of n, `size` the bytes it gives."""
+  return {
       "all-gather": (n - 1) * size,
       "reduce-scatter": (n - 1) / n * size,
       "all-reduce": 2 * (n - 1) / n * size,
       "all-to-all": (n - 1) / n * size,
+      "collective-permute": size,
   }[kind]
-  return kind, sent, _axes(groups, mesh_shape)
 
 
-def collectives(text: str, mesh_shape: dict[str, int]) -> list[Collective]:
-  """Every collective of a compiled program's text, counted per step."""
+def collectives(text: str, mesh_shape: dict[str, int],
+                slice_of: Optional[Sequence[int]] = None) -> list[Collective]:
+  """Every collective of a compiled program's text, counted per step
+  (`slice_of`: each mesh position's slice, where there are several)."""
   computations = hlo.parse_module(text)
   runs = hlo.execution_counts(computations)
-  num_devices = math.prod(mesh_shape.values())
+  dcn_axes = (sharding.SLICE_AXIS,) if sharding.SLICE_AXIS in mesh_shape else (
+      next(iter(mesh_shape)),)  # FSDP over slices: `data` spans them.
+  mesh_shape, num_devices = program_mesh(text, mesh_shape)
+  if slice_of is not None and num_devices < len(slice_of):
+    slice_of = None  # One slice's program: its groups stay inside it.
   found: dict[tuple, Collective] = {}
   for computation in computations.values():
     for instruction in computation.instructions:
-      measured = measure(instruction, computation, mesh_shape, num_devices)
+      measured = measure(instruction, computation, mesh_shape, num_devices,
+                         slice_of, dcn_axes)
       if measured is None or runs[computation.name] == 0:
         continue
-      kind, sent, axes = measured
+      kind, sent, axes, dcn = measured
       key = (kind, channel(instruction, computation.name))
       this = Collective(kind, instruction.name, computation.name, sent,
-                        runs[computation.name], axes)
+                        runs[computation.name], axes, dcn)
       if key not in found or found[key].runs < this.runs:
         found[key] = this
   return [c for c in found.values() if c.bytes > 0]
 
 
 def totals(found: list[Collective]) -> dict:
-  """Bytes per step and device: in all, by kind and by mesh axes."""
+  """Bytes per step and device: in all, by kind and by mesh axes; and of
+  them, over DCN (by kind) and over ICI."""
   by_kind = {k: 0.0 for k in KINDS}
+  dcn_by_kind = {k: 0.0 for k in KINDS}
   by_axes: dict[str, float] = {}
   for c in found:
     by_kind[c.kind] += c.bytes
+    if c.dcn:
+      dcn_by_kind[c.kind] += c.bytes
     axes = "+".join(c.axes) or "none"
     by_axes[axes] = by_axes.get(axes, 0.0) + c.bytes
+  total, dcn = sum(by_kind.values()), sum(dcn_by_kind.values())
   return {
-      "bytes": sum(by_kind.values()),
+      "bytes": total,
       "by_kind": by_kind,
-      "by_axes": by_axes
+      "by_axes": by_axes,
+      "ici_bytes": total - dcn,
+      "dcn_bytes": dcn,
+      "dcn_by_kind": dcn_by_kind,
   }
 
 
 def minimum(abstract_params, params_sharding, mesh, compute_dtype,
-            gathered_in_blocks: bool, activations: float = 0.0) -> dict:
+            gathered_in_blocks: bool, activations: float = 0.0, *,
+            data_slices: int = 1) -> dict:
   """The least a step must move per device, from the parameters' shardings.
 
   n is the size of the mesh's `data` axis; B a parameter's bytes on a
@@ -172,12 +279,26 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
                            gradient reduce-scattered:  (2 or 1 + 1) (n-1)/n x B
 
   With tensor parallelism, `activations` (`tensor_parallel_activations`)
-  are added as all-reduces.
+  are added as all-reduces. On s slices (the mesh's `slice` axis), every
+  gradient is all-reduced over `slice`, over DCN, in the dtype it has over
+  `data`, each of a slice's n devices taking its 1/n share (its FSDP shard;
+  a replicated gradient is reduce-scattered over `data` first):
+  2 (s-1)/s x B / n. Where `data` spans `data_slices` slices (FSDP over
+  slices), its collectives cross them once, the rest inside each (so
+  libtpu splits them): (data_slices - 1) / (n - 1) of what goes over `data`
+  is DCN's. The result's `by_kind` counts both links, `dcn_bytes` DCN's.
   """
   n = mesh.shape[sharding.DATA_AXIS]
+  s = mesh.shape.get(sharding.SLICE_AXIS, 1)
   blocks = set(scan.encoder_blocks(abstract_params))
   scanned = scan.is_scanned(abstract_params)
   parts = {"all-gather": 0.0, "reduce-scatter": 0.0, "all-reduce": activations}
+  over_dcn = {"all-gather": 0.0, "reduce-scatter": 0.0, "all-reduce": 0.0}
+  crossing = (data_slices - 1) / (n - 1) if n > 1 else 0.0
+
+  def over_data(kind: str, sent: float):
+    parts[kind] += (1 - crossing) * sent
+    over_dcn[kind] += crossing * sent
 
   def add(path, leaf, spec):
     names = [getattr(k, "key", str(k)) for k in path]
@@ -198,13 +319,20 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
     share = (n - 1) / n
     if fsdp:
       gathers = 2 if (in_block and gathered_in_blocks) else 1
-      parts["all-gather"] += gathers * share * size
-      parts["reduce-scatter"] += share * size
+      over_data("all-gather", gathers * share * size)
+      over_data("reduce-scatter", share * size)
     else:
-      parts["all-reduce"] += 2 * share * size
+      over_data("all-reduce", 2 * share * size)
+    over_dcn["all-reduce"] += 2 * (s - 1) / s * size / n
 
   jax.tree_util.tree_map_with_path(add, abstract_params, params_sharding)
-  return {"bytes": sum(parts.values()), "by_kind": parts}
+  by_kind = {k: parts[k] + over_dcn[k] for k in parts}
+  return {
+      "bytes": sum(by_kind.values()),
+      "by_kind": by_kind,
+      "dcn_bytes": sum(over_dcn.values()),
+      "dcn_by_kind": over_dcn
+  }
 
 
 def tensor_parallel_activations(batch_per_shard: int, tokens: int, hidden: int,

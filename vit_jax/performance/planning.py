@@ -66,11 +66,16 @@ def _num_classes(config: ml_collections.ConfigDict) -> int:
 
 
 def plan(config: ml_collections.ConfigDict, topology: str,
-         num_classes: Optional[int] = None,
-         hbm_gib: Optional[float] = None) -> dict:
-  """Compiles the config's train step for `topology`; returns the report."""
+         num_classes: Optional[int] = None, hbm_gib: Optional[float] = None, *,
+         slices: int = 1, dcn_gbps: Optional[float] = None) -> dict:
+  """Compiles the config's train step for `slices` x `topology` (joined by
+  DCN, at `dcn_gbps` GB/s per chip if not the table's); returns the
+  report."""
   checks.check_fields(config)
-  devices, placed = targets.target(topology)
+  if dcn_gbps is not None and not dcn_gbps > 0:
+    raise UserError(f"--dcn_gbps={dcn_gbps}: give each chip's data-centre "
+                    "network bandwidth in GB/s, a positive number.")
+  devices, placed = targets.target(topology, slices)
   mesh = sharding.mesh_from_config(config, devices)
   checks.check_batches(config, mesh, process_count=placed.hosts)
   config = weights.decide(config)
@@ -110,7 +115,7 @@ def plan(config: ml_collections.ConfigDict, topology: str,
       raise
     memory = {**{k: None for k in MEMORY_KEYS}, "total_bytes": needed}
     result = report(memory, devices, placed, topology, mesh, model, config,
-                    hbm_gib, state.params)
+                    hbm_gib, state.params, slices)
     fits, why = False, ""
     if (devices[0].device_kind in targets.MEGACORE_ONLY and
         needed <= FIT_FRACTION * result["hbm_bytes_per_device"]):
@@ -122,12 +127,22 @@ def plan(config: ml_collections.ConfigDict, topology: str,
         "compile_error": str(e).splitlines()[0][:300]
     }
   result = report(preflight.memory_bytes(compiled), devices, placed, topology,
-                  mesh, model, config, hbm_gib, state.params)
+                  mesh, model, config, hbm_gib, state.params, slices)
   gathered_in_blocks = fsdp.blocks_gather(model, state_sharding.params)
   moved = traffic(compiled.as_text(), mesh, config, state.params,
                   state_sharding.params, devices[0].device_kind,
-                  placed.devices_per_chip, gathered_in_blocks)
+                  placed.devices_per_chip, gathered_in_blocks,
+                  slice_of(config, devices, mesh), dcn_gbps)
   return {**result, **moved}
+
+
+def slice_of(config, devices, mesh) -> Optional[tuple[int, ...]]:
+  """The slice of each device in the mesh's order; None on one slice."""
+  groups = sharding.slice_groups(devices, config.mesh.slices)
+  if len(groups) == 1:
+    return None
+  index = {d.id: i for i, group in enumerate(groups) for d in group}
+  return tuple(index[d.id] for d in mesh.devices.flat)
 
 
 def _tensor_parallel_activations(config, mesh) -> float:
@@ -139,35 +154,52 @@ def _tensor_parallel_activations(config, mesh) -> float:
   tokens = (config.image_size // models.stride(config.model))**2 + (
       models.num_prefix_tokens(config.model))
   return communication.tensor_parallel_activations(
-      config.batch_size // mesh.shape[sharding.DATA_AXIS], tokens,
+      config.batch_size // sharding.data_shards(mesh), tokens,
       variant.hidden_size, variant.num_layers, mesh.shape[sharding.MODEL_AXIS],
       jnp.dtype(config.model.dtype).itemsize, config.model.remat == "full")
 
 
 def traffic(text: str, mesh, config, params, params_sharding, kind: str,
-            per_chip: int, gathered_in_blocks: bool) -> dict:
+            per_chip: int, gathered_in_blocks: bool,
+            device_slices: Optional[tuple[int, ...]] = None,
+            dcn_gbps: Optional[float] = None) -> dict:
   """A compiled step's communication (counted, and the least its sharding
-  must move) and its roofline time; FLOPs counted over what executes."""
+  must move; over DCN and ICI apart where `device_slices`, each mesh
+  position's slice, names several) and its roofline time; FLOPs counted
+  over what executes."""
   shape = {k: int(v) for k, v in mesh.shape.items()}
-  moved = communication.totals(communication.collectives(text, shape))
+  moved = communication.totals(
+      communication.collectives(text, shape, device_slices))
   dtype = jnp.dtype(config.model.dtype)
-  least = communication.minimum(params, params_sharding, mesh, dtype,
-                                gathered_in_blocks,
-                                _tensor_parallel_activations(config, mesh))
+  least = communication.minimum(
+      params, params_sharding, mesh, dtype, gathered_in_blocks,
+      _tensor_parallel_activations(config, mesh),
+      data_slices=len(set(device_slices))
+      if device_slices and config.mesh.fsdp_over_slices else 1)
   peak, bandwidths = (hardware.peak_flops(
       kind, per_chip), hardware.bandwidths(kind, per_chip))
-  rates = roofline.Rates(peak, *bandwidths) if peak and bandwidths else (
+  dcn = (dcn_gbps * 1e9 / per_chip if dcn_gbps else hardware.dcn_bandwidth(
+      kind, per_chip)) if device_slices else None
+  rates = roofline.Rates(peak, *bandwidths, dcn) if peak and bandwidths else (
       roofline.Rates(1.0, 1.0, 1.0))  # Units only: FLOPs still count.
-  time = roofline.step_time(text, shape, rates)
-  return {
+  time = roofline.step_time(text, shape, rates, device_slices)
+  result = {
       "communication": {
-          **moved, "minimum_bytes": least["bytes"],
-          "minimum_by_kind": least["by_kind"]
+          **moved,
+          "minimum_bytes": least["bytes"],
+          "minimum_by_kind": least["by_kind"],
+          "minimum_ici_bytes": least["bytes"] - least["dcn_bytes"],
+          "minimum_dcn_bytes": least["dcn_bytes"],
       },
       "flops_per_step": time["flops"] * math.prod(shape.values()),
       "time": time if peak and bandwidths else None,
       "no_time_because": hardware.missing_rates(kind),
+      "dcn_bytes_per_s_per_device": dcn,
+      "no_dcn_time_because": "",
   }
+  if device_slices and dcn is None and result["time"]:
+    result["no_dcn_time_because"] = hardware.missing_dcn(kind)
+  return result
 
 
 MEMORY_KEYS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -190,15 +222,16 @@ def compile_time_oom_bytes(message: str) -> Optional[int]:
 
 
 def report(memory, devices, placed: hardware.Placement, topology, mesh, model,
-           config, hbm_gib, params) -> dict:
+           config, hbm_gib, params, slices: int = 1) -> dict:
   kind = devices[0].device_kind
   hbm = (int(hbm_gib * 2**30) if hbm_gib else hardware.hbm_bytes(
       kind, placed.devices_per_chip))
-  data_shards = int(mesh.shape[sharding.DATA_AXIS])
+  data_shards = sharding.data_shards(mesh)
   model_flops = 6 * flops.forward_macs(model,
                                        config.image_size) * (config.batch_size)
   return {
       "topology": topology,
+      "slices": slices,
       "device_kind": kind,
       "num_devices": len(devices),
       "chips": placed.chips,
@@ -211,6 +244,7 @@ def report(memory, devices, placed: hardware.Placement, topology, mesh, model,
       },
       "variant": config.model.variant,
       "batch_size": config.batch_size,
+      "data_shards": data_shards,
       "batch_per_device": config.batch_size // data_shards,
       "accum_steps": config.accum_steps,
       "image_size": config.image_size,
@@ -249,9 +283,16 @@ def _communication_line(r: dict) -> str:
   axes = ", ".join(f"{k} {_size(v)}" for k, v in c["by_axes"].items())
   least = c["minimum_bytes"]
   ratio = f" ({c['bytes'] / least:.2f}x)" if least else ""
-  return (f"moves per device per step: {_size(c['bytes'])} ("
+  line = (f"moves per device per step: {_size(c['bytes'])} ("
           f"{kinds or 'none'}; over {axes or 'no axis'}); the least for its "
           f"sharding: {_size(least)}{ratio}")
+  if r.get("slices", 1) > 1:
+    dcn = ", ".join(f"{k} {_size(v)}" for k, v in c["dcn_by_kind"].items() if v)
+    line += (f"\nof which between slices (DCN): {_size(c['dcn_bytes'])} ("
+             f"{dcn or 'none'}), the least {_size(c['minimum_dcn_bytes'])}; "
+             f"within them (ICI): {_size(c['ici_bytes'])}, the least "
+             f"{_size(c['minimum_ici_bytes'])}")
+  return line
 
 
 def _time_line(r: dict) -> str:
@@ -261,10 +302,18 @@ def _time_line(r: dict) -> str:
   ms = lambda s: f"{s * 1e3:.2f} ms"
   overlapped = ("" if t["overlapped_fraction"] is None else
                 f", {t['overlapped_fraction']:.0%} of it overlapped")
+  links, without = ms(t["interconnect_s"]), ""
+  if r.get("slices", 1) > 1:
+    if t["dcn_s"] is None:
+      links += f" (ICI) + DCN not estimated ({r['no_dcn_time_because']})"
+      without = " without DCN"
+    else:
+      per_chip = r["dcn_bytes_per_s_per_device"] * r["devices_per_chip"]
+      links += (f" (ICI) + {ms(t['dcn_s'])} (DCN at {per_chip / 1e9:.2f} "
+                "GB/s per chip)")
   return (f"step time (roofline): compute {ms(t['compute_s'])}, memory "
-          f"{ms(t['memory_s'])}, interconnect {ms(t['interconnect_s'])}"
-          f"{overlapped}; bound by {t['bound']}; estimated "
-          f"{ms(t['est_step_s'])}")
+          f"{ms(t['memory_s'])}, interconnect {links}{overlapped}; bound by "
+          f"{t['bound']}; estimated {ms(t['est_step_s'])}{without}")
 
 
 def _devices_line(r: dict, hbm: str) -> str:
@@ -272,7 +321,9 @@ def _devices_line(r: dict, hbm: str) -> str:
   a device per core; 4 hosts; mesh {...}'."""
   placed = r["placement"]
   hosts = f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}"
-  return (f"on {r['topology']}: {r['num_devices']} x {r['device_kind']} "
+  slices = r.get("slices", 1)
+  target = f"{slices} x {r['topology']}" if slices > 1 else r["topology"]
+  return (f"on {target}: {r['num_devices']} x {r['device_kind']} "
           f"({hbm} each){' on ' + placed if placed else ''}; {hosts}; "
           f"mesh {r['mesh']}")
 
@@ -280,8 +331,8 @@ def _devices_line(r: dict, hbm: str) -> str:
 def _batch_line(r: dict) -> str:
   per_device = r["batch_per_device"]
   line = (f"batch {r['batch_size']}: {r['batch_size'] // r['hosts']} per "
-          f"host, {per_device} per device (over "
-          f"{r['mesh'][sharding.DATA_AXIS]} data shards)")
+          f"host, {per_device} per device (over {r['data_shards']} data "
+          "shards)")
   if r["accum_steps"] > 1:
     line += (f", {per_device // r['accum_steps']} per device and micro-batch "
              f"({r['accum_steps']} accumulation steps)")

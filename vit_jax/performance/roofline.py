@@ -4,7 +4,9 @@ Each instruction costs the larger of its compute (its matmul and
 convolution FLOPs at the chip's peak) and its memory traffic (the bytes it
 reads and writes, at the chip's HBM bandwidth); a fusion counts the FLOPs
 inside it and the bytes at its boundary. Collectives take their bytes sent
-(`communication.py`) at the chip's interconnect bandwidth, one at a time.
+(`communication.py`) at the chip's interconnect bandwidth, one at a time;
+on several slices, those between slices take theirs at the chip's share of
+the data-centre network (DCN) instead, a link of their own.
 Walking each computation in its scheduled order (loop bodies times their
 trip count), an asynchronous collective runs from its start while the
 instructions scheduled before its done compute; what is not finished by the
@@ -20,6 +22,7 @@ import functools
 import math
 import re
 from typing import Optional
+from typing import Sequence
 
 import numpy as np
 
@@ -40,10 +43,12 @@ _WINDOW = re.compile(r"window=\{([^}]*)\}")
 
 @dataclasses.dataclass(frozen=True)
 class Rates:
-  """Per device: dense bf16 FLOP/s, HBM and interconnect bytes/s."""
+  """Per device: dense bf16 FLOP/s, HBM, interconnect and DCN bytes/s
+  (DCN None: not known, its transfers not timed)."""
   flops: float
   hbm: float
   ici: float
+  dcn: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -53,6 +58,7 @@ class Time:
   compute: float = 0.0  # Sum of FLOPs / peak.
   memory: float = 0.0  # Sum of bytes / HBM bandwidth.
   communication: float = 0.0  # Sum of collective bytes / ICI bandwidth.
+  dcn: float = 0.0  # Sum of collective bytes between slices / DCN's.
   exposed: float = 0.0  # Time waited for collectives.
   flops: float = 0.0
   bytes_accessed: float = 0.0
@@ -149,11 +155,15 @@ def _memoised(method):
 class Walk:
   """Times the computations of one compiled program."""
 
-  def __init__(self, text: str, mesh_shape: dict[str, int], rates: Rates):
+  def __init__(self, text: str, mesh_shape: dict[str, int], rates: Rates,
+               slice_of: Optional[Sequence[int]] = None):
     self.computations = hlo.parse_module(text)
-    self.mesh_shape = mesh_shape
+    self.mesh_shape, self.num_devices = communication.program_mesh(
+        text, mesh_shape)
+    # One slice's program (libtpu's multi-slice): its groups stay inside it.
+    self.slice_of = slice_of if slice_of and len(
+        slice_of) == self.num_devices else None
     self.rates = rates
-    self.num_devices = math.prod(mesh_shape.values())
     self.memo = {}
 
   @_memoised
@@ -172,14 +182,15 @@ class Walk:
 
   @_memoised
   def collectives_in(self, name: str) -> tuple:
-    """(channel, bytes) of the collectives inside a fused computation."""
+    """(channel, bytes, over DCN) of the collectives inside a fused
+    computation."""
     computation = self.computations[name]
     found = []
     for instruction in computation.instructions:
-      measured = communication.measure(instruction, computation,
-                                       self.mesh_shape, self.num_devices)
+      measured = self._measure(instruction, computation)
       if measured:
-        found.append((communication.channel(instruction, name), measured[1]))
+        _, sent, _, dcn = measured
+        found.append((communication.channel(instruction, name), sent, dcn))
       if instruction.opcode == "fusion":
         for callee in _called(instruction):
           found.extend(self.collectives_in(callee))
@@ -190,13 +201,13 @@ class Walk:
     """One run of a computation (not a fused one), walked in order."""
     computation = self.computations[name]
     clock = Time()
-    link_free = 0.0
+    link_free = {False: 0.0, True: 0.0}  # ICI's and DCN's.
     in_flight: dict[str, float] = {}  # Channel -> when its transfer ends.
     last_piece = {}  # Channel -> index of its last piece here (its done).
     pieces = []
     for index, instruction in enumerate(computation.instructions):
       pieces.append(self._collective_pieces(instruction, computation))
-      for channel, _ in pieces[-1]:
+      for channel, _, _ in pieces[-1]:
         last_piece[channel] = index
     for index, instruction in enumerate(computation.instructions):
       if instruction.opcode == "while":
@@ -217,48 +228,61 @@ class Walk:
       compute, memory = work[0] / self.rates.flops, work[1] / self.rates.hbm
       clock.compute += compute
       clock.memory += memory
-      for channel, sent in pieces[index]:
-        duration = sent / self.rates.ici
+      for channel, sent, dcn in pieces[index]:
+        # An unknown DCN rate times its transfers as free (not estimated).
+        rate = (self.rates.dcn or math.inf) if dcn else self.rates.ici
+        duration = sent / rate
         if channel in in_flight:
           if last_piece[channel] == index:  # Its done: wait for it.
             wait = max(0.0, in_flight.pop(channel) - clock.total)
             clock.total += wait
             clock.exposed += wait
           continue
-        start = max(clock.total, link_free)
-        link_free = start + duration
-        clock.communication += duration
+        start = max(clock.total, link_free[dcn])
+        link_free[dcn] = start + duration
+        if dcn:
+          clock.dcn += duration
+        else:
+          clock.communication += duration
         if last_piece[channel] == index and not instruction.opcode.endswith(
             "-start"):  # Synchronous: the step waits for it.
-          clock.exposed += link_free - clock.total
-          clock.total = link_free
+          clock.exposed += link_free[dcn] - clock.total
+          clock.total = link_free[dcn]
         else:
-          in_flight[channel] = link_free
+          in_flight[channel] = link_free[dcn]
       clock.total += max(compute, memory)
     return clock
 
+  def _measure(self, instruction, computation):
+    return communication.measure(instruction, computation, self.mesh_shape,
+                                 self.num_devices, self.slice_of)
+
   def _collective_pieces(self, instruction, computation):
-    """(channel, bytes) of collectives this instruction starts, continues
-    or ends: itself, a `-done` (its start's channel), or fused ones."""
+    """(channel, bytes, over DCN) of collectives this instruction starts,
+    continues or ends: itself, a `-done` (its start's channel), or fused
+    ones."""
     if instruction.opcode.endswith("-done"):
       start = computation.by_name.get(instruction.operands[0])
+      if start is not None and communication.megascale_recv(start):
+        return [(communication.channel(start, computation.name), 0.0, True)]
       if start is not None:  # Ends its start's transfer, if it had one.
         moved = self._collective_pieces(start, computation)
-        return [(communication.channel(start, computation.name),
-                 0.0)] if moved else []
-    measured = communication.measure(instruction, computation, self.mesh_shape,
-                                     self.num_devices)
+        return [(communication.channel(start, computation.name), 0.0,
+                 moved[0][2])] if moved else []
+    measured = self._measure(instruction, computation)
     if measured:
-      return [(communication.channel(instruction,
-                                     computation.name), measured[1])]
+      _, sent, _, dcn = measured
+      return [(communication.channel(instruction, computation.name), sent, dcn)]
     if instruction.opcode == "call-start":  # An async call (TPU7x runs its
       # large collectives on its SparseCores so): one transfer, start to done.
-      sent = sum(piece[1]
-                 for callee in re.findall(r"\bto_apply=%([\w.\-]+)",
-                                          instruction.attributes)
-                 for piece in self.collectives_in(callee))
-      return [(communication.channel(instruction, computation.name),
-               sent)] if sent else []
+      inside = [
+          piece for callee in re.findall(r"\bto_apply=%([\w.\-]+)",
+                                         instruction.attributes)
+          for piece in self.collectives_in(callee)
+      ]
+      sent = sum(piece[1] for piece in inside)
+      return [(communication.channel(instruction, computation.name), sent,
+               any(piece[2] for piece in inside))] if sent else []
     if instruction.opcode in ("fusion", "async-start", "async-done"):
       return [
           piece for callee in _called(instruction)
@@ -337,21 +361,28 @@ def _branches(instruction) -> list[str]:
   return re.findall(r"%([\w.\-]+)", match.group(1)) if match else []
 
 
-def step_time(text: str, mesh_shape: dict[str, int], rates: Rates) -> dict:
-  """The roofline parts of one step, per device, and the walk's estimate."""
-  walk = Walk(text, mesh_shape, rates)
+def step_time(text: str, mesh_shape: dict[str, int], rates: Rates,
+              slice_of: Optional[Sequence[int]] = None) -> dict:
+  """The roofline parts of one step, per device, and the walk's estimate
+  (`slice_of`: each mesh position's slice, where there are several; DCN's
+  part is None where its rate is not known, and the estimate leaves it
+  out)."""
+  walk = Walk(text, mesh_shape, rates, slice_of)
   total = walk.time(hlo.entry(walk.computations).name)
   overlapped = None  # Rounding can take the exposed share past 1.
-  if total.communication:
-    overlapped = max(0.0, 1 - total.exposed / total.communication)
+  if total.communication + total.dcn:
+    overlapped = max(0.0, 1 - total.exposed / (total.communication + total.dcn))
   parts = {
       "compute_s": total.compute,
       "memory_s": total.memory,
       "interconnect_s": total.communication
   }
+  dcn = total.dcn if rates.dcn else None
+  timed = {**parts, "dcn_s": dcn or 0.0}
   return {
       **parts,
-      "bound": max(parts, key=parts.get)[:-2],
+      "dcn_s": dcn,
+      "bound": max(timed, key=timed.get)[:-2],
       "flops": total.flops,
       "bytes_accessed": total.bytes_accessed,
       "exposed_communication_s": total.exposed,

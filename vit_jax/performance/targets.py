@@ -36,10 +36,15 @@ def cpu_device_count(topology: str) -> int:
   return int(count)
 
 
-def target_devices(topology: str) -> list:
+def target_devices(topology: str, slices: int = 1) -> list:
   """The devices of a TPU topology like 'v5e:4x4' or 'v3:4x4' (described
-  by libtpu, no TPU needed), or of 'cpu:N'."""
+  by libtpu, no TPU needed; `slices` of it, joined by DCN), or of 'cpu:N'."""
+  _check_slices(slices)
   if topology.startswith("cpu:"):
+    if slices > 1:  # CPU devices name no slice; the mesh splits them.
+      raise UserError(f"--slices={slices} is for TPU topologies; for "
+                      f"{topology}, set --config.mesh.slices={slices} to "
+                      "split its devices into slices.")
     count = cpu_device_count(topology)
     if jax.device_count() < count:
       raise UserError(
@@ -53,7 +58,7 @@ def target_devices(topology: str) -> list:
   if not topology.strip():  # libtpu would describe a default slice.
     raise not_a_name()
   try:
-    devices = list(_describe(topology))
+    devices = list(_describe(topology, slices))
   except UserError:
     raise
   except Exception as e:  # noqa: BLE001 libtpu says why in its message.
@@ -72,7 +77,13 @@ def target_devices(topology: str) -> list:
   return devices
 
 
-def _describe(topology: str):
+def _check_slices(slices: int):
+  if slices < 1:
+    raise UserError(f"--slices={slices}: give the number of slices of the "
+                    "topology, a whole number of at least 1.")
+
+
+def _describe(topology: str, slices: int = 1):
   if importlib.util.find_spec("libtpu") is None:
     raise UserError(f"--topology={topology}: describing a TPU topology needs "
                     "libtpu: pip install -e '.[tpu]'.")
@@ -82,8 +93,8 @@ def _describe(topology: str):
   # Only compiling: several plans (or tests) may load libtpu at once.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  return topologies.get_topology_desc(topology_name=topology,
-                                      platform="tpu").devices
+  return topologies.get_topology_desc(topology_name=topology, platform="tpu",
+                                      num_slices=slices).devices
 
 
 @contextlib.contextmanager
@@ -124,9 +135,10 @@ def _known_generations() -> str:
           "(e.g. v3:4x4, v5e:4x4, v5p:2x2x4, tpu7x:2x2x1)")
 
 
-def target(topology: str) -> tuple[list, hardware.Placement]:
-  """(devices, how they lie on chips and hosts) of `topology`."""
-  devices = target_devices(topology)
+def target(topology: str, slices: int = 1) -> tuple[list, hardware.Placement]:
+  """(devices, how they lie on chips and hosts) of `slices` x `topology`
+  (chips and hosts counted over all of them)."""
+  devices = target_devices(topology, slices)
   placed = hardware.placement(devices)
   if devices[0].device_kind in MEGACORE_ONLY:  # Each stands for its chip.
     placed = dataclasses.replace(placed, cores_per_chip=2)
