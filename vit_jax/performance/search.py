@@ -382,8 +382,8 @@ def _moved(report: dict) -> str:
   c = report["communication"]
   if c is None:
     return "?"
-  if report.get("slices", 1) > 1 and "dcn_bytes" in c:
-    return f"{_gib(c['ici_bytes'])}/{_gib(c['dcn_bytes'])}"
+  if report.get("slices", 1) > 1 and "dcn_bytes" in c:  # DCN: MiB, not 0.00.
+    return f"{_gib(c['ici_bytes'])} / {c['dcn_bytes'] / 2**20:.2f} MiB"
   return _gib(c["bytes"])
 
 
@@ -426,7 +426,7 @@ def format_search(s: dict) -> str:
   """The ranked table, what was dropped and why, and the winner's flags."""
   where = s["topology"] + (f" x {s['slices']} slices"
                            if s["slices"] > 1 else "")
-  moved = "GiB moved ICI/DCN" if s["slices"] > 1 else "GiB moved"
+  moved = "GiB moved ICI / DCN" if s["slices"] > 1 else "GiB moved"
   lines = [
       f"{s['compiled']} candidates compiled for {where} in "
       f"{s['seconds']:.0f} s; those that fit, fastest first (roofline "
