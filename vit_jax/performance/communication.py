@@ -106,22 +106,26 @@ def _spans_slices(groups_or_pairs, slice_of: Optional[Sequence[int]]) -> bool:
       len({slice_of[d] for d in group}) > 1 for group in groups_or_pairs)
 
 
-def program_mesh(text: str,
-                 mesh_shape: dict[str, int]) -> tuple[dict[str, int], int]:
-  """(the mesh a compiled program's replica groups index, its devices): the
-  whole mesh, or one slice's part of it where libtpu compiled the program
-  for one slice (fewer partitions than devices): the `slice` axis, or the
-  slice-major `data` axis spanning slices, divided by the slices."""
+def program_mesh(
+    text: str, mesh_shape: dict[str,
+                                int], slice_of: Optional[Sequence[int]] = None
+) -> tuple[dict[str, int], int, Optional[Sequence[int]]]:
+  """(the mesh a compiled program's replica groups index, its devices, the
+  slice of each where its groups may span slices): the whole mesh and
+  `slice_of`, or one slice's part of the mesh and None where libtpu
+  compiled the program for one slice (fewer partitions than devices; its
+  groups stay inside it): the `slice` axis, or the slice-major `data` axis
+  spanning slices, divided by the slices."""
   total = math.prod(mesh_shape.values())
   found = _PARTITIONS.search(text[:text.find("\n")])
   partitions = int(found.group(1)) if found else total
   if partitions >= total or total % partitions:
-    return mesh_shape, total
+    return mesh_shape, total, slice_of
   shape, slices = dict(mesh_shape), total // partitions
   for axis, size in shape.items():
     shape[axis] = size // math.gcd(size, slices)
     slices //= math.gcd(size, slices)
-  return shape, partitions
+  return shape, partitions, None
 
 
 def _megascale(instruction: hlo.Instruction) -> Optional[tuple[str, int]]:
@@ -217,9 +221,7 @@ def collectives(text: str, mesh_shape: dict[str, int],
   runs = hlo.execution_counts(computations)
   dcn_axes = (sharding.SLICE_AXIS,) if sharding.SLICE_AXIS in mesh_shape else (
       next(iter(mesh_shape)),)  # FSDP over slices: `data` spans them.
-  mesh_shape, num_devices = program_mesh(text, mesh_shape)
-  if slice_of is not None and num_devices < len(slice_of):
-    slice_of = None  # One slice's program: its groups stay inside it.
+  mesh_shape, num_devices, slice_of = program_mesh(text, mesh_shape, slice_of)
   found: dict[tuple, Collective] = {}
   for computation in computations.values():
     for instruction in computation.instructions:

@@ -158,11 +158,8 @@ class Walk:
   def __init__(self, text: str, mesh_shape: dict[str, int], rates: Rates,
                slice_of: Optional[Sequence[int]] = None):
     self.computations = hlo.parse_module(text)
-    self.mesh_shape, self.num_devices = communication.program_mesh(
-        text, mesh_shape)
-    # One slice's program (libtpu's multi-slice): its groups stay inside it.
-    self.slice_of = slice_of if slice_of and len(
-        slice_of) == self.num_devices else None
+    self.mesh_shape, self.num_devices, self.slice_of = (
+        communication.program_mesh(text, mesh_shape, slice_of))
     self.rates = rates
     self.memo = {}
 

@@ -266,8 +266,7 @@ def _result(candidate: Candidate, status: str, reason: str = "",
 def _slices(config, topology: str, options: dict) -> tuple[int, int]:
   """(devices per slice, slices) of the target, as the mesh will see them."""
   count = options.get("slices", 1)
-  devices = (targets.target_devices(topology, count)
-             if count > 1 else targets.target_devices(topology))
+  devices = targets.target_devices(topology, count)
   groups = sharding.slice_groups(devices, config.mesh.slices)
   return len(groups[0]), len(groups)
 
