@@ -1,9 +1,10 @@
 """Two processes on localhost (JAX's CPU collectives) train as one.
 
-The multi-host command of docs/scaling.md runs twice, with 2 fake CPU
-devices per process; the checkpoint they write together equals one process
-training on 4 devices with the same global batches (process 0's share, then
-process 1's).
+The multi-host command of docs/scaling.md runs twice, with 2 or 4 fake CPU
+devices per process; the checkpoint they write together equals, bit for
+bit, one process training on as many devices with the same global batches
+(process 0's share, then process 1's) and the same collectives
+(`tests/helpers/gloo_reference.py`).
 """
 
 import os
@@ -21,15 +22,14 @@ import orbax.checkpoint as ocp
 from PIL import Image
 import pytest
 
+from tests.helpers import gloo_reference
 from tests.helpers import processes
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
-from vit_jax.training import objectives
 from vit_jax.training import optim
-from vit_jax.training import steps
 from vit_jax.training import train_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,34 +110,25 @@ def _launch_two_processes(
   return (codes, outputs, seconds) if kill_process_1_at else (codes, outputs)
 
 
-def _one_process_reference(config, num_steps=STEPS, also_before_last=False,
-                           devices=DEVICES_PER_PROCESS):
-  """The two processes' devices in one process, global batches = concat of
-  the two shares: the state after `num_steps` (and, `also_before_last`, one
-  step before)."""
+def _restore(config, workdir, step, devices):
+  """The parameters the processes saved at `step`, restored onto this
+  process's first `devices` devices, laid out as the config's mesh."""
+  mesh = sharding.mesh_from_config(config, jax.devices()[:devices])
   source = input_pipeline.make_source(specs.training(config))
-  shares = [
-      input_pipeline.make_train_dataset(
-          specs.training(config), source, process_index=i,
-          process_count=2).as_numpy_iterator() for i in range(2)
-  ]
-  mesh = sharding.mesh_from_config(config, jax.devices()[:2 * devices])
   model = models.build_model(weights.decide(config).model, source.num_classes)
-  tx, schedule = optim.make_optimizer(config, num_steps)
-  state, shardings = train_state.create_train_state(
-      model, tx, config.image_size, config.seed, mesh, config.sharding)
-  step = steps.jit_train_step(
-      steps.make_train_step(model, tx,
-                            objectives.supervised(objectives.softmax_xent),
-                            schedule, mesh), shardings, mesh,
-      config.sharding.logical_axis_rules)
-  for i in range(num_steps):
-    parts = [next(share) for share in shares]
-    batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    if i == num_steps - 1:  # A copy: the step donates the state it takes.
-      before_last = jax.device_get(state)
-    state, _ = step(state, sharding.to_global_batch(batch, mesh))
-  return (state, before_last) if also_before_last else state
+  tx, _ = optim.make_optimizer(config, config.total_steps)
+  target, _ = train_state.abstract_train_state(model, tx, config.image_size,
+                                               mesh, config.sharding)
+  return ocp.StandardCheckpointer().restore(
+      os.path.join(workdir, "checkpoints", str(step), "default"), target).params
+
+
+def _assert_same(params, expected: dict):
+  """Bit for bit, every parameter."""
+  got = gloo_reference.flat_params(params)
+  assert got.keys() == expected.keys()
+  for path, value in got.items():
+    np.testing.assert_array_equal(value, expected[path], err_msg=path)
 
 
 def test_two_slices_equal_one_process_and_resume_before_a_damaged_checkpoint(
@@ -163,27 +154,16 @@ def test_two_slices_equal_one_process_and_resume_before_a_damaged_checkpoint(
 
   assert "Dataset digits downloaded and prepared" in outputs[0][0]
   assert "prepared" not in outputs[1][0]
+  expected = gloo_reference.compute(data_dir, overrides, 8, STEPS)
   digits_config.data_dir = data_dir
   _apply(digits_config, overrides)
-  expected = _one_process_reference(digits_config, devices=4)
-  # Restored onto this process's mesh, not the writers' topology.
-  target = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-      expected)
-  saved = ocp.StandardCheckpointer().restore(
-      workdir / "checkpoints" / str(STEPS) / "default", target)
-  assert int(saved.step) == STEPS
+  saved = _restore(digits_config, workdir, STEPS, devices=8)
   # FSDP inside each slice: every kernel is split over `data`, whole
   # across `slice`.
-  kernel = saved.params["Transformer"]["encoderblock_0"]["MlpBlock_3"][
-      "Dense_0"]["kernel"]
+  kernel = saved["Transformer"]["encoderblock_0"]["MlpBlock_3"]["Dense_0"][
+      "kernel"]
   assert tuple(kernel.sharding.spec) == (None, "data")
-  # Not bit for bit: the gradients of parameters whole on every device are
-  # summed over all 8 in another order by the processes' collectives (gloo)
-  # than by one process's; they differ by a few 1e-6 after 4 steps.
-  jax.tree.map(
-      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-      jax.device_get(saved.params), jax.device_get(expected.params))
+  _assert_same(saved, gloo_reference.params_of(expected, "after"))
 
   _damage(workdir / "checkpoints" / str(STEPS), "truncated")
   overrides["total_steps"] = STEPS + 2
@@ -293,22 +273,14 @@ def test_a_preempted_then_killed_run_ends_where_an_uninterrupted_one_does(
   assert codes == [0, 0], _stderr_tails(outputs)
   resumed = int(re.search(r"Resuming at step (\d+)", outputs[0][1]).group(1))
   assert step <= resumed <= 15
+  expected = gloo_reference.compute(tfds_data_dir, overrides, 4, total,
+                                    also_before_last=True)
   _apply(digits_config, overrides)
-  expected, one_short = _one_process_reference(digits_config, total,
-                                               also_before_last=True)
-  target = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-      expected)
-  final = ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, "checkpoints", str(total), "default"), target)
-  # Summation order differs between 2 x 2 and 1 x 4 devices: the steps
-  # drift by a few 1e-6. One step less moves the parameters far more.
-  close = lambda a, b: jax.tree.map(
-      lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=2e-5),
-      jax.device_get(a), jax.device_get(b))
-  close(final.params, expected.params)
+  final = _restore(digits_config, workdir, total, devices=4)
+  _assert_same(final, gloo_reference.params_of(expected, "after"))
+  # One step less moves the parameters: the check can fail.
   with pytest.raises(AssertionError):
-    close(final.params, one_short.params)
+    _assert_same(final, gloo_reference.params_of(expected, "before"))
 
 
 @pytest.mark.parametrize("failing", [0, 1])
