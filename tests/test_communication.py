@@ -68,6 +68,58 @@ def test_collectives_are_counted_over_what_executes():
   assert totals["by_axes"] == {"data": 4 * 4096, "model": 6 * 4096}
 
 
+# What XLA leaves of a scanned loop whose first iteration it peeled out
+# (seen in TPU programs of several slices): the counter starts at 1, not 0.
+_PEELED_LOOP = """HloModule peeled, num_partitions=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%body (p: (s32[], f32[8,128])) -> (s32[], f32[8,128]) {
+  %p = (s32[], f32[8,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[8,128]{1,0} get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %reduced = f32[8,128]{1,0} all-reduce(%x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add
+  ROOT %out = (s32[], f32[8,128]{1,0}) tuple(%next, %reduced)
+}
+
+%condition (q: (s32[], f32[8,128])) -> pred[] {
+  %q = (s32[], f32[8,128]{1,0}) parameter(0)
+  %n = s32[] constant(12)
+  %j = s32[] get-tuple-element(%q), index=0
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (x0: f32[8,128]) -> f32[8,128] {
+  %x0 = f32[8,128]{1,0} parameter(0)
+  %start = s32[] constant(1)
+  %counter = s32[] copy(%start)
+  %init = (s32[], f32[8,128]{1,0}) tuple(%counter, %x0)
+  %loop = (s32[], f32[8,128]{1,0}) while(%init), condition=%condition, body=%body
+  ROOT %result = f32[8,128]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_a_loop_that_starts_past_zero_runs_its_bound_less_its_start():
+  """A counter from 1 while below 12: 11 runs of the all-reduce (each 1/2
+  of 4 KiB out per device), not 12."""
+  computations = hlo.parse_module(_PEELED_LOOP)
+  assert hlo.execution_counts(computations)["body"] == 11
+  found = communication.collectives(_PEELED_LOOP, {"data": 2})
+  assert [(c.kind, c.runs, c.bytes_per_run) for c in found
+         ] == [("all-reduce", 11, 4096)]
+  # A start the parser cannot read leaves the count unknown (once).
+  unknown = _PEELED_LOOP.replace("%counter = s32[] copy(%start)",
+                                 "%counter = s32[] parameter(1)")
+  assert hlo.execution_counts(hlo.parse_module(unknown))["body"] == 1
+
+
 @pytest.mark.parametrize("groups, expected", [
     ("replica_groups={{0,2},{1,3}}, x", [[0, 2], [1, 3]]),
     ("replica_groups=[2,2]<=[4], x", [[0, 1], [2, 3]]),

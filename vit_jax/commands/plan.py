@@ -43,6 +43,10 @@ flags.DEFINE_bool(
     "micro-batch variants; rank those that fit by estimated step time.")
 flags.DEFINE_integer("max_candidates", search.MAX_CANDIDATES,
                      "With --search, compile at most this many.")
+flags.DEFINE_bool(
+    "unrolled", True, "With --search, also try the fastest scanned layout "
+    "with unrolled layers (it compiles several times slower: --nounrolled "
+    "bounds the search of the deepest models).")
 flags.mark_flags_as_required(["config", "topology"])
 cli.check_flag("hbm_gib", lambda gib: gib > 0,
                "give each device's memory in GiB, a positive number.")
@@ -73,7 +77,8 @@ def main(argv):
   if FLAGS.search:
     found = search.search(
         FLAGS.config, FLAGS.topology, max_candidates=FLAGS.max_candidates,
-        num_classes=FLAGS.num_classes, hbm_gib=FLAGS.hbm_gib, **options)
+        unrolled=FLAGS.unrolled, num_classes=FLAGS.num_classes,
+        hbm_gib=FLAGS.hbm_gib, **options)
     print(search.format_search(found))
     if FLAGS.out:
       paths.resolve(FLAGS.out).write_text(

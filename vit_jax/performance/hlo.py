@@ -148,11 +148,12 @@ def entry(computations: dict[str, Computation]) -> Computation:
   return next(c for c in computations.values() if c.is_entry)
 
 
-def trip_count(loop: Instruction,
-               computations: dict[str, Computation]) -> Optional[int]:
-  """Iterations of a `while`: the compiler's known_trip_count, else a
-  condition `counter < N` with the counter starting at 0 (what scans and
-  fori_loops compile to); None where neither says."""
+def trip_count(loop: Instruction, computations: dict[str, Computation],
+               caller: Computation) -> Optional[int]:
+  """Iterations of a `while` in `caller`: the compiler's known_trip_count,
+  else N - S for a condition `counter < N` whose counter starts at S (both
+  constants; what scans and fori_loops compile to; S is 1 where XLA peeled
+  the first iteration out of the loop); None where neither says."""
   known = _TRIP_COUNT.search(loop.attributes)
   if known:
     return int(known.group(1))
@@ -164,11 +165,27 @@ def trip_count(loop: Instruction,
   if root is None or root.opcode != "compare" or ("direction=LT"
                                                   not in root.attributes):
     return None
-  bound = condition.by_name.get(root.operands[-1])
-  if bound is None or bound.opcode != "constant":
+  counter = condition.by_name.get(root.operands[0])
+  bound = _constant(condition, root.operands[-1])
+  index = re.search(r"\bindex=(\d+)", counter.attributes) if counter else None
+  if bound is None or index is None or counter.opcode != "get-tuple-element":
+    return None
+  init = caller.by_name.get(loop.operands[0]) if loop.operands else None
+  if init is None or init.opcode != "tuple":
+    return None
+  start = _constant(caller, init.operands[int(index.group(1))])
+  return None if start is None else bound - start
+
+
+def _constant(computation: Computation, name: str) -> Optional[int]:
+  """The integer a scalar constant holds, through copies; else None."""
+  instruction = computation.by_name.get(name)
+  while instruction is not None and instruction.opcode == "copy":
+    instruction = computation.by_name.get(instruction.operands[0])
+  if instruction is None or instruction.opcode != "constant":
     return None
   try:
-    return int(bound.operand_text)
+    return int(instruction.operand_text)
   except ValueError:
     return None
 
@@ -187,7 +204,7 @@ def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
       called = dict(_CALLED.findall(instruction.attributes))
       times = 1
       if instruction.opcode == "while":
-        times = trip_count(instruction, computations) or 1
+        times = trip_count(instruction, computations, computation) or 1
         callers.setdefault(called["condition"], []).append(
             (computation.name, times + 1))
         called.pop("condition")

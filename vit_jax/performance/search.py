@@ -144,11 +144,14 @@ def _layouts(config, per_slice: int) -> tuple[list, list]:
 
 
 def candidates(config: ml_collections.ConfigDict, per_slice: int,
-               slices: int = 1) -> tuple[list[Candidate], list]:
+               slices: int = 1,
+               unrolled: bool = True) -> tuple[list[Candidate], list]:
   """(every candidate, most promising first; [(what, why skipped)]) for
-  `slices` slices of `per_slice` devices. Nothing is compiled."""
+  `slices` slices of `per_slice` devices, scanned layers only unless
+  `unrolled`. Nothing is compiled."""
   layouts, skipped = _layouts(config, per_slice)
-  scans = (True, False)  # Scanned layers compile several times faster.
+  # Scanned layers compile several times faster.
+  scans = (True, False) if unrolled else (True,)
   found = []
   for rank, (strategy, model) in enumerate(layouts):
     shards = per_slice // model * slices
@@ -225,10 +228,11 @@ def unrolling(c: Candidate, results: list[dict], waiting) -> Optional[str]:
   return f"only the fastest scanned candidate ({best.describe()}) is unrolled"
 
 
-def _bound(c: Candidate, max_candidates: int) -> int:
-  """Compilations allowed before `c`: the last is kept for the unrolled
-  form of the fastest scanned candidate."""
-  return max_candidates - (1 if c.scan_layers and max_candidates > 1 else 0)
+def _bound(c: Candidate, max_candidates: int, unrolled: bool) -> int:
+  """Compilations allowed before `c`: with `unrolled`, the last is kept for
+  the unrolled form of the fastest scanned candidate."""
+  keep = unrolled and c.scan_layers and max_candidates > 1
+  return max_candidates - keep
 
 
 def _plan_one(config, candidate: Candidate, topology: str,
@@ -285,12 +289,13 @@ def _may_settle(c: Candidate, pending) -> bool:
 
 def search(config: ml_collections.ConfigDict, topology: str, *,
            max_candidates: int = MAX_CANDIDATES, threads: int = THREADS,
-           **options) -> dict:
+           unrolled: bool = True, **options) -> dict:
   """Compiles the candidates for `topology` (`options`: planning.plan's,
-  e.g. num_classes, hbm_gib, slices); returns the whole search, ranked."""
+  e.g. num_classes, hbm_gib, slices), with unrolled layers too if
+  `unrolled`; returns the whole search, ranked."""
   start = time.monotonic()
   per_slice, slices = _slices(config, topology, options)
-  queue, skipped = candidates(config, per_slice, slices)
+  queue, skipped = candidates(config, per_slice, slices, unrolled)
   order = {c: i for i, c in enumerate(queue)}
   results, pending, compiled = [], {}, 0
   by_group = {}  # Results of each layout, what `settled` reads.
@@ -306,11 +311,11 @@ def search(config: ml_collections.ConfigDict, topology: str, *,
             continue
         if why:
           results.append(_result(c, "settled", why))
-        elif compiled >= _bound(c, max_candidates) and not pending:
+        elif compiled >= _bound(c, max_candidates, unrolled) and not pending:
           results.append(
               _result(c, "not compiled",
                       f"over --max_candidates={max_candidates}"))
-        elif (compiled < _bound(c, max_candidates) and
+        elif (compiled < _bound(c, max_candidates, unrolled) and
               len(pending) < threads and not _may_settle(c, pending.values())):
           compiled += 1
           pending[pool.submit(_plan_one, config, c, topology, options)] = c
