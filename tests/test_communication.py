@@ -112,8 +112,8 @@ def test_a_loop_that_starts_past_zero_runs_its_bound_less_its_start():
   computations = hlo.parse_module(_PEELED_LOOP)
   assert hlo.execution_counts(computations)["body"] == 11
   found = communication.collectives(_PEELED_LOOP, {"data": 2})
-  assert [(c.kind, c.runs, c.bytes_per_run) for c in found
-         ] == [("all-reduce", 11, 4096)]
+  assert [(c.kind, c.runs, c.bytes_per_run) for c in found] == [("all-reduce",
+                                                                 11, 4096)]
   # A start the parser cannot read leaves the count unknown (once).
   unknown = _PEELED_LOOP.replace("%counter = s32[] copy(%start)",
                                  "%counter = s32[] parameter(1)")

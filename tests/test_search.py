@@ -56,6 +56,11 @@ def test_candidates_of_a_topology_most_promising_first():
   assert accums("fsdp", 1) == [1] and accums("tp", 2) == [1, 2]
   # 2 x (scan, remat) per micro-batch count and layout.
   assert len(found) == 4 * (1 + 1 + 2 + 2)
+  # --nounrolled: the scanned half, and no compile kept back for unrolling.
+  scanned, _ = search.candidates(config, 8, unrolled=False)
+  assert scanned == [c for c in found if c.scan_layers]
+  assert search._bound(scanned[0], 3, unrolled=False) == 3
+  assert search._bound(scanned[0], 3, unrolled=True) == 2
   # On two slices, FSDP within the slices or across them; a layout whose
   # data shards the batch does not split over is skipped.
   with config.unlocked():
