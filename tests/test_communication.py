@@ -84,11 +84,11 @@ _PEELED_LOOP = """HloModule peeled, num_partitions=2
   %x = f32[8,128]{1,0} get-tuple-element(%p), index=1
   %one = s32[] constant(1)
   %next = s32[] add(%i, %one)
-  %reduced = f32[8,128]{1,0} all-reduce(%x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add
-  ROOT %out = (s32[], f32[8,128]{1,0}) tuple(%next, %reduced)
+  %r = f32[8,128]{1,0} all-reduce(%x), replica_groups={{0,1}}, to_apply=%add
+  ROOT %out = (s32[], f32[8,128]{1,0}) tuple(%next, %r)
 }
 
-%condition (q: (s32[], f32[8,128])) -> pred[] {
+%cond (q: (s32[], f32[8,128])) -> pred[] {
   %q = (s32[], f32[8,128]{1,0}) parameter(0)
   %n = s32[] constant(12)
   %j = s32[] get-tuple-element(%q), index=0
@@ -100,7 +100,7 @@ ENTRY %main (x0: f32[8,128]) -> f32[8,128] {
   %start = s32[] constant(1)
   %counter = s32[] copy(%start)
   %init = (s32[], f32[8,128]{1,0}) tuple(%counter, %x0)
-  %loop = (s32[], f32[8,128]{1,0}) while(%init), condition=%condition, body=%body
+  %loop = (s32[], f32[8,128]{1,0}) while(%init), condition=%cond, body=%body
   ROOT %result = f32[8,128]{1,0} get-tuple-element(%loop), index=1
 }
 """
