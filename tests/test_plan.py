@@ -400,6 +400,11 @@ def test_two_slices_move_only_the_gradients_all_reduce_over_dcn(digits_config):
           "shards)") in text
   assert "\nof which between slices (DCN): " in text
   assert "(DCN at 3.12 GB/s per chip)" in text
+  assert (
+      f"| 2 x v5e:2x2 | fsdp | {two['total_bytes'] / 2**30:.2f} | yes | "
+      f"{moved['bytes'] / 2**30:.2f} ("
+      f"{moved['bytes'] / moved['minimum_bytes']:.2f}x), DCN "
+      f"{moved['dcn_bytes'] / 2**20:.2f} MiB | ") in planning.format_row(two)
   # One slice: no DCN, and the report as before.
   assert one["slices"] == 1 and one["communication"]["dcn_bytes"] == 0
   assert "DCN" not in planning.format_report(one)

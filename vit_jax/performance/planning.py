@@ -374,17 +374,22 @@ def format_report(r: dict) -> str:
 
 def format_row(r: dict) -> str:
   """One Markdown table row: model, batch, topology, sharding, GiB, fits,
-  GiB moved per device (x the least), bound, estimated step."""
+  GiB moved per device (x the least; on several slices, then the MiB of
+  it over DCN), bound, estimated step."""
   fits = {None: "?", True: "yes", False: "no"}[r["fits"]]
+  slices = r.get("slices", 1)
+  topology = r["topology"] if slices == 1 else f"{slices} x {r['topology']}"
   strategies = "/".join(sorted({s for _, s in r["sharding"]}))
   at_least = ">= " if r.get("compile_error") else ""
   c, t = r["communication"], r["time"]
   moved = "?" if c is None else (
       f"{c['bytes'] / 2**30:.2f} ({c['bytes'] / c['minimum_bytes']:.2f}x)"
       if c["minimum_bytes"] else f"{c['bytes'] / 2**30:.2f}")
+  if c is not None and slices > 1:
+    moved += f", DCN {c['dcn_bytes'] / 2**20:.2f} MiB"
   time = "? | ?" if t is None else (
       f"{t['bound']} | {t['est_step_s'] * 1e3:.0f} ms "
       f"({t['overlapped_fraction'] or 0:.0%} overlapped)")
-  return (f"| {r['variant']} | {r['batch_size']} | {r['topology']} | "
+  return (f"| {r['variant']} | {r['batch_size']} | {topology} | "
           f"{strategies} | {at_least}{r['total_bytes'] / 2**30:.2f} | {fits} "
           f"| {moved} | {time} |")
