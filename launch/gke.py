@@ -44,6 +44,8 @@ What the manifest does, and why:
   and its own slice, its Job's index (MEGASCALE_SLICE_ID, from the
   `jobset.sigs.k8s.io/job-index` annotation): libtpu joins the slices over
   DCN with them, and `--distributed` numbers the processes slice by slice.
+  The pods use their hosts' network (`hostNetwork`, as Google's xpk runs
+  Multislice), so DCN traffic goes straight to the hosts' NICs.
 - A failure of any pod ends the Job (`backoffLimit: 0`) and the JobSet
   recreates every pod (`maxRestarts`), which resume from the last
   checkpoint. A run that stops after a preemption notice exits 143
@@ -231,6 +233,10 @@ def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
     }]
   if args.slices > 1:
     container["env"] = slice_env(args)
+    # DCN traffic on the host's own NICs, not through the pod network (as
+    # Google's xpk runs Multislice); cluster DNS still names the pods.
+    spec["hostNetwork"] = True
+    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
   if gpu:  # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
     container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]

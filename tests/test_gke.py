@@ -206,6 +206,9 @@ def test_two_v5e_16_slices_are_two_jobs_of_4_pods_joined_over_dcn():
           }
       }
   }]
+  # DCN over the hosts' NICs; the pods keep their cluster DNS names.
+  assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True,
+                                                    "ClusterFirstWithHostNet")
   # The header asks for a node pool per slice and follows slice 0's host 0.
   assert "and 2 node pools, one per slice" in text
   assert "for i in $(seq 0 1); do" in text
