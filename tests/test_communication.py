@@ -114,10 +114,15 @@ def test_a_loop_that_starts_past_zero_runs_its_bound_less_its_start():
   found = communication.collectives(_PEELED_LOOP, {"data": 2})
   assert [(c.kind, c.runs, c.bytes_per_run) for c in found] == [("all-reduce",
                                                                  11, 4096)]
-  # A start the parser cannot read leaves the count unknown (once).
-  unknown = _PEELED_LOOP.replace("%counter = s32[] copy(%start)",
-                                 "%counter = s32[] parameter(1)")
-  assert hlo.execution_counts(hlo.parse_module(unknown))["body"] == 1
+  # A start that is not a constant is taken as 0 (the bound, as a scan's);
+  # one at or past the bound runs the body no time.
+  unread = _PEELED_LOOP.replace("%counter = s32[] copy(%start)",
+                                "%counter = s32[] parameter(1)")
+  assert hlo.execution_counts(hlo.parse_module(unread))["body"] == 12
+  past = _PEELED_LOOP.replace("s32[] constant(1)\n  %counter",
+                              "s32[] constant(20)\n  %counter")
+  assert past != _PEELED_LOOP
+  assert hlo.execution_counts(hlo.parse_module(past))["body"] == 0
 
 
 @pytest.mark.parametrize("groups, expected", [

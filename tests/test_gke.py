@@ -150,6 +150,8 @@ def test_a_v5e_16_slice_is_4_pods_of_4_chips():
       "--distributed", "--config.data_dir=gs://bucket/tfds"
   ]
   assert "env" not in container and "volumes" not in pod
+  # One slice keeps the pod network (no DCN traffic to route).
+  assert "hostNetwork" not in pod and "dnsPolicy" not in pod
   _check_train_flags(container["args"])
   assert ("--machine-type=ct5lp-hightpu-4t --tpu-topology=4x4 --num-nodes=4"
           in text)

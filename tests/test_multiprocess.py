@@ -10,7 +10,6 @@ bit, one process training on as many devices with the same global batches
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +25,6 @@ from tests.helpers import gloo_reference
 from tests.helpers import processes
 from vit_jax import models
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.training import optim
@@ -46,12 +44,6 @@ OVERRIDES = {
 }
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
 def _launch_two_processes(
     workdir, data_dir, overrides=None, sigterm_process_1_at=None, flags=(),
     kill_process_1_at=None, flags_of=None, devices=DEVICES_PER_PROCESS):
@@ -61,7 +53,7 @@ def _launch_two_processes(
   (`kill_process_1_at`). Returns ([return codes], [(stdout, stderr)]), and
   with `kill_process_1_at` the seconds process 0 took to exit after the
   kill."""
-  port = _free_port()
+  port = gloo_reference.free_port()
   env = processes.command_env(devices)
   procs = []
   for process_id in range(2):
@@ -115,7 +107,7 @@ def _restore(config, workdir, step, devices):
   process's first `devices` devices, laid out as the config's mesh."""
   mesh = sharding.mesh_from_config(config, jax.devices()[:devices])
   source = input_pipeline.make_source(specs.training(config))
-  model = models.build_model(weights.decide(config).model, source.num_classes)
+  model = models.from_config(config, source.num_classes)
   tx, _ = optim.make_optimizer(config, config.total_steps)
   target, _ = train_state.abstract_train_state(model, tx, config.image_size,
                                                mesh, config.sharding)
@@ -156,7 +148,7 @@ def test_two_slices_equal_one_process_and_resume_before_a_damaged_checkpoint(
   assert "prepared" not in outputs[1][0]
   expected = gloo_reference.compute(data_dir, overrides, 8, STEPS)
   digits_config.data_dir = data_dir
-  _apply(digits_config, overrides)
+  gloo_reference.apply_overrides(digits_config, overrides)
   saved = _restore(digits_config, workdir, STEPS, devices=8)
   # FSDP inside each slice: every kernel is split over `data`, whole
   # across `slice`.
@@ -204,12 +196,6 @@ def _stderr_tails(outputs) -> str:
   that a fatal Python error appends (it would hide the reason)."""
   return "\n".join(
       err.split("\nExtension modules:")[0][-4000:] for _, err in outputs)
-
-
-def _apply(config, overrides):
-  for key, value in overrides.items():
-    section, _, field = key.rpartition(".")
-    (config[section] if section else config)[field] = value
 
 
 def test_a_preempted_then_killed_run_ends_where_an_uninterrupted_one_does(
@@ -275,7 +261,7 @@ def test_a_preempted_then_killed_run_ends_where_an_uninterrupted_one_does(
   assert step <= resumed <= 15
   expected = gloo_reference.compute(tfds_data_dir, overrides, 4, total,
                                     also_before_last=True)
-  _apply(digits_config, overrides)
+  gloo_reference.apply_overrides(digits_config, overrides)
   final = _restore(digits_config, workdir, total, devices=4)
   _assert_same(final, gloo_reference.params_of(expected, "after"))
   # One step less moves the parameters: the check can fail.

@@ -143,6 +143,14 @@ def test_a_search_ranks_what_fits_and_drops_what_does_not(searched):
       search.candidates(_config(BASE), 4)[0])
   assert f"| 1 | fsdp | d4 m1 | {ranked[0].scan_layers} | none | 1 | yes |" in (
       text)
+  # Unrolled layers were tried; --nounrolled would say they were not.
+  assert s["unrolled"] and "unrolled layers" not in text
+  nothing = {**s, "ranked": [], "dropped": [], "not_compiled": []}
+  assert "\nNot tried:\n  unrolled layers: --nounrolled\n" in (
+      search.format_search({
+          **nothing, "skipped": [],
+          "unrolled": False
+      }))
 
 
 def test_the_winners_overrides_give_its_config_back(searched):

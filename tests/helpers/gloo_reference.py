@@ -35,9 +35,11 @@ REPO = os.path.dirname(
 
 def compute(data_dir: str, overrides: dict, devices: int, num_steps: int,
             also_before_last: bool = False) -> dict[str, np.ndarray]:
-  """Runs this module in a new process with `devices` CPU devices; returns
-  {"after/<path>": array, ...} (and "before/<path>")."""
-  spec = dict(data_dir=data_dir, overrides=overrides, devices=devices,
+  """Runs this module in a new process with `devices` CPU devices, the
+  global batches made of 2 processes' shares; returns {"after/<path>":
+  array, ...} after `num_steps` of the config's run (and "before/<path>",
+  one step earlier)."""
+  spec = dict(data_dir=str(data_dir), overrides=overrides, devices=devices,
               num_steps=num_steps, also_before_last=also_before_last)
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "reference.npz")
@@ -63,43 +65,58 @@ def flat_params(params) -> dict[str, np.ndarray]:
   return {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}
 
 
+def free_port() -> int:
+  """A port nobody listens on now (taken again by the caller)."""
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def apply_overrides(config, overrides: dict):
+  """config[key] = value for each "section.field" (or "field") key."""
+  for key, value in overrides.items():
+    section, _, field = key.rpartition(".")
+    (config[section] if section else config)[field] = value
+
+
 def _reference(spec: dict) -> dict[str, np.ndarray]:
   # Imported here: the parent test process only needs `compute`.
   # pylint: disable=import-outside-toplevel
   import jax
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    port = s.getsockname()[1]
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(f"localhost:{port}", num_processes=1, process_id=0)
+  jax.distributed.initialize(f"localhost:{free_port()}", num_processes=1,
+                             process_id=0)
   from configs import digits
   from vit_jax import models
   from vit_jax import sharding
-  from vit_jax import weights
   from vit_jax.data import input_pipeline
   from vit_jax.data import specs
+  from vit_jax.loop import trainer
   from vit_jax.training import optim
   from vit_jax.training import steps
   from vit_jax.training import train_state
 
   config = digits.get_config("runlocal")
   config.data_dir = spec["data_dir"]
-  for key, value in spec["overrides"].items():
-    section, _, field = key.rpartition(".")
-    (config[section] if section else config)[field] = value
+  apply_overrides(config, spec["overrides"])
   num_steps = spec["num_steps"]
-  source = input_pipeline.make_source(specs.training(config))
+  data = specs.training(config)
+  source = input_pipeline.make_source(data)
   shares = [
-      input_pipeline.make_train_dataset(
-          specs.training(config), source, process_index=i,
-          process_count=2).as_numpy_iterator() for i in range(2)
+      input_pipeline.make_train_dataset(data, source, process_index=i,
+                                        process_count=2).as_numpy_iterator()
+      for i in range(2)
   ]
   mesh = sharding.mesh_from_config(config, jax.devices()[:spec["devices"]])
-  model = models.build_model(weights.decide(config).model, source.num_classes)
-  tx, schedule = optim.make_optimizer(config, num_steps)
+  # What `vit-jax train` builds: model, schedule (over the config's whole
+  # run, its warm-up included) and step (FSDP's explicit gathers included).
+  examples = input_pipeline.get_info(data, source).num_train_examples
+  model = models.from_config(config, source.num_classes)
+  tx, schedule = optim.make_optimizer(config,
+                                      trainer.total_steps(config, examples),
+                                      trainer.warmup_steps(config, examples))
   state, shardings = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
-  # The step `vit-jax train` runs (FSDP's explicit gathers included).
   step = steps.train_step_for_config(config, model, tx, schedule, mesh,
                                      shardings)
   saved = {}

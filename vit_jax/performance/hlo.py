@@ -151,9 +151,11 @@ def entry(computations: dict[str, Computation]) -> Computation:
 def trip_count(loop: Instruction, computations: dict[str, Computation],
                caller: Computation) -> Optional[int]:
   """Iterations of a `while` in `caller`: the compiler's known_trip_count,
-  else N - S for a condition `counter < N` whose counter starts at S (both
-  constants; what scans and fori_loops compile to; S is 1 where XLA peeled
-  the first iteration out of the loop); None where neither says."""
+  else N - S for a condition `counter < N` (N a constant) whose counter
+  goes up by 1 from S (what scans and fori_loops compile to). S is read
+  from the loop's initial tuple where it is a constant (1 where XLA peeled
+  the first iteration out of the loop), else taken as 0. None where the
+  count is not known."""
   known = _TRIP_COUNT.search(loop.attributes)
   if known:
     return int(known.group(1))
@@ -165,16 +167,28 @@ def trip_count(loop: Instruction, computations: dict[str, Computation],
   if root is None or root.opcode != "compare" or ("direction=LT"
                                                   not in root.attributes):
     return None
-  counter = condition.by_name.get(root.operands[0])
   bound = _constant(condition, root.operands[-1])
-  index = re.search(r"\bindex=(\d+)", counter.attributes) if counter else None
-  if bound is None or index is None or counter.opcode != "get-tuple-element":
+  if bound is None:
     return None
+  return max(bound - (_start(loop, condition, root, caller) or 0), 0)
+
+
+def _start(loop: Instruction, condition: Computation, compare: Instruction,
+           caller: Computation) -> Optional[int]:
+  """The constant a loop's counter starts at, if the condition reads the
+  counter straight from its parameter and the caller builds the loop's
+  initial tuple from a constant there; else None."""
+  counter = condition.by_name.get(compare.operands[0])
+  if counter is None or counter.opcode != "get-tuple-element":
+    return None
+  parameter = condition.by_name.get(counter.operands[0])
+  index = re.search(r"\bindex=(\d+)", counter.attributes)
   init = caller.by_name.get(loop.operands[0]) if loop.operands else None
-  if init is None or init.opcode != "tuple":
+  if (parameter is None or parameter.opcode != "parameter" or index is None or
+      init is None or init.opcode != "tuple" or
+      int(index.group(1)) >= len(init.operands)):
     return None
-  start = _constant(caller, init.operands[int(index.group(1))])
-  return None if start is None else bound - start
+  return _constant(caller, init.operands[int(index.group(1))])
 
 
 def _constant(computation: Computation, name: str) -> Optional[int]:
@@ -204,7 +218,8 @@ def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
       called = dict(_CALLED.findall(instruction.attributes))
       times = 1
       if instruction.opcode == "while":
-        times = trip_count(instruction, computations, computation) or 1
+        trips = trip_count(instruction, computations, computation)
+        times = 1 if trips is None else trips
         callers.setdefault(called["condition"], []).append(
             (computation.name, times + 1))
         called.pop("condition")

@@ -348,6 +348,7 @@ def search(config: ml_collections.ConfigDict, topology: str, *,
           r for r in results if r["status"] in ("settled", "not compiled")
       ],
       "skipped": skipped,
+      "unrolled": unrolled,
   }
 
 
@@ -444,9 +445,11 @@ def format_search(s: dict) -> str:
     lines += [
         f"  {r['candidate'].describe()}: {r['reason']}" for r in s["dropped"]
     ]
-  if s["skipped"]:
+  skipped = s["skipped"] + ([] if s.get("unrolled", True) else
+                            [("unrolled layers", "--nounrolled")])
+  if skipped:
     lines += ["", "Not tried:"]
-    lines += [f"  {what}: {why}" for what, why in s["skipped"]]
+    lines += [f"  {what}: {why}" for what, why in skipped]
   settled = sum(r["status"] == "settled" for r in s["not_compiled"])
   over = len(s["not_compiled"]) - settled
   if s["not_compiled"]:
