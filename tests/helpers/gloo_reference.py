@@ -89,6 +89,7 @@ def _reference(spec: dict) -> dict[str, np.ndarray]:
   from configs import digits
   from vit_jax import models
   from vit_jax import sharding
+  from vit_jax import weights
   from vit_jax.data import input_pipeline
   from vit_jax.data import specs
   from vit_jax.loop import trainer
@@ -99,6 +100,7 @@ def _reference(spec: dict) -> dict[str, np.ndarray]:
   config = digits.get_config("runlocal")
   config.data_dir = spec["data_dir"]
   apply_overrides(config, spec["overrides"])
+  config = weights.decide(config)  # As `vit-jax train` decides it first.
   num_steps = spec["num_steps"]
   data = specs.training(config)
   source = input_pipeline.make_source(data)
