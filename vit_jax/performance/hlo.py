@@ -173,6 +173,13 @@ def trip_count(loop: Instruction, computations: dict[str, Computation],
   return max(bound - (_start(loop, condition, root, caller) or 0), 0)
 
 
+def runs(loop: Instruction, computations: dict[str, Computation],
+         caller: Computation) -> int:
+  """How many times a `while`'s body runs: its trip count, else once."""
+  trips = trip_count(loop, computations, caller)
+  return 1 if trips is None else trips
+
+
 def _start(loop: Instruction, condition: Computation, compare: Instruction,
            caller: Computation) -> Optional[int]:
   """The constant a loop's counter starts at, if the condition reads the
@@ -218,8 +225,7 @@ def execution_counts(computations: dict[str, Computation]) -> dict[str, int]:
       called = dict(_CALLED.findall(instruction.attributes))
       times = 1
       if instruction.opcode == "while":
-        trips = trip_count(instruction, computations, computation)
-        times = 1 if trips is None else trips
+        times = runs(instruction, computations, computation)
         callers.setdefault(called["condition"], []).append(
             (computation.name, times + 1))
         called.pop("condition")

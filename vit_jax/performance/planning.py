@@ -316,14 +316,18 @@ def _time_line(r: dict) -> str:
           f"{t['bound']}; estimated {ms(t['est_step_s'])}{without}")
 
 
+def _target(r: dict) -> str:
+  """The topology planned for: `v5e:4x4`, or `2 x v5e:4x4` for slices."""
+  slices = r.get("slices", 1)
+  return f"{slices} x {r['topology']}" if slices > 1 else r["topology"]
+
+
 def _devices_line(r: dict, hbm: str) -> str:
   """E.g. 'on v3:4x4: 32 x TPU v3 (16.00 GiB each) on 16 chips x 2 cores,
   a device per core; 4 hosts; mesh {...}'."""
   placed = r["placement"]
   hosts = f"{r['hosts']} host{'s' if r['hosts'] > 1 else ''}"
-  slices = r.get("slices", 1)
-  target = f"{slices} x {r['topology']}" if slices > 1 else r["topology"]
-  return (f"on {target}: {r['num_devices']} x {r['device_kind']} "
+  return (f"on {_target(r)}: {r['num_devices']} x {r['device_kind']} "
           f"({hbm} each){' on ' + placed if placed else ''}; {hosts}; "
           f"mesh {r['mesh']}")
 
@@ -377,19 +381,17 @@ def format_row(r: dict) -> str:
   GiB moved per device (x the least; on several slices, then the MiB of
   it over DCN), bound, estimated step."""
   fits = {None: "?", True: "yes", False: "no"}[r["fits"]]
-  slices = r.get("slices", 1)
-  topology = r["topology"] if slices == 1 else f"{slices} x {r['topology']}"
   strategies = "/".join(sorted({s for _, s in r["sharding"]}))
   at_least = ">= " if r.get("compile_error") else ""
   c, t = r["communication"], r["time"]
   moved = "?" if c is None else (
       f"{c['bytes'] / 2**30:.2f} ({c['bytes'] / c['minimum_bytes']:.2f}x)"
       if c["minimum_bytes"] else f"{c['bytes'] / 2**30:.2f}")
-  if c is not None and slices > 1:
+  if c is not None and r.get("slices", 1) > 1:
     moved += f", DCN {c['dcn_bytes'] / 2**20:.2f} MiB"
   time = "? | ?" if t is None else (
       f"{t['bound']} | {t['est_step_s'] * 1e3:.0f} ms "
       f"({t['overlapped_fraction'] or 0:.0%} overlapped)")
-  return (f"| {r['variant']} | {r['batch_size']} | {topology} | "
+  return (f"| {r['variant']} | {r['batch_size']} | {_target(r)} | "
           f"{strategies} | {at_least}{r['total_bytes'] / 2**30:.2f} | {fits} "
           f"| {moved} | {time} |")

@@ -211,8 +211,7 @@ class Walk:
         called = dict(
             re.findall(r"\b(body|condition)=%([\w.\-]+)",
                        instruction.attributes))
-        trips = hlo.trip_count(instruction, self.computations, computation)
-        trips = 1 if trips is None else trips
+        trips = hlo.runs(instruction, self.computations, computation)
         clock.add(self.time(called["body"]), trips)
         clock.add(self.time(called["condition"]), trips + 1)
         continue
