@@ -58,6 +58,11 @@ What the manifest does, and why:
   gives less, whatever is asked).
 - Nothing local is mounted: the workdir must be object storage, since every
   host writes checkpoint shards and a restarted pod may land elsewhere.
+  `--data_bucket=BUCKET` mounts one bucket read-only at /data/BUCKET with
+  GKE's Cloud Storage FUSE CSI driver (the pod's `gke-gcsfuse/volumes`
+  annotation; the cluster needs the driver's add-on): TFDS datasets in
+  ArrayRecord files are read by index from a local path only, so point
+  `--config.data_dir` there (e.g. /data/BUCKET/tfds).
 """
 
 import argparse
@@ -237,9 +242,29 @@ def pod_spec(args, hosts: Hosts, gpu: bool) -> dict:
     # Google's xpk runs Multislice); cluster DNS still names the pods.
     spec["hostNetwork"] = True
     spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+  mounts, volumes = [], []
   if gpu:  # NCCL exchanges data through /dev/shm, 64 MiB in a pod by default.
-    container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+    volumes.append({"name": "shm", "emptyDir": {"medium": "Memory"}})
+  if args.data_bucket:  # ArrayRecord files are read from local paths only.
+    mounts.append({
+        "name": "data",
+        "mountPath": f"/data/{args.data_bucket}",
+        "readOnly": True
+    })
+    volumes.append({
+        "name": "data",
+        "csi": {
+            "driver": "gcsfuse.csi.storage.gke.io",
+            "readOnly": True,
+            "volumeAttributes": {
+                "bucketName": args.data_bucket,
+                "mountOptions": "implicit-dirs"
+            }
+        }
+    })
+  if mounts:
+    container["volumeMounts"], spec["volumes"] = mounts, volumes
   if args.service_account:
     spec["serviceAccountName"] = args.service_account
   return spec
@@ -265,6 +290,12 @@ def jobset(args, hosts: Hosts, gpu: bool) -> dict:
           "spec": pod_spec(args, hosts, gpu)
       }
   }
+  if args.data_bucket:  # Asks GKE to add its FUSE sidecar to each pod.
+    job["template"]["metadata"] = {
+        "annotations": {
+            "gke-gcsfuse/volumes": "true"
+        }
+    }
   metadata = {"name": args.name}
   if args.namespace:
     metadata["namespace"] = args.namespace
@@ -362,6 +393,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Hosts, bool]:
       "--service_account", help="The pods' Kubernetes "
       "service account (the one allowed to write the bucket).")
   parser.add_argument("--namespace", help="Kubernetes namespace.")
+  parser.add_argument(
+      "--data_bucket", help="A bucket (no gs://) mounted read-only at "
+      "/data/BUCKET, for data read by index (ArrayRecord).")
   args = parser.parse_args(ours)
   args.flags = flags
   try:

@@ -6,6 +6,7 @@
 #   launch/tpu_pod.sh logs   TPU ZONE [WORKER]  # follow a worker's log (default 0)
 #   launch/tpu_pod.sh status TPU ZONE           # each worker: running or not
 #   launch/tpu_pod.sh stop   TPU ZONE           # all save the same step and exit
+#   launch/tpu_pod.sh mount  TPU ZONE BUCKET    # gs://BUCKET read-only at ~/data/BUCKET
 #
 # Needs gcloud, authenticated, with the TPU's project set (gcloud config set
 # project PROJECT). `setup` copies this repository's committed files to
@@ -17,7 +18,10 @@
 # FLAGS` detached on every worker (launch/tpu_worker.sh), so it survives a
 # closed laptop; use gs:// for --workdir and the data, since every worker
 # reads data and writes checkpoint shards. To resume after `stop`, a
-# preemption or a crash, run the same `train` command again.
+# preemption or a crash, run the same `train` command again. TFDS datasets
+# in ArrayRecord files (read by index) need a local path: `mount` shows a
+# bucket read-only at ~/data/BUCKET on every worker (Cloud Storage FUSE,
+# installed where missing); pass --config.data_dir=~/data/BUCKET/tfds.
 #
 # Commands that touch the workers run on all of them at once and print one
 # line per worker; if any fails, one line names the workers that failed and
@@ -42,15 +46,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if (($# < 3)); then
-  sed -n '4,8s/^# //p' "$0" >&2
+  sed -n '4,9s/^# //p' "$0" >&2
   exit 2
 fi
 command=$1 tpus=$2 zone=$3
 shift 3
 case $command in
-  setup | train | logs | status | stop) ;;
+  setup | train | logs | status | stop | mount) ;;
   *)
-    echo "error: unknown command '$command'; use setup, train, logs, status or stop" >&2
+    echo "error: unknown command '$command'; use setup, train, logs, status, stop or mount" >&2
     exit 2
     ;;
 esac
@@ -184,6 +188,13 @@ case $command in
     ;;
   status)
     on_every_worker status "~/vit_jax/launch/tpu_worker.sh status"
+    ;;
+  mount)
+    if (($# != 1)); then
+      echo "error: name one bucket (no gs://): mount TPU ZONE BUCKET" >&2
+      exit 2
+    fi
+    on_every_worker mount "~/vit_jax/launch/tpu_worker.sh mount $(printf %q "$1")"
     ;;
   stop)
     on_every_worker stop "~/vit_jax/launch/tpu_worker.sh stop"

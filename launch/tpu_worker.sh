@@ -7,6 +7,7 @@
 #   launch/tpu_worker.sh start FLAGS...  # vit-jax train --distributed FLAGS, detached
 #   launch/tpu_worker.sh status          # running or not; the log's last line
 #   launch/tpu_worker.sh stop [SECONDS]  # SIGTERM, then wait for the save and exit
+#   launch/tpu_worker.sh mount BUCKET    # gs://BUCKET read-only at ~/data/BUCKET
 #
 # The run is detached from the ssh session (it survives a dropped
 # connection); its output is appended to logs/train.log, its pid kept in
@@ -42,6 +43,28 @@ print(f"Python {platform.python_version()}, JAX {jax.__version__},",
       f"{jax.device_count()} in {jax.process_count()} processes")'
     ;;
   idle) idle ;;
+  mount)
+    # TFDS datasets in ArrayRecord files are read by index from local paths
+    # only: Cloud Storage FUSE shows the bucket as one, read-only.
+    bucket=${2:?name the bucket: mount BUCKET}
+    target=$HOME/data/$bucket
+    if mountpoint -q "$target"; then
+      echo "gs://$bucket is mounted at $target"
+      exit 0
+    fi
+    if ! command -v gcsfuse >/dev/null; then  # Google's apt repository.
+      repo=gcsfuse-$(lsb_release -c -s)
+      curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg |
+        sudo tee /usr/share/keyrings/cloud.google.asc >/dev/null
+      echo "deb [signed-by=/usr/share/keyrings/cloud.google.asc]" \
+        "https://packages.cloud.google.com/apt $repo main" |
+        sudo tee /etc/apt/sources.list.d/gcsfuse.list >/dev/null
+      sudo apt-get update -qq && sudo apt-get install -y -qq fuse gcsfuse
+    fi
+    mkdir -p "$target"
+    gcsfuse --implicit-dirs -o ro "$bucket" "$target"
+    echo "gs://$bucket mounted at $target"
+    ;;
   start)
     shift
     idle
@@ -83,7 +106,7 @@ print(f"Python {platform.python_version()}, JAX {jax.__version__},",
     exit 1
     ;;
   *)
-    echo "usage: $0 {check|idle|start FLAGS...|status|stop [SECONDS]}" >&2
+    echo "usage: $0 {check|idle|start FLAGS...|status|stop [SECONDS]|mount BUCKET}" >&2
     exit 2
     ;;
 esac

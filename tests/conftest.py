@@ -69,12 +69,14 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def tfds_data_dir(tmp_path_factory) -> str:
-  """A TFDS data_dir with the built-in digits dataset prepared (no network)."""
+  """A TFDS data_dir with the built-in digits dataset prepared (no network),
+  in ArrayRecord files as `vit-jax train` prepares it."""
   import tensorflow_datasets as tfds
 
   from vit_jax.data import digits  # noqa: F401  (registers the builder)
   data_dir = str(tmp_path_factory.mktemp("tfds"))
-  tfds.builder("digits", data_dir=data_dir).download_and_prepare()
+  tfds.builder("digits", data_dir=data_dir,
+               file_format="array_record").download_and_prepare()
   return data_dir
 
 

@@ -25,7 +25,7 @@ def test_digits_builder_has_fixed_splits(tfds_data_dir):
   assert builder.info.splits["train"].num_examples == 1437
   assert builder.info.splits["test"].num_examples == 360
   assert builder.info.features["label"].num_classes == 10
-  test = list(tfds.as_numpy(builder.as_dataset(split="test")))
+  test = list(builder.as_data_source(split="test"))
   images = np.stack([ex["image"] for ex in test])
   labels = np.array([ex["label"] for ex in test])
   assert images.shape == (360, 8, 8, 1) and images.dtype == np.uint8
@@ -243,9 +243,8 @@ def test_evaluation_counts_every_example_once(digits_config):
   assert sum(b["mask"].sum() for b in batches) == 360
 
   labels = np.array([
-      ex["label"] for ex in tfds.as_numpy(
-          tfds.builder("digits", data_dir=digits_config.data_dir).as_dataset(
-              split="test"))
+      ex["label"] for ex in tfds.builder("digits", data_dir=digits_config.
+                                         data_dir).as_data_source(split="test")
   ])
   mesh = sharding.make_mesh()
   model = _ConstantClassifier(label=3)

@@ -82,9 +82,15 @@ def _check_common(jobset, name, hosts, workdir, grace=120, restarts=10,
       "train", "--config=configs/pretrain.py:i1k", f"--workdir={workdir}",
       "--preempted_exit_code=143"
   ]  # A preempted run is not a finished one.
-  # Nothing local holds the workdir; at most /dev/shm is a volume.
+  # Nothing local holds the workdir; at most /dev/shm and a read-only data
+  # bucket are volumes.
   for volume in pod.get("volumes", []):
-    assert volume == {"name": "shm", "emptyDir": {"medium": "Memory"}}
+    assert (volume == {
+        "name": "shm",
+        "emptyDir": {
+            "medium": "Memory"
+        }
+    } or volume["csi"]["readOnly"])
   batch_job = {
       "apiVersion": "batch/v1",
       "kind": "Job",
@@ -274,6 +280,36 @@ def test_two_nodes_of_8_gpus_find_pod_0_by_its_jobset_host_name():
   _check_train_flags(container["args"])
   assert ("--machine-type=a3-highgpu-8g --accelerator=type=nvidia-h100-80gb,"
           "count=8,gpu-driver-version=latest --num-nodes=2") in text
+
+
+def test_a_data_bucket_is_mounted_read_only_for_records_read_by_index():
+  _, jobset = _manifest(
+      "--name=vit-b16", "--tpu=v5e:4x4", f"--image={IMAGE}",
+      "--config=configs/pretrain.py:i1k", "--workdir=gs://bucket/runs/b16",
+      "--data_bucket=my-data", "--", "--config.data_dir=/data/my-data/tfds")
+  _check_common(jobset, "vit-b16", 4, "gs://bucket/runs/b16")
+  job = _job(jobset)
+  assert job["template"]["metadata"] == {
+      "annotations": {
+          "gke-gcsfuse/volumes": "true"
+      }
+  }
+  assert job["template"]["spec"]["volumes"] == [{
+      "name": "data",
+      "csi": {
+          "driver": "gcsfuse.csi.storage.gke.io",
+          "readOnly": True,
+          "volumeAttributes": {
+              "bucketName": "my-data",
+              "mountOptions": "implicit-dirs"
+          }
+      }
+  }]
+  assert _container(jobset)["volumeMounts"] == [{
+      "name": "data",
+      "mountPath": "/data/my-data",
+      "readOnly": True
+  }]
 
 
 @pytest.mark.parametrize("args, message", [

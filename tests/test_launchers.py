@@ -203,6 +203,25 @@ def test_train_runs_detached_on_every_worker_then_stop_saves_and_resumes(
   fake.run("stop", "my-tpu", "us-central2-b")
 
 
+def test_mount_shows_a_bucket_on_every_worker_once(make_slice):
+  fake = make_slice(workers=2)
+  fake.run("setup", "my-tpu", "us-central2-b")
+  done = fake.run("mount", "my-tpu", "us-central2-b", "my-data")
+  for w in range(2):
+    target = fake.home(w) / "data" / "my-data"
+    assert f"worker {w}: gs://my-data mounted at {target}" in done.stdout
+  assert sorted(fake.calls("gcsfuse")) == [
+      f"gcsfuse --implicit-dirs -o ro my-data {fake.home(w)}/data/my-data "
+      f"(worker {w})" for w in range(2)
+  ]
+  again = fake.run("mount", "my-tpu", "us-central2-b", "my-data")
+  assert "worker 1: gs://my-data is mounted at" in again.stdout
+  assert len(fake.calls("gcsfuse")) == 2  # Not mounted twice.
+  usage = fake.run("mount", "my-tpu", "us-central2-b", ok=False)
+  assert usage.returncode == 2
+  assert "error: name one bucket (no gs://)" in usage.stderr
+
+
 def test_a_run_that_fails_at_once_is_named_and_the_others_stopped(make_slice):
   fake = make_slice(workers=2)
   fake.run("setup", "my-tpu", "z")

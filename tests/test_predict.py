@@ -34,9 +34,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _write_split_as_pngs(data_dir, folder):
   """The digits test split as FOLDER/LABEL/N.png; returns the count."""
-  split = tfds.load("digits", split="test", data_dir=data_dir)
+  split = tfds.builder("digits", data_dir=data_dir).as_data_source("test")
   count = 0
-  for count, example in enumerate(split.as_numpy_iterator(), 1):
+  for count, example in enumerate(split, 1):
     label_dir = folder / str(example["label"])
     label_dir.mkdir(parents=True, exist_ok=True)
     (label_dir / f"{count}.png").write_bytes(

@@ -54,6 +54,7 @@ COMMANDS = {
     "plan": ("plan", "memory and fit of a config on a topology"),
     "benchmark": ("benchmark", "train-step images/s and MFU"),
     "benchmark-input": ("benchmark_input", "input pipeline images/s"),
+    "convert-data": ("convert_data", "a TFRecord dataset as ArrayRecord"),
     "predict": ("predict", "top classes of image files"),
     "analyze": ("analyze", "the paper's figures of what a model learnt"),
     "vtab": ("vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),

@@ -104,7 +104,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # ends in value_range, which the train step then applies: a quarter of
   # the bytes. False: float32 from the host.
   config.pp_uint8 = True  # See above.
-  config.shuffle_buffer = 50_000  # Examples in the training shuffle buffer.
+  # Examples in the training shuffle window of TFDS datasets in TFRecord
+  # files; records read by index are shuffled over the whole split.
+  config.shuffle_buffer = 50_000
   config.cache = False  # Keep the decoded dataset in host memory.
   # Unreadable images (empty, not an image, truncated) are left out and
   # listed in WORKDIR/unreadable_files.txt; past this share of the files a

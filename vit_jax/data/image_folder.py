@@ -13,7 +13,8 @@ name to label. Given an index directory (the training workdir), the
 listing is written there once as `folder_index_*.json.gz`: in a
 multi-process run process 0 lists and the others wait and read it, and a
 resumed run reads it instead of listing again, so it trains on exactly the
-files it started with.
+files it started with. Records are read by their index in that listing
+(`FolderIndexReader`, ordered by `global_order.py`).
 """
 
 from __future__ import annotations
@@ -218,6 +219,11 @@ class ImageFolderSource:
                          if isinstance(split, tuple) else self._absolute(split))
     return self._files[name][start:stop]
 
+  reads_by_index = True  # Its listing is the index.
+
+  def index_reader(self, split) -> "FolderIndexReader":
+    return FolderIndexReader(self._slice(split))
+
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
     """(path, label) records; `decode` reads and decodes the image."""
     files = self._slice(split)
@@ -243,6 +249,25 @@ class ImageFolderSource:
     if not self.num_classes:
       return {"image": image}
     return {"image": image, "label": tf.cast(record["label"], tf.int64)}
+
+
+class FolderIndexReader:
+  """The (path, label) records of one split's files, by index (int64 tf
+  vector) into the listing's fixed order; `fetch` then reads the files."""
+
+  def __init__(self, files: list[tuple[str, int]]):
+    self.size = len(files)
+    self._paths = tf.constant([path for path, _ in files], tf.string)
+    self._labels = tf.constant([label for _, label in files], tf.int64)
+
+  def read(self, indices) -> dict:
+    return {
+        "path": tf.gather(self._paths, indices),
+        "label": tf.gather(self._labels, indices)
+    }
+
+  def parse(self, record) -> dict:
+    return record
 
 
 def read_bytes(path, tensorflow_reads: bool):

@@ -1,8 +1,13 @@
-"""tf.data input: per-process splits, preprocessing, batching, exact evaluation.
+"""tf.data input: records by index, preprocessing, batching, exact evaluation.
 
 Every function takes a data spec (`specs.DataSpec`: dataset, split,
-preprocessing, batch). Each process reads a disjoint 1/N of every split and
-yields numpy batches of its share of the global batch: `{"image":
+preprocessing, batch). Training reads records by their index in the order
+of `global_order.py`: each process takes its rows of every global batch,
+so the stream is a pure function of (seed, step) and a resume is a seek.
+TFDS datasets in TFRecord files are read in sequence instead, each process
+its 1/N of the split, shuffled in a window (the console says once what
+that costs and how to convert them). Each process yields numpy batches of
+its share of the global batch: `{"image":
 f32[b,H,W,3], "labels": f32[b,K], "mask": f32[b]}` (no "labels" where they
 are not read: self-supervised training, unlabelled data). Training images
 are uint8 where the train step finishes the pipeline
@@ -23,8 +28,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from vit_jax import console
 from vit_jax import sharding
 from vit_jax.config import imports
+from vit_jax.data import global_order
 from vit_jax.data import handover
 from vit_jax.data import preprocess
 from vit_jax.data import sources
@@ -148,10 +155,16 @@ def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
 def _unreadable_log(spec: specs.DataSpec, source, split,
                     collector) -> unreadable.Unreadable:
   """The log of one process's `split` (as `source.process_split` gives
-  it): its allowance is taken of that split's size. Gathered by
+  it): its allowance is taken of that split's size."""
+  return _log_of(spec, source, source.num_examples(split), collector)
+
+
+def _log_of(spec: specs.DataSpec, source, per_pass: int,
+            collector) -> unreadable.Unreadable:
+  """The log of a stream that reads `per_pass` files a pass. Gathered by
   `collector` (an `unreadable.Collector`) where one is given."""
   made = collector.log if collector is not None else unreadable.Unreadable
-  return made(f"{source.name} {spec.split}", source.num_examples(split),
+  return made(f"{source.name} {spec.split}", per_pass,
               spec.max_unreadable_share)
 
 
@@ -194,10 +207,13 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
   """Endless, shuffled, augmented batches of this process's share (with
   `labels`, their one-hot or multi-hot labels).
 
-  The stream is a pure function of the seed: epoch e shuffles the undecoded
-  records with seed (seed, e), and the augmentation of the n-th example
-  folds in n. Starting at `start_step` skips the batches already consumed
-  (before decoding) so a resumed run sees exactly the same batches. An
+  Read by index, the stream is a pure function of (seed, step) for any
+  process count (`global_order.py`): starting at `start_step` reads that
+  step's records first. From TFRecord files it is a function of the seed
+  and the process count: epoch e shuffles this process's records in a
+  window with seed (seed, e), the augmentation of its n-th example folds
+  in n, and `start_step` skips the records already consumed (before
+  decoding). Either way a resumed run sees exactly the same batches. An
   unreadable file becomes an example of mask 0 in its place
   (`unreadable.py`), named in the stream's log, which `collector` (an
   `unreadable.Collector`) gathers.
@@ -212,6 +228,61 @@ def _train_dataset(spec, source, process_index, process_count, start_step,
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
+  if not source.reads_by_index:
+    return _train_in_sequence(spec, source, index, count, start_step, labels,
+                              collector)
+  local_batch = sharding.local_batch_size(spec.batch_size, process_count=count)
+  reader = source.index_reader(spec.split)
+  order = global_order.Order(reader.size, spec.seed)
+  log = _log_of(spec, source, reader.size // count, collector)
+
+  def positions(n):  # This process's n-th example's place in the stream.
+    return global_order.position(n, local_batch, index, count)
+
+  first = start_step * local_batch  # A seek: nothing before it is read.
+  ds = tf.data.Dataset.range(first, 2**62).map(_as_written(positions))
+  ds = _read_by_index(ds, reader,
+                      lambda p: tf.numpy_function(order.records, [p], tf.int64))
+  # The augmentation folds in the stream position: the same for any number
+  # of processes.
+  ds = _examples(ds, spec, source, tf.constant([spec.seed, 0], tf.int64),
+                 labels, log)
+  ds = ds.batch(local_batch, drop_remainder=True)
+  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE), log
+
+
+_READ_CHUNK = 64  # Records per read call.
+
+
+def _read_by_index(positions: tf.data.Dataset, reader, records_at):
+  """(position, record) pairs: `records_at` maps a vector of positions to
+  record indices, `reader` reads those (in chunks, many in flight) and
+  parses each; the record carries its index in the split (`_RECORD`)."""
+
+  def read(chunk):
+    indices = tf.ensure_shape(records_at(chunk), chunk.shape)
+    return chunk, {**reader.read(indices), _RECORD: indices}
+
+  def parse(position, record):
+    parsed = reader.parse({k: v for k, v in record.items() if k != _RECORD})
+    return position, {**parsed, _RECORD: record[_RECORD]}
+
+  ds = positions.batch(_READ_CHUNK).map(_as_written(read),
+                                        num_parallel_calls=tf.data.AUTOTUNE)
+  return ds.unbatch().map(_as_written(parse),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+
+
+_told_in_sequence = set()
+
+
+def _train_in_sequence(spec, source, index, count, start_step, labels,
+                       collector):
+  """Training from TFRecord files: this process's share of the split,
+  shuffled in a window; a resume skips through the epoch's records."""
+  if source.name not in _told_in_sequence:
+    _told_in_sequence.add(source.name)
+    console.say("%s", source.in_sequence_cost())
   local_batch = sharding.local_batch_size(spec.batch_size, process_count=count)
   seed = spec.seed + 1000 * index
   split = source.process_split(spec.split, index, count, drop_remainder=True)
@@ -247,12 +318,15 @@ def make_train_iterator(spec: specs.DataSpec, source, start_step: int = 0,
 
 def num_eval_batches(spec: specs.DataSpec, source) -> int:
   """Batches per process: enough for the largest process share."""
-  source.num_examples(spec.split)  # A split it lacks: a clear error first.
+  size = source.num_examples(spec.split)  # A split it lacks: a clear error.
   count = jax.process_count()
-  largest = max(
-      source.num_examples(
-          source.process_split(spec.split, i, count, drop_remainder=False))
-      for i in range(count))
+  if source.reads_by_index:
+    largest = global_order.largest_share(size, count)
+  else:
+    largest = max(
+        source.num_examples(
+            source.process_split(spec.split, i, count, drop_remainder=False))
+        for i in range(count))
   local_batch = sharding.local_batch_size(
       spec.batch_size, what="eval_batch_size", process_count=count)
   return max(1, math.ceil(largest / local_batch))
@@ -276,11 +350,19 @@ def _eval_dataset(spec, source, process_index, process_count, labels,
   count = jax.process_count() if process_count is None else process_count
   local_batch = sharding.local_batch_size(
       spec.batch_size, what="eval_batch_size", process_count=count)
-  split = source.process_split(spec.split, index, count, drop_remainder=False)
-  log = _unreadable_log(spec, source, split, collector)
-  ds = _numbered(source.read(split, shuffle_files=False, seed=spec.seed))
-  ds = _examples(ds.enumerate(), spec, source,
-                 tf.constant([spec.seed, 1], tf.int64), labels, log)
+  if source.reads_by_index:  # This process's share, in the split's order.
+    reader = source.index_reader(spec.split)
+    start, stop = global_order.share(reader.size, index, count)
+    log = _log_of(spec, source, stop - start, collector)
+    ds = _read_by_index(tf.data.Dataset.range(start, stop), reader,
+                        lambda positions: positions)
+  else:
+    split = source.process_split(spec.split, index, count, drop_remainder=False)
+    log = _unreadable_log(spec, source, split, collector)
+    ds = _numbered(source.read(split, shuffle_files=False,
+                               seed=spec.seed)).enumerate()
+  ds = _examples(ds, spec, source, tf.constant([spec.seed, 1], tf.int64),
+                 labels, log)
   if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.

@@ -1,7 +1,9 @@
 """Where examples come from: a TFDS dataset or a folder of images.
 
-Both sources read undecoded records of one process's disjoint share of a
-split (cheap to skip when resuming) and `decode` them into
+Both sources read undecoded records by their index in a split
+(`index_reader`: TFDS datasets in ArrayRecord files, image folders through
+their listing), or, for TFDS datasets stored as TFRecord files, in
+sequence (`read`: one process's disjoint share), and `decode` them into
 `{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}` (no "label"
 for unlabelled data: `num_classes` is then 0), and give the metadata the
 trainer needs (classes, split sizes). A data spec's dataset picks the
@@ -10,13 +12,15 @@ TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
 (see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
 `vtab_tasks.py`). In a multi-process run only process 0 prepares a TFDS
-dataset; the others wait for it.
+dataset; the others wait for it. TFDS datasets are prepared in ArrayRecord
+files (read by index, `global_order.py`).
 """
 
 from __future__ import annotations
 
 import jax
 from jax.experimental import multihost_utils
+import numpy as np
 
 from vit_jax import console
 from vit_jax import paths
@@ -33,12 +37,53 @@ tfds = imports.lazy("tensorflow_datasets")
 
 FOLDER_PREFIX = "folder:"
 VTAB_PREFIX = "vtab:"
+FILE_FORMAT = "array_record"  # Of the datasets TFDS prepares for us.
 
 
-def _builder(name: str, data_dir):
-  """TFDS's builder of dataset `name`, the built-in `digits` among them."""
+def _builder(name: str, data_dir, **kwargs):
+  """TFDS's builder of dataset `name`, the built-in `digits` and the
+  benchmarks' `synthetic_images` among them."""
   from vit_jax.data import digits  # noqa: F401  # Registers its builder.
-  return tfds.builder(name, data_dir=data_dir)
+  from vit_jax.data import synthetic  # noqa: F401  # Registers its builder.
+  return tfds.builder(name, data_dir=data_dir, **kwargs)
+
+
+def convert_command(builder) -> str:
+  """The one command that rewrites a TFRecord dataset as ArrayRecord."""
+  name = builder.info.full_name.rsplit("/", 1)[0]  # Less the version.
+  return (f"vit-jax convert-data --dataset={name} "
+          f"--data_dir={builder.data_dir_root}")
+
+
+class TfdsIndexReader:
+  """Records of one split of a TFDS dataset in ArrayRecord files, by index.
+
+  `read` takes int64 indices into the split (a tf vector) and gives the
+  serialized records, read in one call through TFDS's data source (which
+  reads each file's records in parallel); `parse` turns one into the
+  record `TfdsSource.decode` takes, its image still encoded."""
+
+  def __init__(self, builder, split):
+    if paths.is_remote(builder.data_dir):
+      raise UserError(
+          f"{builder.data_dir} holds ArrayRecord files, which are read by "
+          "index from a local path only: mount the bucket (gcsfuse, see "
+          "docs/training.md) and set config.data_dir to the mount point.")
+    self._source = builder.as_data_source(
+        split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    self._features = builder.info.features
+    self.size = len(self._source)
+
+  def _read(self, indices: np.ndarray) -> np.ndarray:
+    return np.array(self._source.__getitems__(indices.tolist()), dtype=object)
+
+  def read(self, indices) -> dict:
+    data = tf.numpy_function(self._read, [indices], tf.string, stateful=False)
+    return {"serialized": tf.ensure_shape(data, [None])}
+
+  def parse(self, record) -> dict:
+    return self._features.deserialize_example(
+        record["serialized"], decoders={"image": tfds.decode.SkipDecoding()})
 
 
 def multi_hot(labels, num_classes: int) -> tf.Tensor:
@@ -62,6 +107,7 @@ class TfdsSource:
           f"Unknown dataset {name!r}: TFDS has no builder of that name. Use a "
           "TFDS name (e.g. 'cifar10'), the built-in 'digits', or "
           "'folder:/path/to/images' for an image folder.") from e
+    self._tfds_name, self._data_dir = name, data_dir
     if jax.process_count() > 1:
       # Process 0 downloads and prepares; the others wait for it rather
       # than race on the shared data_dir.
@@ -103,6 +149,12 @@ class TfdsSource:
             f"Dataset {self._builder.name!r} needs a manual download, and "
             f"{manual_dir} is missing or empty. Download its files there (or "
             f"set config.manual_dir), as TFDS says:\n{instructions}")
+    # Prepared in ArrayRecord files, so that they are read by index (a
+    # builder opened without a format reads whichever it finds); those are
+    # written to local paths only, so on object storage TFRecord files.
+    if not paths.is_remote(self._builder.data_dir):
+      self._builder = _builder(self._tfds_name, self._data_dir,
+                               file_format=FILE_FORMAT)
     console.say(
         "Preparing TFDS dataset %s in %s (first use; TFDS shows its "
         "progress on a terminal).", self._builder.name, self._builder.data_dir)
@@ -117,12 +169,30 @@ class TfdsSource:
                       f"{', '.join(self._builder.info.splits)} (slices like "
                       "'train[:90%]' work too).") from e
 
+  @property
+  def reads_by_index(self) -> bool:
+    """Whether its files are ArrayRecord (else TFRecord: read in sequence)."""
+    return self._builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
+
+  def index_reader(self, split) -> TfdsIndexReader:
+    return TfdsIndexReader(self._builder, split)
+
+  def in_sequence_cost(self) -> str:
+    """What reading its TFRecord files in sequence costs, and the fix."""
+    return (f"{self.name} is stored as TFRecord files in "
+            f"{self._builder.data_dir}, read in sequence: a resumed run skips "
+            "through up to an epoch of records before its first batch, the "
+            "shuffle is a window (config.shuffle_buffer) and another process "
+            "count reads another order. Rewrite it once as ArrayRecord (read "
+            f"by index: a resume is a seek): {convert_command(self._builder)}")
+
   def process_split(self, split: str, index: int, count: int, drop_remainder):
     return tfds.even_splits(split, n=count,
                             drop_remainder=drop_remainder)[index]
 
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
-    """Undecoded records; `decode` turns one into an example."""
+    """Undecoded records of TFRecord files; `decode` turns one into an
+    example."""
     return self._builder.as_dataset(
         split=split, shuffle_files=shuffle_files,
         read_config=tfds.ReadConfig(shuffle_seed=seed),
@@ -178,6 +248,9 @@ class VtabSource(TfdsSource):
   def read(self, split, *, shuffle_files: bool, seed: int) -> tf.data.Dataset:
     return super().read(self._tfds_split(split), shuffle_files=shuffle_files,
                         seed=seed)
+
+  def index_reader(self, split) -> TfdsIndexReader:
+    return super().index_reader(self._tfds_split(split))
 
   def decode(self, record):
     """The image (dSprites' 0/1 pixels scaled to 0/255) and the task's

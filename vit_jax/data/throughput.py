@@ -1,5 +1,6 @@
 """How fast the input pipeline alone runs on this host's CPUs: training
-images/s, and the time to list an image folder (`vit-jax benchmark-input`).
+images/s, the seconds to the first batch of a run started (or resumed) at a
+step, and the time to list an image folder (`vit-jax benchmark-input`).
 """
 
 import os
@@ -12,13 +13,18 @@ from vit_jax.data import specs
 from vit_jax.errors import UserError
 
 
-def measure(config, num_batches: int) -> dict:
+def measure(config, num_batches: int, start_step: int = 0) -> dict:
+  """Training images/s after two warm-up batches, and the seconds from
+  opening the source to the first batch of a run at `start_step`."""
   data = specs.training(config)
+  start = time.perf_counter()
   source = input_pipeline.make_source(data)
   batches = input_pipeline.make_train_iterator(
-      data, source, labels=input_pipeline.reads_labels(config))
-  for _ in range(2):  # Warm-up: opening files, filling the shuffle buffer.
-    next(batches)
+      data, source, start_step=start_step,
+      labels=input_pipeline.reads_labels(config))
+  next(batches)
+  first_batch_s = time.perf_counter() - start
+  next(batches)  # Warm-up: opening files, filling buffers.
   start = time.perf_counter()
   for _ in range(num_batches):
     batch = next(batches)
@@ -26,10 +32,13 @@ def measure(config, num_batches: int) -> dict:
   images = num_batches * batch["image"].shape[0]
   return {
       "dataset": config.dataset,
+      "read_by_index": bool(source.reads_by_index),
       "image_size": config.image_size,
       "pp_train": config.pp_train,
       "batch": int(batch["image"].shape[0]),
       "images_per_sec": images / seconds,
+      "start_step": start_step,
+      "first_batch_s": first_batch_s,
       "cpu_cores": os.cpu_count()
   }
 

@@ -322,12 +322,25 @@ class _UnreadableReport:
   def __init__(self, found: unreadable.Collector):
     self.found = found
     self.said = 0
+    self.summed = 0  # The processes' counts, summed, when last counted.
 
   def __call__(self):
     self.found.write()
     count = self.found.count
     if jax.process_count() > 1:
-      count = int(np.sum(multihost_utils.process_allgather(np.int64(count))))
+      # Every process has written its list once all have counted. Each
+      # reads records from the whole split, so one file may be met by
+      # several (in different epochs): process 0 counts distinct names.
+      summed = int(np.sum(multihost_utils.process_allgather(np.int64(count))))
+      if summed == self.summed:
+        return
+      self.summed = count = summed
+      if jax.process_index() == 0:
+        count = len({
+            name for listed in self.found.path.parent.glob(
+                f"{paths.UNREADABLE_FILES}.process*.txt")
+            for name in listed.read_text().splitlines()
+        })
     if count > self.said:
       self.said = count
       listed = self.found.path.parent / (f"{paths.UNREADABLE_FILES}*.txt"
