@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.data import throughput
+from vit_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,3 +173,9 @@ def test_the_benchmark_times_the_first_batch_of_a_late_start(digits_config):
   result = throughput.measure(digits_config, num_batches=2, start_step=10**6)
   assert result["read_by_index"] and result["start_step"] == 10**6
   assert 0 < result["first_batch_s"] and result["images_per_sec"] > 0
+
+
+def test_array_record_files_on_object_storage_ask_for_a_mount():
+  builder = types.SimpleNamespace(data_dir="gs://bucket/tfds/digits/1.0.0")
+  with pytest.raises(UserError, match="mount the bucket .gcsfuse"):
+    sources.TfdsIndexReader(builder, "train")
