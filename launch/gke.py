@@ -62,7 +62,10 @@ What the manifest does, and why:
   GKE's Cloud Storage FUSE CSI driver (the pod's `gke-gcsfuse/volumes`
   annotation; the cluster needs the driver's add-on): TFDS datasets in
   ArrayRecord files are read by index from a local path only, so point
-  `--config.data_dir` there (e.g. /data/BUCKET/tfds).
+  `--config.data_dir` there (e.g. /data/BUCKET/tfds). With `--slices`
+  above 1 the pods use the host's network, which the driver's sidecar
+  supports only on recent GKE versions: check GKE's notes for yours (not
+  tried here).
 """
 
 import argparse

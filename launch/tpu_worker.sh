@@ -59,7 +59,7 @@ print(f"Python {platform.python_version()}, JAX {jax.__version__},",
       echo "deb [signed-by=/usr/share/keyrings/cloud.google.asc]" \
         "https://packages.cloud.google.com/apt $repo main" |
         sudo tee /etc/apt/sources.list.d/gcsfuse.list >/dev/null
-      sudo apt-get update -qq && sudo apt-get install -y -qq fuse gcsfuse
+      sudo apt-get update -qq && sudo apt-get install -y -qq gcsfuse
     fi
     mkdir -p "$target"
     gcsfuse --implicit-dirs -o ro "$bucket" "$target"
@@ -68,6 +68,21 @@ print(f"Python {platform.python_version()}, JAX {jax.__version__},",
   start)
     shift
     idle
+    for flag in "$@"; do  # A bucket that `mount` showed is gone after a reboot.
+      case $flag in
+        '--config.data_dir=~/data/'* | "--config.data_dir=$HOME/data/"*)
+          bucket=${flag#--config.data_dir=}
+          bucket=${bucket#\~/data/}
+          bucket=${bucket#"$HOME"/data/}
+          bucket=${bucket%%/*}
+          if ! mountpoint -q "$HOME/data/$bucket"; then
+            echo "error: $HOME/data/$bucket is not mounted (the VM restarted?);" \
+              "run: launch/tpu_pod.sh mount TPU ZONE $bucket" >&2
+            exit 1
+          fi
+          ;;
+      esac
+    done
     mkdir -p logs
     echo "== $(date -u +%FT%TZ) vit-jax train --distributed $*" >>"$log"
     nohup setsid .venv/bin/vit-jax train --distributed "$@" >>"$log" 2>&1 </dev/null &

@@ -220,6 +220,14 @@ def test_mount_shows_a_bucket_on_every_worker_once(make_slice):
   usage = fake.run("mount", "my-tpu", "us-central2-b", ok=False)
   assert usage.returncode == 2
   assert "error: name one bucket (no gs://)" in usage.stderr
+  # A VM restarted: its mount is gone, and a run reading it is refused.
+  (fake.home(1) / "data" / "my-data" / ".fake_mounted").unlink()
+  done = fake.run("train", "my-tpu", "us-central2-b",
+                  "--config=configs/pretrain.py:i1k", "--workdir=gs://b/r",
+                  "--config.data_dir=~/data/my-data/tfds", ok=False)
+  assert done.returncode == 1
+  assert (f"{fake.home(1)}/data/my-data is not mounted (the VM restarted?); "
+          "run: launch/tpu_pod.sh mount TPU ZONE my-data") in done.stderr
 
 
 def test_a_run_that_fails_at_once_is_named_and_the_others_stopped(make_slice):

@@ -139,7 +139,9 @@ def _checked_labels(source):
   return check
 
 
-_RECORD = "record_in_share"  # A record's place in this process's share.
+# A record's index in the split (read by index), or its place in this
+# process's share (read in sequence): names it in the unreadable files.
+_RECORD = "record_in_share"
 
 
 def _numbered(records: tf.data.Dataset) -> tf.data.Dataset:
@@ -169,10 +171,12 @@ def _log_of(spec: specs.DataSpec, source, per_pass: int,
 
 
 def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
-              labels: bool, log: unreadable.Unreadable) -> tf.data.Dataset:
+              labels: bool, log: unreadable.Unreadable,
+              share: str = "") -> tf.data.Dataset:
   """(index, record) -> example, an unreadable file left out at its position
-  (`unreadable.map_skipping_unreadable`) and named in `log`. The files are
-  read first, in parallel: only decoding is skipped over."""
+  (`unreadable.map_skipping_unreadable`) and named in `log` (a record of
+  TFDS by its number, in `share` where numbered in a process's share). The
+  files are read first, in parallel: only decoding is skipped over."""
   example_fn = _example_fn(spec, source, base_seed, labels)
   image_fn = preprocess.make_image_fn(spec.pp, spec.image_size)
   log.explain = lambda name: unreadable.why_unreadable(name, image_fn)
@@ -182,7 +186,7 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
       return record["path"]
     return tf.strings.join([  # The same record has the same in every epoch.
         f"{source.name} {spec.split} record #",
-        tf.strings.as_string(record[_RECORD])
+        tf.strings.as_string(record[_RECORD]), share
     ])
 
   fetch = getattr(source, "fetch", lambda record: record)
@@ -234,7 +238,9 @@ def _train_dataset(spec, source, process_index, process_count, start_step,
   local_batch = sharding.local_batch_size(spec.batch_size, process_count=count)
   reader = source.index_reader(spec.split)
   order = global_order.Order(reader.size, spec.seed)
-  log = _log_of(spec, source, reader.size // count, collector)
+  # Each process reads from the whole split (another part each epoch), so
+  # it may meet any of its unreadable files.
+  log = _log_of(spec, source, reader.size, collector)
 
   def records_at(n):  # This process's n-th examples: their records.
     positions = global_order.position(n, local_batch, index, count)
@@ -276,6 +282,12 @@ def _read_by_index(numbers: tf.data.Dataset, reader, records_at):
   return ds.map(_as_written(parse), num_parallel_calls=tf.data.AUTOTUNE)
 
 
+def _share_name(index: int, count: int) -> str:
+  """Where a record numbered in a process's share is (names are counted
+  across processes: `trainer._UnreadableReport`)."""
+  return f" of process {index}'s share" if count > 1 else ""
+
+
 _told_in_sequence = set()
 
 
@@ -306,7 +318,8 @@ def _train_in_sequence(spec, source, index, count, start_step, labels,
   ds = epoch(tf.constant(first_epoch, tf.int64)).skip(offset).concatenate(
       later_epochs.flat_map(_as_written(epoch)))
   ds = _examples(ds.enumerate(start=first_example), spec, source,
-                 tf.constant([seed, 0], tf.int64), labels, log)
+                 tf.constant([seed, 0], tf.int64), labels, log,
+                 _share_name(index, count))
   ds = ds.batch(local_batch, drop_remainder=True)
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE), log
 
@@ -359,13 +372,15 @@ def _eval_dataset(spec, source, process_index, process_count, labels,
     log = _log_of(spec, source, stop - start, collector)
     ds = _read_by_index(tf.data.Dataset.range(start, stop), reader,
                         lambda numbers: (numbers, numbers))
+    share = ""
   else:
     split = source.process_split(spec.split, index, count, drop_remainder=False)
     log = _unreadable_log(spec, source, split, collector)
     ds = _numbered(source.read(split, shuffle_files=False,
                                seed=spec.seed)).enumerate()
+    share = _share_name(index, count)
   ds = _examples(ds, spec, source, tf.constant([spec.seed, 1], tf.int64),
-                 labels, log)
+                 labels, log, share)
   if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.

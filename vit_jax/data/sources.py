@@ -48,6 +48,14 @@ def _builder(name: str, data_dir, **kwargs):
   return tfds.builder(name, data_dir=data_dir, **kwargs)
 
 
+def _writes_array_record() -> bool:
+  try:
+    from array_record.python import array_record_module  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return False
+  return True
+
+
 def convert_command(builder) -> str:
   """The one command that rewrites a TFRecord dataset as ArrayRecord."""
   name = builder.info.full_name.rsplit("/", 1)[0]  # Less the version.
@@ -151,8 +159,9 @@ class TfdsSource:
             f"set config.manual_dir), as TFDS says:\n{instructions}")
     # Prepared in ArrayRecord files, so that they are read by index (a
     # builder opened without a format reads whichever it finds); those are
-    # written to local paths only, so on object storage TFRecord files.
-    if not paths.is_remote(self._builder.data_dir):
+    # written to local paths only, so on object storage TFRecord files (and
+    # where array_record has no build: TFDS needs it on Linux only).
+    if not paths.is_remote(self._builder.data_dir) and _writes_array_record():
       self._builder = _builder(self._tfds_name, self._data_dir,
                                file_format=FILE_FORMAT)
     console.say(

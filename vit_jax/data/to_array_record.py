@@ -6,8 +6,9 @@ unchanged) to the ArrayRecord shard of the same name and split, written
 as TFDS writes them (group size 1: one record per chunk, read alone), under
 a temporary name and renamed when complete. Only then does the dataset's
 `dataset_info.json` name ArrayRecord its format (TFRecord stays listed as
-an alternative, and its files are kept): a conversion that is stopped
-leaves the dataset as it was, and running it again starts over.
+an alternative, and its files are kept), written whole and renamed: a
+conversion that is stopped leaves the dataset as it was, and running it
+again starts over. Convert a dataset while no run reads it.
 
 TFDS's own converter (`tfds convert_format`, 4.9.10) needs Apache Beam and
 mlcroissant to start, and on this dataset layout stops at its metadata
@@ -86,8 +87,11 @@ def convert(builder) -> dict:
   info.file_format = formats.ARRAY_RECORD.value
   if formats.TFRECORD.value not in info.alternative_file_formats:
     info.alternative_file_formats.append(formats.TFRECORD.value)
-  tfds.core.dataset_info.write_dataset_info_proto(
-      info, dataset_info_dir=builder.data_dir)
+  # Written whole, then renamed over the old: a stop leaves one or the other.
+  info_path = paths.resolve(builder.data_dir) / "dataset_info.json"
+  partial = info_path.with_name(info_path.name + ".incomplete")
+  partial.write_text(tfds.core.dataset_info.get_dataset_info_json(info))
+  partial.rename(info_path)
   return {
       "dataset": builder.info.full_name,
       "converted": len(todo),
