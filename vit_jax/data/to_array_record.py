@@ -42,7 +42,7 @@ def _copy_shard(source: str, target: str) -> int:
     writer.write(record)
     count += 1
   writer.close()
-  paths.resolve(partial).rename(target)
+  paths.resolve(partial).replace(target)
   return count
 
 
@@ -91,7 +91,7 @@ def convert(builder) -> dict:
   info_path = paths.resolve(builder.data_dir) / "dataset_info.json"
   partial = info_path.with_name(info_path.name + ".incomplete")
   partial.write_text(tfds.core.dataset_info.get_dataset_info_json(info))
-  partial.rename(info_path)
+  partial.replace(info_path)
   return {
       "dataset": builder.info.full_name,
       "converted": len(todo),
