@@ -104,9 +104,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # ends in value_range, which the train step then applies: a quarter of
   # the bytes. False: float32 from the host.
   config.pp_uint8 = True  # See above.
-  # Examples in the training shuffle window of TFDS datasets in TFRecord
-  # files; records read by index are shuffled over the whole split.
-  config.shuffle_buffer = 50_000
+  # Records read by index are shuffled over the whole split; this is the
+  # shuffle window of TFDS datasets in TFRecord files, read in sequence.
+  config.shuffle_buffer = 50_000  # Examples in that window.
   config.cache = False  # Keep the decoded dataset in host memory.
   # Unreadable images (empty, not an image, truncated) are left out and
   # listed in WORKDIR/unreadable_files.txt; past this share of the files a
