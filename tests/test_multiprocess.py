@@ -199,6 +199,18 @@ def _stderr_tails(outputs) -> str:
       err.split("\nExtension modules:")[0][-4000:] for _, err in outputs)
 
 
+def _preempted_after_step_4(workdir, data_dir, overrides):
+  """Two processes, process 1 sent SIGTERM once step 4 is logged: both
+  exit 143 (as on GKE). Returns (the step they saved, their outputs)."""
+  codes, outputs = _launch_two_processes(workdir, data_dir, overrides,
+                                         sigterm_process_1_at="Step 4/",
+                                         flags=["--preempted_exit_code=143"])
+  assert codes == [143, 143], _stderr_tails(outputs)
+  step = int(
+      float(re.search(r"preempted_at_step=([\d.]+)", outputs[0][0]).group(1)))
+  return step, outputs
+
+
 def test_a_preempted_then_killed_run_ends_where_an_uninterrupted_one_does(
     digits_config, tfds_data_dir, tmp_path):
   """One run meets both faults, so it is launched three times, not four.
@@ -223,12 +235,7 @@ def test_a_preempted_then_killed_run_ends_where_an_uninterrupted_one_does(
       "lr": 0.02
   }  # Stable: lr 0.1 diverges, and amplifies drift.
   workdir = str(tmp_path / "run")
-  codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides,
-                                         sigterm_process_1_at="Step 4/",
-                                         flags=["--preempted_exit_code=143"])
-  assert codes == [143, 143], _stderr_tails(outputs)
-  step = int(
-      float(re.search(r"preempted_at_step=([\d.]+)", outputs[0][0]).group(1)))
+  step, outputs = _preempted_after_step_4(workdir, tfds_data_dir, overrides)
   assert 4 < step < total
   for _, err in outputs:  # Both stopped at that step.
     assert f"Stopped at step {step} after a preemption notice" in err
@@ -339,12 +346,7 @@ def test_a_run_preempted_on_two_processes_resumes_on_one_where_it_would_be(
       "lr": 0.02
   }
   workdir = str(tmp_path / "run")
-  codes, outputs = _launch_two_processes(workdir, tfds_data_dir, overrides,
-                                         sigterm_process_1_at="Step 4/",
-                                         flags=["--preempted_exit_code=143"])
-  assert codes == [143, 143], _stderr_tails(outputs)
-  step = int(
-      float(re.search(r"preempted_at_step=([\d.]+)", outputs[0][0]).group(1)))
+  step, _ = _preempted_after_step_4(workdir, tfds_data_dir, overrides)
   cmd = [
       sys.executable, "-m", "vit_jax", "train",
       "--config=configs/digits.py:runlocal", f"--workdir={workdir}",
