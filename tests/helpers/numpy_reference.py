@@ -264,3 +264,98 @@ def trained_like_params(shapes, seed: int = 0, conv_std=(0.01, 0.05)):
     return fill(path, tuple(tree.shape)).astype(np.float32)
 
   return walk(shapes, ())
+
+
+# ------------------------------------------------------- patch sequences --
+#
+# NaFlex / NaViT: each image of a sequence is cut out of it and run alone
+# (no mask: its tokens are all it sees), its learned position embeddings
+# the stored grid resized to its own grid. The resize is written as PIL
+# defines its antialiased filters (Resample.c): output pixel i of n reads
+# the input around centre (i + 0.5) * S / n, its kernel widened by
+# max(S / n, 1), weights renormalised over the taps inside the table.
+
+
+def keys_cubic(t, a=-0.5):
+  t = np.abs(t)
+  return np.where(
+      t < 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+      np.where(t < 2, ((t - 5) * t + 8) * t * a - 4 * a, 0.0))
+
+
+def antialiased_matrix(stored: int, size: int, method: str,
+                       antialias: bool = True):
+  """(size, stored): out = M @ table along one axis."""
+  scale = stored / size
+  support = max(scale, 1.0) if antialias else 1.0
+  matrix = np.zeros((size, stored))
+  for i in range(size):
+    centre = (i + 0.5) * scale
+    for j in range(stored):
+      t = abs(j + 0.5 - centre) / support
+      matrix[i, j] = (max(0.0, 1 - t) if method == "bilinear" else
+                      float(keys_cubic(t)))
+    matrix[i] /= matrix[i].sum()
+  return matrix
+
+
+def _image_posemb(p, enc, grid, width, posemb, interpolation):
+  """(h*w, D) position embeddings of one image's grid."""
+  h, w = grid
+  if posemb == "sincos2d":
+    return sincos2d(h, w, width)
+  if posemb == "factorized":
+    table_y = enc["posembed_input"]["pos_embedding_y"][0]
+    table_x = enc["posembed_input"]["pos_embedding_x"][0]
+    rows = antialiased_matrix(len(table_y), h, "bilinear", False) @ table_y
+    cols = antialiased_matrix(len(table_x), w, "bilinear", False) @ table_x
+    return (rows[:, None] + cols[None]).reshape(h * w, width)
+  table = enc["posembed_input"]["pos_embedding"][0]
+  side = int(round(np.sqrt(len(table))))
+  table = table[len(table) - side * side:].reshape(side, side, width)
+  rows = antialiased_matrix(side, h, interpolation)
+  cols = antialiased_matrix(side, w, interpolation)
+  return np.einsum("ia,jb,abd->ijd", rows, cols, table).reshape(h * w, width)
+
+
+def vit_sequence(params, patches_BxNxF, coords_BxNx2, segments_BxN, grids_BxKx2,
+                 classifier="map", gelu=gelu_tanh, posemb="learn",
+                 interpolation="bilinear", class_token=False):
+  """Logits of each image of each sequence (B x K x classes; NaN where a
+  slot holds no image). Patches are row-major within their image."""
+  p = _to_float64(params)
+  enc = p["Transformer"]
+  kernel = p["embedding"]["kernel"]
+  width = kernel.shape[-1]
+  batch, slots = grids_BxKx2.shape[:2]
+  out = np.full((batch, slots, p["head"]["kernel"].shape[-1]), np.nan)
+  for b in range(batch):
+    for k in range(slots):
+      where = np.flatnonzero(segments_BxN[b] == k + 1)
+      if not where.size:
+        continue
+      grid = tuple(grids_BxKx2[b, k])
+      order = coords_BxNx2[b, where, 0] * grid[1] + coords_BxNx2[b, where, 1]
+      x = np.asarray(patches_BxNxF[b, where], np.float64) @ kernel.reshape(
+          -1, width) + p["embedding"]["bias"]
+      x = x + _image_posemb(p, enc, grid, width, posemb, interpolation)[order]
+      if class_token:
+        posemb_cls = (enc["posembed_input"]["pos_embedding"][0, :1]
+                      if posemb == "learn" else 0.0)
+        x = np.concatenate([p["cls"][0] + posemb_cls, x])
+      x = x[None]
+      for i in range(sum(n.startswith("encoderblock_") for n in enc)):
+        block = enc[f"encoderblock_{i}"]
+        x = x + attention(layer_norm(x, block["LayerNorm_0"]),
+                          block["MultiHeadDotProductAttention_1"])
+        x = x + mlp_block(layer_norm(x, block["LayerNorm_2"]),
+                          block["MlpBlock_3"], gelu)
+      x = layer_norm(x, enc["encoder_norm"])
+      if classifier == "token":
+        pooled = x[:, 0]
+      elif classifier == "map":
+        pooled = map_head(x[:, int(class_token):], p["MAPHead_0"], gelu)
+      else:
+        pooled = x[:, int(class_token):].mean(axis=1)
+      out[b, k] = dense(pooled, p["head"])[0]
+  return out

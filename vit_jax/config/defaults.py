@@ -22,8 +22,14 @@ def get_model_config() -> ml_collections.ConfigDict:
   # (gap and map then pool the patch tokens only).
   model.class_token = config_dict.placeholder(bool)  # See above.
   # Position embeddings: learn (the paper's) | sincos2d (fixed 2D sin-cos,
-  # big_vision's plain ViTs; nothing stored or loaded).
+  # big_vision's plain ViTs; nothing stored or loaded) | factorized (NaViT's:
+  # a learned table of rows and one of columns, summed).
   model.posemb = "learn"  # See above.
+  # How images at their own shape (patch sequences: config.sequence) resize
+  # learned position embeddings to each image's grid, antialiased: bilinear
+  # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). None: decided by
+  # weights.decide, as the weights' origin learned them (bilinear at init).
+  model.posemb_interpolation = config_dict.placeholder(str)  # See above.
   # The patch size the model runs at; None: its variant's. Another (FlexiViT,
   # plain ViTs only): the parameters keep the variant's shapes, and the patch
   # embedding is PI-resized and learned position embeddings resized to the

@@ -13,6 +13,7 @@ from vit_jax.models import variants
 from vit_jax.models.attention import ATTENTION
 from vit_jax.models.attention import FP8_STATE
 from vit_jax.models.mixer import MlpMixer
+from vit_jax.models.sequences import INTERPOLATIONS
 from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import Variant
@@ -45,6 +46,7 @@ _LATER_FIELDS = {
     "pooled_norm": False,
     "layer_norm_eps": 1e-6,
     "fp8": False,
+    "posemb_interpolation": "bilinear",
 }
 # The options of PyTorch's ViT families, as VisionTransformer's fields.
 TORCH_FAMILY_OPTIONS = ("num_registers", "posemb_covers_prefix", "layer_scale",
@@ -116,6 +118,10 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         f"config.model.patch_size={run_patch}: only a plain ViT runs at "
         f"another patch size than its variant's (FlexiViT), and a positive "
         f"one; {model_config.variant} cannot. Unset it.")
+  interpolation = model_field(model_config, "posemb_interpolation")
+  if interpolation not in (None,) + INTERPOLATIONS:
+    raise UserError(f"config.model.posemb_interpolation={interpolation!r} is "
+                    f"not one of {', '.join(INTERPOLATIONS)}.")
   _check_torch_family_options(model_config)
   if isinstance(variant, MixerVariant):
     _check_mixer_config(model_config)
@@ -226,6 +232,8 @@ def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
       classifier=model_config.classifier,
       class_token=model_field(model_config, "class_token"),
       posemb=model_field(model_config, "posemb"),
+      posemb_interpolation=model_field(model_config, "posemb_interpolation")
+      or "bilinear",
       run_patch_size=model_field(model_config, "patch_size"),
       **{n: model_field(model_config, n) for n in TORCH_FAMILY_OPTIONS},
       representation_size=model_config.representation_size,

@@ -34,19 +34,23 @@ _CUDNN_LENGTH_MULTIPLE = 2
 
 
 def fused_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK, implementation: str,
-                    length_multiple: int = 1):
+                    length_multiple: int = 1, mask=None):
   """`jax.nn.dot_product_attention` of already-scaled queries, the tokens
-  padded to a multiple of `length_multiple` and the padding masked out."""
+  padded to a multiple of `length_multiple` and the padding masked out;
+  `mask` (B x 1 x N x N, True: attend) as well where given."""
   batch, tokens = q_BxNxHxK.shape[:2]
   padded = -(-tokens // length_multiple) * length_multiple
   if padded == tokens:
     return jax.nn.dot_product_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK,
-                                        scale=1.0,
+                                        mask=mask, scale=1.0,
                                         implementation=implementation)
   pad = lambda t: jnp.pad(t, ((0, 0), (0, padded - tokens), (0, 0), (0, 0)))
+  if mask is not None:
+    extra = padded - tokens
+    mask = jnp.pad(mask, ((0, 0), (0, 0), (0, extra), (0, extra)))
   lengths = jnp.full((batch,), tokens, jnp.int32)
   y = jax.nn.dot_product_attention(
-      pad(q_BxNxHxK), pad(k_BxNxHxK), pad(v_BxNxHxK), scale=1.0,
+      pad(q_BxNxHxK), pad(k_BxNxHxK), pad(v_BxNxHxK), mask=mask, scale=1.0,
       query_seq_lengths=lengths, key_value_seq_lengths=lengths,
       implementation=implementation)
   return y[:, :tokens]
@@ -75,6 +79,10 @@ class MultiHeadDotProductAttention(nn.Module):
   stores the weights); `auto` takes cudnn where it applies (GPUs in
   bf16/fp16) and the explicit form elsewhere (CPU, TPU, fp32), where it
   is what XLA fuses best.
+
+  `mask` (B x 1 x M x N, True where a query may attend to a key; patch
+  sequences' images and padding) masks every form alike; no row may be
+  all False.
   """
   num_heads: int
   dropout_rate: float = 0.0
@@ -85,7 +93,7 @@ class MultiHeadDotProductAttention(nn.Module):
 
   @nn.compact
   def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool,
-               need_weights: bool = False):
+               need_weights: bool = False, mask=None):
     width = kv_BxNxD.shape[-1]
     if width % self.num_heads:  # The variant table never has this.
       raise ValueError(f"hidden_size {width} is not divisible by num_heads "
@@ -110,15 +118,19 @@ class MultiHeadDotProductAttention(nn.Module):
     weights_BxHxMxN = None
     if (need_weights or implementation == "explicit" or
         (self.dropout_rate and not deterministic)):
-      logits_BxHxMxN = jnp.einsum("bmhk,bnhk->bhmn", q_BxMxHxK, k_BxNxHxK)
-      weights_BxHxMxN = jax.nn.softmax(logits_BxHxMxN.astype(jnp.float32))
+      logits_BxHxMxN = jnp.einsum("bmhk,bnhk->bhmn", q_BxMxHxK,
+                                  k_BxNxHxK).astype(jnp.float32)
+      if mask is not None:
+        logits_BxHxMxN = jnp.where(mask, logits_BxHxMxN,
+                                   jnp.finfo(jnp.float32).min)
+      weights_BxHxMxN = jax.nn.softmax(logits_BxHxMxN)
       dropped = nn.Dropout(self.dropout_rate)(weights_BxHxMxN, deterministic)
       y_BxMxHxK = jnp.einsum("bhmn,bnhk->bmhk", dropped.astype(self.dtype),
                              v_BxNxHxK)
     else:
       y_BxMxHxK = fused_attention(
           q_BxMxHxK, k_BxNxHxK, v_BxNxHxK, implementation,
-          _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1)
+          _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1, mask)
     out_BxMxD = nn.DenseGeneral(
         width, axis=(-2, -1), dtype=self.dtype, param_dtype=self.param_dtype,
         kernel_init=nn.initializers.xavier_uniform(),

@@ -1,21 +1,25 @@
-"""The patch and position embeddings of a ViT, in their three forms.
+"""The patch and position embeddings of a ViT, in their four forms.
 
 Learned position embeddings, one per token (the paper's); fixed 2D sin-cos
-ones (big_vision's `sincos2d`, MoCo v3's formula); and FlexiViT's: a patch
+ones (big_vision's `sincos2d`, MoCo v3's formula); NaViT's factorized ones
+(a table per axis); and FlexiViT's: a patch
 embedding stored for one patch size and run at another (its kernel
 PI-resized in every step, `patch_resize.py`), with learned position
 embeddings stored for one grid and bilinearly resized to the grid it runs
 at. The plain patch embedding is `nn.Conv` in `vit.VisionTransformer`.
 """
 
+import math
 from typing import Any
 from typing import Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vit_jax.models import patch_resize
+from vit_jax.models import sequences
 
 Dtype = Any
 
@@ -29,15 +33,23 @@ class AddPositionEmbs(nn.Module):
   for the first grid and, where the tokens form the second, its grid part
   is bilinearly resized to it on the fly (as FlexiViT does; the tokens
   before the grid keep theirs).
+
+  With `positions` (coords B x N' x 2, grids B x N' x 2 of the last N'
+  tokens, a patch sequence's): the grid part, stored square, is resized to
+  each token's image grid (`interpolation`, antialiased) and read at its
+  (row, column) (`sequences.learned_at`).
   """
   param_dtype: Dtype = jnp.float32
   grids: Optional[tuple] = None
   skip: int = 0
+  interpolation: str = "bilinear"  # One of sequences.INTERPOLATIONS.
 
   @nn.compact
-  def __call__(self, x_BxNxD):
+  def __call__(self, x_BxNxD, positions=None):
     skipped, x_BxNxD = x_BxNxD[:, :self.skip], x_BxNxD[:, self.skip:]
-    if self.grids is None:
+    if positions is not None:
+      posemb = self._at_positions(x_BxNxD, *positions)
+    elif self.grids is None:
       posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
                           (1,) + x_BxNxD.shape[1:], self.param_dtype)
     else:
@@ -51,6 +63,66 @@ class AddPositionEmbs(nn.Module):
     if not self.skip:
       return x_BxNxD
     return jnp.concatenate([skipped, x_BxNxD], axis=1)
+
+  def _at_positions(self, x_BxNxD, coords_BxNx2, grids_BxNx2):
+    table = _stored(self, "pos_embedding")
+    prefix = x_BxNxD.shape[1] - coords_BxNx2.shape[1]
+    side = math.isqrt(table.shape[1] - prefix)
+    if side * side != table.shape[1] - prefix:
+      raise ValueError(f"Patch sequences read a square table of position "
+                       f"embeddings; this one has {table.shape[1] - prefix}.")
+    grid = table[0, prefix:].reshape(side, side, -1)
+    at_patches = sequences.learned_at(grid, coords_BxNx2, grids_BxNx2,
+                                      self.interpolation)
+    return jnp.concatenate([
+        jnp.broadcast_to(table[:, :prefix],
+                         (x_BxNxD.shape[0], prefix, table.shape[-1])),
+        at_patches.astype(table.dtype)
+    ], axis=1)
+
+
+class FactorizedPositionEmbs(nn.Module):
+  """NaViT's factorized position embeddings (timm's `factorized`): a table
+  of rows and one of columns, each resized linearly to the grid the
+  patches form (no antialiasing) and summed. The tokens before the grid
+  (class token, registers) get none."""
+  param_dtype: Dtype = jnp.float32
+  prefix: int = 0
+
+  @nn.compact
+  def __call__(self, x_BxNxD, grid_hw=None, positions=None):
+    """`grid_hw`: the image path's grid (the stored size at init);
+    `positions`: a patch sequence's (coords, grids) per patch."""
+    width = x_BxNxD.shape[-1]
+    if positions is None:
+      rows, cols = np.divmod(np.arange(grid_hw[0] * grid_hw[1]), grid_hw[1])
+      coords = jnp.asarray(np.stack([rows, cols], -1))[None]
+      positions = (coords, jnp.asarray(grid_hw)[None, None])
+    if grid_hw is None:  # A sequence reads the tables an image made.
+      rows, cols = (_stored(self, n) for n in ("pos_embedding_y",
+                                               "pos_embedding_x"))
+    else:
+      init = nn.initializers.normal(stddev=0.02)
+      rows = self.param("pos_embedding_y", init, (1, grid_hw[0], width),
+                        self.param_dtype)
+      cols = self.param("pos_embedding_x", init, (1, grid_hw[1], width),
+                        self.param_dtype)
+    coords, grids = positions
+    grids = jnp.broadcast_to(grids, coords.shape)
+    posemb = sequences.factorized_at(rows[0], cols[0], coords, grids)
+    prefix, patches = x_BxNxD[:, :self.prefix], x_BxNxD[:, self.prefix:]
+    return jnp.concatenate([prefix, patches + posemb.astype(patches.dtype)],
+                           axis=1)
+
+
+def _stored(module: nn.Module, name: str):
+  """A parameter a sequence reads at the shape an image gave it (its shape
+  is the stored grid's, not the sequence's)."""
+  if not module.has_variable("params", name):
+    raise ValueError("Initialise a ViT from a square image "
+                     "(models.init_on_zeros); patch sequences read its "
+                     "position embeddings.")
+  return module.get_variable("params", name)
 
 
 class PatchEmbedding(nn.Module):
@@ -77,6 +149,39 @@ class PatchEmbedding(nn.Module):
         kernel_at_patch_size(kernel, run).astype(self.dtype), (run, run),
         "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     return y + bias.astype(self.dtype)
+
+
+class SequenceEmbedding(nn.Module):
+  """The patch embedding's parameters (`nn.Conv`'s names and shapes) applied
+  to flattened patches."""
+  features: int
+  patch_size: int
+  run_patch_size: int
+  channels: int
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, patches_BxNxF):
+    stored = self.patch_size
+    kernel = self.param("kernel", nn.initializers.lecun_normal(),
+                        (stored, stored, self.channels, self.features),
+                        self.param_dtype)
+    bias = self.param("bias", nn.initializers.zeros, (self.features,),
+                      self.param_dtype)
+    if self.run_patch_size != stored:
+      kernel = kernel_at_patch_size(kernel, self.run_patch_size)
+    # A Dense layer (P*P*C -> D), computed as the conv over each patch
+    # alone: a square image's patches then embed bit for bit as the image
+    # path embeds them (a matmul rounds differently).
+    run = self.run_patch_size
+    batch, length, _ = patches_BxNxF.shape
+    tiles = patches_BxNxF.reshape(batch * length, run, run, self.channels)
+    y = jax.lax.conv_general_dilated(
+        tiles.astype(self.dtype), kernel.astype(self.dtype), (run, run),
+        "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return y.reshape(batch, length,
+                     self.features) + bias.astype(self.dtype)
 
 
 def kernel_at_patch_size(kernel_PxPxCxD, run: int):
@@ -116,15 +221,5 @@ def posemb_sincos2d(grid_h: int, grid_w: int, width: int,
   if width % 4:  # models.check_model_config says so before tracing.
     raise ValueError(f"sincos2d position embeddings need a width divisible "
                      f"by 4, not {width}.")
-  y, x = jnp.mgrid[:grid_h, :grid_w]
-  quarter = width // 4
-  omega = 1.0 / temperature**(jnp.arange(quarter) / max(quarter - 1, 1))
-  x_angles = x.reshape(-1, 1) * omega[None]
-  y_angles = y.reshape(-1, 1) * omega[None]
-  table = jnp.concatenate([
-      jnp.sin(x_angles),
-      jnp.cos(x_angles),
-      jnp.sin(y_angles),
-      jnp.cos(y_angles)
-  ], axis=1)
-  return table[None].astype(jnp.float32)
+  return sequences.sincos2d_at(sequences.grid_coords(grid_h, grid_w), width,
+                               temperature)

@@ -26,6 +26,7 @@ from typing import Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax.models import encoder
 from vit_jax.models import partitioning as lx
 from vit_jax.models import vit
 
@@ -35,7 +36,7 @@ Dtype = Any
 class MixerMlp(nn.Module):
   """Dense -> GELU -> Dense along the last axis, with dropout after each.
 
-  Not `vit.MlpBlock`: this one keeps Flax's default initialisers, as the
+  Not `encoder.MlpBlock`: this one keeps Flax's default initialisers, as the
   released Mixer does, and takes its hidden units' logical axes, which
   differ between the two mixing MLPs.
   """
@@ -64,7 +65,7 @@ class MixerBlock(nn.Module):
   tokens_mlp_dim: int
   channels_mlp_dim: int
   dropout_rate: float = 0.0
-  drop_path_rate: float = 0.0  # This block's rate; see `vit.drop_path`.
+  drop_path_rate: float = 0.0  # This block's rate; see `encoder.drop_path`.
   gelu_approximate: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
@@ -76,7 +77,7 @@ class MixerBlock(nn.Module):
     mlp = functools.partial(MixerMlp, dropout_rate=self.dropout_rate,
                             gelu_approximate=self.gelu_approximate,
                             dtype=self.dtype, param_dtype=self.param_dtype)
-    drop_path = vit.drop_path(self.drop_path_rate)
+    drop_path = encoder.drop_path(self.drop_path_rate)
 
     y_BxDxN = jnp.swapaxes(norm(name="LayerNorm_0")(x_BxNxD), 1, 2)
     y_BxDxN = mlp(self.tokens_mlp_dim, lx.TOKEN_MIXING_HIDDEN_AXES,
@@ -111,7 +112,7 @@ class MlpMixer(nn.Module):
   dropout_rate: float = 0.0
   drop_path_rate: float = 0.0  # The last block's; see block_drop_path_rates.
   gelu_approximate: bool = True  # tanh (released weights); False: erf.
-  remat: str = "none"  # A key of vit.REMAT_POLICIES.
+  remat: str = "none"  # A key of encoder.REMAT_POLICIES.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -141,7 +142,7 @@ class MlpMixer(nn.Module):
     x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
 
     block_cls = MixerBlock
-    policy = vit.REMAT_POLICIES[self.remat]
+    policy = encoder.REMAT_POLICIES[self.remat]
     if policy is not None:
       block_cls = nn.remat(block_cls, static_argnums=(2,), policy=policy)
     per_layer = []

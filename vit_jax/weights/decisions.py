@@ -1,18 +1,21 @@
 """What a config leaves open, decided once, before anything is built.
 
-The defaults leave one field open: `config.model.gelu_approximate` (None:
-follow the weights the run starts from). `decide` turns a user's config,
-with the run it resumes or the checkpoint it starts from, into a decided
-copy, and says why at INFO: the field kept where set; else as the resumed
-run computed it (its config.json; one written before the option existed:
-the exact erf); else as the origin of the checkpoint
-computes it (timm, Hugging Face: exact erf; the released .npz files: tanh);
-else the released models' tanh approximation. Training, inference,
+The defaults leave two fields open (None: follow the weights the run starts
+from): `config.model.gelu_approximate` and `config.model.posemb_interpolation`.
+`decide` turns a user's config, with the run it resumes or the checkpoint
+it starts from, into a decided copy, and says why at INFO: a field kept
+where set; else as the resumed run computed it (its config.json; one
+written before the GELU option existed: the exact erf); else as the
+checkpoint's origin computes it (GELU: timm, Hugging Face the exact erf,
+the released .npz files tanh; position-embedding resizing: timm bicubic,
+the others bilinear); else the released models' tanh and big_vision's
+bilinear. Training, inference,
 few-shot sweeps, VTAB and `inspect` call it first, and `models.build_model`
 refuses a config that has not been through it, so every part reads the
 same decided value (and config.json records it).
 """
 
+import functools
 import os
 from typing import Optional
 
@@ -24,17 +27,6 @@ from vit_jax.weights import convert
 from vit_jax.weights import loader
 from vit_jax.weights import pytorch_dir
 from vit_jax.weights import released
-
-
-def _recorded_gelu(workdir) -> Optional[bool]:
-  """The GELU form WORKDIR/config.json records (a run written before the
-  option existed computed the exact erf: False); None without the file."""
-  path = paths.resolve(workdir) / paths.CONFIG_FILE
-  if not path.exists():
-    return None
-  value = pytorch_dir.read_config_json(path).get("model", {}).get(
-      "gelu_approximate", False)
-  return None if value is None else bool(value)
 
 
 def _released_name(checkpoint: str) -> bool:
@@ -52,22 +44,69 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     checkpoint = config.init.checkpoint
   if checkpoint:  # Before a released checkpoint is downloaded.
     loader.check_released_variant(checkpoint, config.model.variant)
-  if config.model.gelu_approximate is not None:
+  open_fields = [
+      f for f in ("gelu_approximate", "posemb_interpolation")
+      if config.model.get(f, "") is None
+  ]
+  if not open_fields:
     return config
-  value, why = True, "the released models' form (random init)"
-  resumed = (_recorded_gelu(resumed_workdir)
-             if resumed_workdir is not None else None)
-  if resumed is not None:
-    value, why = resumed, "as the resumed run computed it (its config.json)"
-  elif checkpoint and _released_name(checkpoint):  # Known without a download.
-    value, why = convert.ORIGIN_GELU_APPROXIMATE["released"], (
-        "as the released models compute it")
-  elif checkpoint:
-    origin, approximate = loader.file_origin(checkpoint, config.init.cache_dir)
-    if approximate is not None:
-      value, why = approximate, f"as the weights' origin ({origin}) computes"
+  recorded = (_recorded_model(resumed_workdir)
+              if resumed_workdir is not None else None)
+
+  @functools.cache
+  def origin() -> Optional[str]:
+    if checkpoint and _released_name(checkpoint):
+      return "released"  # Known without a download.
+    if checkpoint:
+      return loader.file_origin(checkpoint, config.init.cache_dir)[0]
+    return None
+
   config = config.copy_and_resolve_references()
-  config.model.gelu_approximate = value
-  logging.info("GELU: %s, %s (config.model.gelu_approximate was unset).",
-               loader.GELU_NAMES[value], why)
+  for field in open_fields:
+    value, why = _DECIDERS[field](recorded, origin, checkpoint)
+    setattr(config.model, field, value)
+    logging.info("%s: %s, %s (config.model.%s was unset).", field,
+                 loader.GELU_NAMES[value] if field == "gelu_approximate" else
+                 value, why, field)
   return config
+
+
+def _recorded_model(workdir) -> Optional[dict]:
+  """The model section WORKDIR/config.json records; None without it."""
+  path = paths.resolve(workdir) / paths.CONFIG_FILE
+  if not path.exists():
+    return None
+  return pytorch_dir.read_config_json(path).get("model", {})
+
+
+def _gelu(recorded, origin, checkpoint):
+  # A run recorded before the option existed computed the exact erf.
+  if recorded is not None and recorded.get("gelu_approximate",
+                                           False) is not None:
+    return bool(recorded.get("gelu_approximate", False)), (
+        "as the resumed run computed it (its config.json)")
+  if origin() == "released":
+    return convert.ORIGIN_GELU_APPROXIMATE["released"], (
+        "as the released models compute it")
+  if origin() is not None:
+    approximate = loader.origin_gelu(checkpoint, origin())
+    if approximate is not None:
+      return approximate, f"as the weights' origin ({origin()}) computes"
+  return True, "the released models' form (random init)"
+
+
+def _interpolation(recorded, origin, checkpoint):
+  """How patch sequences resize learned position embeddings: as the
+  weights learned them (timm's NaFlexViT: bicubic; big_vision: bilinear)."""
+  del checkpoint
+  if recorded is not None and recorded.get("posemb_interpolation"):
+    return recorded["posemb_interpolation"], (
+        "as the resumed run computed it (its config.json)")
+  if origin() == "timm":
+    return "bicubic", "as timm resizes them"
+  if origin() is not None:
+    return "bilinear", f"as {origin()} weights are resized"
+  return "bilinear", "big_vision's NaFlex form (random init)"
+
+
+_DECIDERS = {"gelu_approximate": _gelu, "posemb_interpolation": _interpolation}
