@@ -35,13 +35,13 @@ def pack(image_list, length: int, slots: int):
   coords.append(rng.integers(0, 9, size=(pad, 2)))
   segments.append(np.zeros(pad, np.int32))
   join = lambda parts, dtype: np.concatenate(parts).astype(dtype)
-  return (join(patches, np.float32), join(coords, np.int32),
-          join(segments, np.int32), grids)
+  return (join(patches, np.float32), join(
+      coords, np.int32), join(segments, np.int32), grids)
 
 
 def batch_of(sequence_list) -> sequences.PatchSequence:
-  return sequences.PatchSequence(*(jnp.asarray(np.stack(parts))
-                                   for parts in zip(*sequence_list)))
+  return sequences.PatchSequence(
+      *(jnp.asarray(np.stack(parts)) for parts in zip(*sequence_list)))
 
 
 def mixed_images(seed=0):
@@ -91,10 +91,10 @@ def test_packed_sequences_match_the_numpy_reference_image_by_image(
   logits, _ = run(model, params, batch)
   assert logits.shape == (2, 2, 7)
   expected = ref.vit_sequence(
-      params, *(np.asarray(t)
-                for t in (batch.patches, batch.coords, batch.segments,
-                          batch.grids)), classifier=classifier, posemb=posemb,
-      interpolation=interpolation)
+      params,
+      *(np.asarray(t)
+        for t in (batch.patches, batch.coords, batch.segments, batch.grids)),
+      classifier=classifier, posemb=posemb, interpolation=interpolation)
   np.testing.assert_allclose(logits, expected, rtol=2e-5, atol=2e-5)
 
 
@@ -126,8 +126,7 @@ def test_padding_and_empty_slots_change_nothing_and_stay_finite():
 @pytest.mark.parametrize("method,pil_filter", [("bilinear", Image.BILINEAR),
                                                ("bicubic", Image.BICUBIC)])
 @pytest.mark.parametrize("grid", [(3, 7), (16, 2), (5, 5)])
-def test_each_image_reads_its_table_as_pil_resizes_it(method, pil_filter,
-                                                      grid):
+def test_each_image_reads_its_table_as_pil_resizes_it(method, pil_filter, grid):
   """A 5x5 table resized (antialiased) to each image's grid, channel by
   channel, by PIL's float images."""
   table = np.random.default_rng(5).normal(size=(5, 5, 3)).astype(np.float32)
@@ -138,8 +137,9 @@ def test_each_image_reads_its_table_as_pil_resizes_it(method, pil_filter,
                             jnp.broadcast_to(jnp.asarray(grid), coords.shape),
                             method)
   expected = np.stack([
-      np.asarray(Image.fromarray(table[..., c], mode="F").resize(
-          (w, h), pil_filter)) for c in range(3)
+      np.asarray(
+          Image.fromarray(table[..., c], mode="F").resize((w, h), pil_filter))
+      for c in range(3)
   ], axis=-1)
   np.testing.assert_allclose(
       np.asarray(at[0]).reshape(h, w, 3), expected, atol=2e-5)
@@ -149,8 +149,8 @@ def test_the_same_grid_reads_the_table_unchanged():
   table = jax.random.normal(jax.random.key(0), (4, 6, 8))
   coords = sequences.grid_coords(4, 6)
   for method in sequences.INTERPOLATIONS:
-    at = sequences.learned_at(table, coords, jnp.full((1, 24, 2), jnp.array(
-        [4, 6])), method)
+    at = sequences.learned_at(table, coords,
+                              jnp.full((1, 24, 2), jnp.array([4, 6])), method)
     np.testing.assert_array_equal(at[0], table.reshape(24, 8))
 
 

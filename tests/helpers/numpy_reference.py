@@ -278,9 +278,8 @@ def trained_like_params(shapes, seed: int = 0, conv_std=(0.01, 0.05)):
 
 def keys_cubic(t, a=-0.5):
   t = np.abs(t)
-  return np.where(
-      t < 1, ((a + 2) * t - (a + 3)) * t * t + 1,
-      np.where(t < 2, ((t - 5) * t + 8) * t * a - 4 * a, 0.0))
+  return np.where(t < 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                  np.where(t < 2, ((t - 5) * t + 8) * t * a - 4 * a, 0.0))
 
 
 def antialiased_matrix(stored: int, size: int, method: str,
@@ -293,8 +292,8 @@ def antialiased_matrix(stored: int, size: int, method: str,
     centre = (i + 0.5) * scale
     for j in range(stored):
       t = abs(j + 0.5 - centre) / support
-      matrix[i, j] = (max(0.0, 1 - t) if method == "bilinear" else
-                      float(keys_cubic(t)))
+      matrix[i, j] = (max(0.0, 1 -
+                          t) if method == "bilinear" else float(keys_cubic(t)))
     matrix[i] /= matrix[i].sum()
   return matrix
 

@@ -97,6 +97,12 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.train_split = "train"  # TFDS split string, e.g. 'train[:98%]'.
   config.eval_split = "test"  # Split for periodic and final evaluation.
   config.image_size = 224  # Square input resolution in pixels.
+  # Images at their own shape (NaFlex): patches per image where a pipeline
+  # ends with patchify (e.g. "resize_to_sequence|value_range|patchify":
+  # each image resized, aspect kept, to the most patches within it, and
+  # padded to it). image_size then sizes the model's position embeddings,
+  # which each image's grid reads resized.
+  config.sequence_length = config_dict.placeholder(int)  # See above.
   config.pp_train = "inception_crop|flip_lr|value_range"  # '|'-joined op names.
   config.pp_eval = "resize_small|central_crop|value_range"  # Evaluation ops.
   # A leading inception_crop decodes only its window of a JPEG (the same
@@ -281,6 +287,7 @@ def data_fields(**values) -> ml_collections.ConfigDict:
   data.data_dir = config_dict.placeholder(str)  # None: config.data_dir.
   data.manual_dir = config_dict.placeholder(str)  # None: config.manual_dir.
   data.label_key = config_dict.placeholder(str)  # TFDS label feature.
+  data.sequence_length = config_dict.placeholder(int)  # config.sequence_length.
   data.update(values)
   return data
 

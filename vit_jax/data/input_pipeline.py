@@ -84,7 +84,8 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   image_fn = preprocess.make_image_fn(
       spec.pp, spec.image_size, crop_on_decode=spec.crop_on_decode,
       crop_antialias=spec.crop_antialias,
-      device_ops=handover.DEVICE_OPS if spec.uint8 else ())
+      device_ops=handover.DEVICE_OPS if spec.uint8 else (),
+      patch_size=spec.patch_size, sequence_length=spec.sequence_length)
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "
@@ -178,7 +179,9 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
   TFDS by its number, in `share` where numbered in a process's share). The
   files are read first, in parallel: only decoding is skipped over."""
   example_fn = _example_fn(spec, source, base_seed, labels)
-  image_fn = preprocess.make_image_fn(spec.pp, spec.image_size)
+  image_fn = preprocess.make_image_fn(spec.pp, spec.image_size,
+                                      patch_size=spec.patch_size,
+                                      sequence_length=spec.sequence_length)
   log.explain = lambda name: unreadable.why_unreadable(name, image_fn)
 
   def name(index, record):
@@ -384,9 +387,8 @@ def _eval_dataset(spec, source, process_index, process_count, labels,
   if spec.cache:
     ds = ds.cache()
   padding = tf.data.Dataset.from_tensors(  # mask 0: never counted.
-      {
-          k: tf.zeros(s.shape, s.dtype) for k, s in ds.element_spec.items()
-      })
+      tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
+                            ds.element_spec))
   ds = ds.concatenate(padding.repeat()).batch(local_batch)
   ds = ds.take(num_eval_batches(spec, source))
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE), log

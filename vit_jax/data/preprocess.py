@@ -31,8 +31,10 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 
+from vit_jax import models
 from vit_jax.config import imports
 from vit_jax.data import randaug as randaug_lib
+from vit_jax.data import sequence_ops
 from vit_jax.errors import UserError
 
 tf = imports.lazy("tensorflow")  # Loaded where data is first read.
@@ -53,7 +55,7 @@ class Op:
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 # What a factory may ask for by keyword, besides the pipeline's arguments.
-CONTEXT = ("size", "antialias")
+CONTEXT = ("size", "antialias", "patch_size", "sequence_length")
 
 
 def register(name: str):
@@ -179,10 +181,17 @@ def value_range():
 _OP_PATTERN = re.compile(r"^(\w+)(?:\((.*)\))?$")
 
 
-def parse(spec: str, size: int, antialias: bool = False) -> list[Op]:
+def parse(spec: str, size: int, antialias: bool = False, patch_size: int = 0,
+          sequence_length: Optional[int] = None) -> list[Op]:
   """The ops of a pipeline string, each made by its factory with the
-  string's arguments and the context (see the module doc)."""
-  context = {"size": size, "antialias": antialias}
+  string's arguments and the context (see the module doc; `patch_size`,
+  `sequence_length`: images at their own shape, `sequence_ops`)."""
+  context = {
+      "size": size,
+      "antialias": antialias,
+      "patch_size": patch_size,
+      "sequence_length": sequence_length
+  }
   ops = []
   for part in (p.strip() for p in spec.split("|") if p.strip()):
     match = _OP_PATTERN.match(part)
@@ -204,13 +213,18 @@ def parse(spec: str, size: int, antialias: bool = False) -> list[Op]:
       raise UserError(f"Op {part!r} in {spec!r}: {e}") from e
     op = made if isinstance(made, Op) else Op(made)
     ops.append(dataclasses.replace(op, name=name, args=tuple(args)))
+  if "patchify" in [op.name for op in ops[:-1]]:
+    raise UserError(f"{spec!r}: patchify must be the pipeline's last op (it "
+                    "turns the image into a sequence of patches).")
   return ops
 
 
-def op_names(config, spec: str) -> list[str]:
+def op_names(config, spec: str, sequence_length=None) -> list[str]:
   """The op names of a pipeline, parsed (so checked) as the input will be."""
   return [
-      op.name for op in parse(spec, config.image_size, config.pp_crop_antialias)
+      op.name for op in parse(spec, config.image_size, config.pp_crop_antialias,
+                              models.stride(config.model), sequence_length or
+                              config.get("sequence_length"))
   ]
 
 
@@ -232,6 +246,7 @@ def check_pipelines(config):
     if spec and "randaug" in op_names(config, spec):
       raise UserError(f"config.{field}={spec!r} augments evaluation images "
                       "at random; randaug belongs in config.pp_train.")
+  _check_sequences(config, [("pp_train", config.pp_train)] + evaluated)
   if config.objective != "masked_patch":
     return
   pipelines = [("pp_train", config.pp_train), ("pp_eval", config.pp_eval)]
@@ -244,6 +259,28 @@ def check_pipelines(config):
           f"config.{field}={spec!r} must end with value_range: the "
           "colour targets of config.objective=masked_patch are read from "
           "pixels in [-1, 1].")
+
+
+def _check_sequences(config, pipelines):
+  """Patch sequences (pipelines ending with patchify) need a plain ViT and
+  the supervised objective."""
+  for field, spec in pipelines:
+    if not spec or op_names(config, spec)[-1:] != ["patchify"]:
+      continue
+    variant = models.get_variant(config.model.variant)
+    if isinstance(variant, models.MixerVariant) or variant.resnet is not None:
+      raise UserError(
+          f"config.{field}={spec!r} gives images at their own shape (patch "
+          f"sequences), which only a plain ViT takes; {config.model.variant} "
+          "needs whole square images: end the pipeline with value_range.")
+    if config.objective != "supervised":
+      raise UserError(
+          f"config.{field}={spec!r}: config.objective={config.objective} "
+          "reads square images; patch sequences train supervised only.")
+    if field == "pp_train" and config.mixup.alpha > 0:
+      raise UserError(
+          f"config.pp_train={spec!r} gives images of different grids, which "
+          "mixup cannot blend pixel by pixel; set config.mixup.alpha=0.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,15 +322,21 @@ def decode_inception_window(encoded: Encoded, seed, min_area=0.05):
                          (None, None, 3))
 
 
-def make_image_fn(
-    spec: str, size: int, *, crop_on_decode: bool = True,
-    crop_antialias: bool = False, device_ops: tuple[str, ...] = ()) -> ImageFn:
+def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
+                  crop_antialias: bool = False,
+                  device_ops: tuple[str, ...] = (), patch_size: int = 0,
+                  sequence_length: Optional[int] = None) -> ImageFn:
   """Returns `fn(image, seed) -> float32 size x size x 3` for a pipeline;
   `image` is a decoded uint8 tensor or `Encoded` (see the module doc).
   `crop_antialias` is the context's `antialias`. A last op named in
   `device_ops`, which the train step applies on the device, is left out
-  and the image handed over rounded to uint8 (a quarter of the bytes)."""
-  ops = parse(spec, size, crop_antialias)
+  and the image handed over rounded to uint8 (a quarter of the bytes).
+  A pipeline ending with patchify returns its dict of a patch sequence
+  (`sequence_ops`), patches uint8 or float32 likewise."""
+  ops = parse(spec, size, crop_antialias, patch_size, sequence_length)
+  to_sequence = ops[-1].fn if ops and ops[-1].name == "patchify" else None
+  if to_sequence is not None:
+    ops = ops[:-1]
   uint8 = bool(ops) and ops[-1].name in device_ops
   if uint8:
     ops = ops[:-1]
@@ -312,7 +355,14 @@ def make_image_fn(
       image = op.fn(image, op_seed(seed, i))
     if uint8:  # Resized values are within [0, 255]; round to the nearest.
       image = tf.cast(tf.round(tf.cast(image, tf.float32)), tf.uint8)
-    return tf.ensure_shape(tf.cast(image, tf.uint8 if uint8 else tf.float32),
-                           (size, size, 3))
+    image = tf.cast(image, tf.uint8 if uint8 else tf.float32)
+    if to_sequence is not None:
+      return to_sequence(image, seed)
+    return tf.ensure_shape(image, (size, size, 3))
 
   return fn
+
+
+register("resize_to_sequence")(sequence_ops.resize_to_sequence)
+register("aspect_crop")(sequence_ops.aspect_crop)
+register("patchify")(sequence_ops.patchify)

@@ -16,13 +16,14 @@ from typing import Optional
 
 import ml_collections
 
+from vit_jax import models
 from vit_jax.data import handover
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 
 # The fields an evaluator's `data` may set (config/defaults.py declares them).
 DATA_FIELDS = ("dataset", "split", "pp", "batch_size", "cache", "data_dir",
-               "manual_dir", "label_key")
+               "manual_dir", "label_key", "sequence_length")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,18 @@ class DataSpec:
   # Unreadable files tolerated, a share of those read, and at least a few
   # (data/unreadable.py).
   max_unreadable_share: float = 0.01
+  # Images at their own shape (a pipeline ending with patchify): the model's
+  # patch size and the patches per image (`sequence_ops`).
+  patch_size: int = 0
+  sequence_length: Optional[int] = None
+
+  @property
+  def is_sequence(self) -> bool:
+    """Whether batches are patch sequences (the pipeline ends with
+    patchify), not square images."""
+    ops = preprocess.parse(self.pp, self.image_size, self.crop_antialias,
+                           self.patch_size, self.sequence_length)
+    return bool(ops) and ops[-1].name == "patchify"
 
 
 def _checked(spec: DataSpec, where: str) -> DataSpec:
@@ -58,7 +71,8 @@ def _checked(spec: DataSpec, where: str) -> DataSpec:
     raise UserError(f"config.max_unreadable_share="
                     f"{spec.max_unreadable_share} must be a share between 0 "
                     "and 1 (0: any unreadable image stops the run).")
-  preprocess.parse(spec.pp, spec.image_size, spec.crop_antialias)
+  preprocess.parse(spec.pp, spec.image_size, spec.crop_antialias,
+                   spec.patch_size, spec.sequence_length)
   return spec
 
 
@@ -67,7 +81,9 @@ def _common(config: ml_collections.ConfigDict) -> dict:
               data_dir=config.data_dir, manual_dir=config.manual_dir,
               seed=config.seed, crop_on_decode=config.pp_crop_on_decode,
               crop_antialias=config.pp_crop_antialias,
-              max_unreadable_share=config.max_unreadable_share)
+              max_unreadable_share=config.max_unreadable_share,
+              patch_size=models.stride(
+                  config.model), sequence_length=config.get("sequence_length"))
 
 
 def training(config: ml_collections.ConfigDict) -> DataSpec:

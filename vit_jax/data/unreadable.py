@@ -134,22 +134,23 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
   example_fn = _as_written(example_fn)
   examples = records.map(example_fn)
   for name, spec in examples.element_spec.items():
-    if not spec.shape.is_fully_defined():
-      raise ValueError(f"Example field {name!r} has no fixed shape "
-                       f"({spec.shape}); a placeholder needs one.")
-  placeholder = {
-      k: tf.zeros(s.shape, s.dtype) for k, s in examples.element_spec.items()
-  }
+    for part in tf.nest.flatten(spec):  # A patch sequence is a dict.
+      if not part.shape.is_fully_defined():
+        raise ValueError(f"Example field {name!r} has no fixed shape "
+                         f"({part.shape}); a placeholder needs one.")
+  placeholder = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
+                                      examples.element_spec)
 
   def one_chunk(*elements):
     size = tf.shape(tf.nest.flatten(elements)[0])[0]
     made = tf.data.Dataset.from_tensor_slices((tf.range(
         size, dtype=tf.int64), elements)).map(
             _as_written(lambda place, element: (place, example_fn(*element))))
+    empty = tf.nest.map_structure(lambda v: tf.zeros((0,) + v.shape, v.dtype),
+                                  placeholder)
     made = made.ignore_errors().batch(chunk).concatenate(
-        tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), {
-            k: tf.zeros((0,) + v.shape, v.dtype) for k, v in placeholder.items()
-        }))).take(1)  # All failed: the empty batch.
+        tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), empty))).take(
+            1)  # All failed: the empty batch.
     return made.map(
         _as_written(lambda places, good: ((places, good), name_fn(*elements))))
 
@@ -163,11 +164,10 @@ def map_skipping_unreadable(records: tf.data.Dataset, example_fn: Callable,
     size = tf.size(names)
 
     def scattered():  # Only for a chunk with a failure.
-      return {
-          k: tf.tensor_scatter_nd_update(
-              tf.tile(v[None], [size] + [1] * v.shape.rank), places[:, None],
-              good[k]) for k, v in placeholder.items()
-      }
+      return tf.nest.map_structure(
+          lambda v, g: tf.tensor_scatter_nd_update(
+              tf.tile(v[None], [size] + [1] * v.shape.rank), places[:, None], g
+          ), placeholder, good)
 
     full = tf.cond(tf.size(places) == size, lambda: good, scattered)
     failed = tf.scatter_nd(places[:, None], tf.ones_like(places),
@@ -199,7 +199,8 @@ def why_unreadable(path: str, image_fn) -> str:
     return "not a JPEG or PNG file"
   try:
     image = tf.io.decode_image(data, channels=3, expand_animations=False)
-    image_fn(image, tf.constant([0, 0], tf.int64)).numpy()
+    tf.nest.map_structure(lambda t: t.numpy(),
+                          image_fn(image, tf.constant([0, 0], tf.int64)))
   except (tf.errors.OpError, ValueError) as e:
     # TensorFlow wraps the reason: "{{function_node ...}} WHY [Op:...]".
     why = re.sub(r"\{\{.*?\}\}|\[Op:\w+\]", "", getattr(

@@ -232,8 +232,8 @@ def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
       classifier=model_config.classifier,
       class_token=model_field(model_config, "class_token"),
       posemb=model_field(model_config, "posemb"),
-      posemb_interpolation=model_field(model_config, "posemb_interpolation")
-      or "bilinear",
+      posemb_interpolation=model_field(model_config, "posemb_interpolation") or
+      "bilinear",
       run_patch_size=model_field(model_config, "patch_size"),
       **{n: model_field(model_config, n) for n in TORCH_FAMILY_OPTIONS},
       representation_size=model_config.representation_size,

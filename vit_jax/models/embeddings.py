@@ -99,8 +99,8 @@ class FactorizedPositionEmbs(nn.Module):
       coords = jnp.asarray(np.stack([rows, cols], -1))[None]
       positions = (coords, jnp.asarray(grid_hw)[None, None])
     if grid_hw is None:  # A sequence reads the tables an image made.
-      rows, cols = (_stored(self, n) for n in ("pos_embedding_y",
-                                               "pos_embedding_x"))
+      rows, cols = (
+          _stored(self, n) for n in ("pos_embedding_y", "pos_embedding_x"))
     else:
       init = nn.initializers.normal(stddev=0.02)
       rows = self.param("pos_embedding_y", init, (1, grid_hw[0], width),
@@ -177,11 +177,11 @@ class SequenceEmbedding(nn.Module):
     run = self.run_patch_size
     batch, length, _ = patches_BxNxF.shape
     tiles = patches_BxNxF.reshape(batch * length, run, run, self.channels)
-    y = jax.lax.conv_general_dilated(
-        tiles.astype(self.dtype), kernel.astype(self.dtype), (run, run),
-        "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return y.reshape(batch, length,
-                     self.features) + bias.astype(self.dtype)
+    y = jax.lax.conv_general_dilated(tiles.astype(self.dtype),
+                                     kernel.astype(
+                                         self.dtype), (run, run), "VALID",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return y.reshape(batch, length, self.features) + bias.astype(self.dtype)
 
 
 def kernel_at_patch_size(kernel_PxPxCxD, run: int):

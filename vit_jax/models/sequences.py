@@ -29,6 +29,7 @@ with is `VisionTransformer.posemb_interpolation`. timm's factorized tables
 (one per axis) are resized linearly without antialiasing, as timm does.
 """
 
+from collections.abc import Mapping
 from typing import Optional
 
 import flax
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 INTERPOLATIONS = ("bilinear", "bicubic")
+FIELDS = ("patches", "coords", "segments", "grids")
 
 
 @flax.struct.dataclass
@@ -54,6 +56,16 @@ class PatchSequence:
   @property
   def length(self) -> int:
     return self.patches.shape[1]
+
+
+def as_sequence(inputs) -> Optional[PatchSequence]:
+  """`inputs` as a PatchSequence (a batch's dict of its fields too); None
+  for images."""
+  if isinstance(inputs, PatchSequence):
+    return inputs
+  if isinstance(inputs, Mapping):
+    return PatchSequence(**{f: inputs[f] for f in FIELDS})
+  return None
 
 
 def from_images(images_BxHxWxC, patch: int,

@@ -151,14 +151,13 @@ class VisionTransformer(nn.Module):
   def __call__(self, images_BxHxWxC, *, train: bool = False,
                return_intermediates: bool = False,
                patch_embeddings_fn: Optional[Callable] = None):
-    """`images_BxHxWxC`: images, or a `sequences.PatchSequence` (images at
-    their own shape; see that module). `patch_embeddings_fn(x_BxNxD) ->
+    """`images_BxHxWxC`: images, or a `sequences.PatchSequence` or a dict
+    of its fields (images at their own shape; see that module). `patch_embeddings_fn(x_BxNxD) ->
     x_BxNxD`, if given, changes the patch embeddings before the class token
     and the position embeddings join them (masked patch prediction
     corrupts them there)."""
     out = {}
-    seq = images_BxHxWxC if isinstance(images_BxHxWxC,
-                                       sequences.PatchSequence) else None
+    seq = sequences.as_sequence(images_BxHxWxC)
     if seq is None:
       x_BxNxD, grid_hw, posemb_grids = self._embed_images(images_BxHxWxC, out)
       coords, positions = sequences.grid_coords(*grid_hw), None

@@ -65,9 +65,9 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
   for field in open_fields:
     value, why = _DECIDERS[field](recorded, origin, checkpoint)
     setattr(config.model, field, value)
-    logging.info("%s: %s, %s (config.model.%s was unset).", field,
-                 loader.GELU_NAMES[value] if field == "gelu_approximate" else
-                 value, why, field)
+    said = loader.GELU_NAMES[value] if field == "gelu_approximate" else value
+    logging.info("%s: %s, %s (config.model.%s was unset).", _LABELS[field],
+                 said, why, field)
   return config
 
 
@@ -83,8 +83,8 @@ def _gelu(recorded, origin, checkpoint):
   # A run recorded before the option existed computed the exact erf.
   if recorded is not None and recorded.get("gelu_approximate",
                                            False) is not None:
-    return bool(recorded.get("gelu_approximate", False)), (
-        "as the resumed run computed it (its config.json)")
+    said = "as the resumed run computed it (its config.json)"
+    return bool(recorded.get("gelu_approximate", False)), said
   if origin() == "released":
     return convert.ORIGIN_GELU_APPROXIMATE["released"], (
         "as the released models compute it")
@@ -109,4 +109,8 @@ def _interpolation(recorded, origin, checkpoint):
   return "bilinear", "big_vision's NaFlex form (random init)"
 
 
+_LABELS = {
+    "gelu_approximate": "GELU",
+    "posemb_interpolation": "Position embeddings resized per image"
+}
 _DECIDERS = {"gelu_approximate": _gelu, "posemb_interpolation": _interpolation}
