@@ -152,10 +152,10 @@ class VisionTransformer(nn.Module):
                return_intermediates: bool = False,
                patch_embeddings_fn: Optional[Callable] = None):
     """`images_BxHxWxC`: images, or a `sequences.PatchSequence` or a dict
-    of its fields (images at their own shape; see that module). `patch_embeddings_fn(x_BxNxD) ->
-    x_BxNxD`, if given, changes the patch embeddings before the class token
-    and the position embeddings join them (masked patch prediction
-    corrupts them there)."""
+    of its fields (images at their own shape; see that module).
+    `patch_embeddings_fn(x_BxNxD) -> x_BxNxD`, if given, changes the patch
+    embeddings before the class token and the position embeddings join them
+    (masked patch prediction corrupts them there)."""
     out = {}
     seq = sequences.as_sequence(images_BxHxWxC)
     if seq is None:
