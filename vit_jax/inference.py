@@ -84,11 +84,17 @@ def _merge(config: ml_collections.ConfigDict, recorded: dict):
       config[key] = as_tuple(value)
 
 
+# How images at their own shape are evaluated (`data/sequence_ops.py`).
+SEQUENCE_PP_EVAL = "resize_to_sequence|value_range|patchify"
+
+
 def config_for(
-    checkpoint: str, config=None, image_size=None, num_heads=None
+    checkpoint: str, config=None, image_size=None, num_heads=None,
+    sequence_length=None
 ) -> tuple[ml_collections.ConfigDict, bool, architecture.Architecture]:
   """(config, whether it is the training workdir's, the file's
-  architecture); see the module doc."""
+  architecture); see the module doc. `sequence_length`: images at their
+  own shape, that many patches each (NaFlex; any plain ViT)."""
   cache_dir = None
   if config is not None:
     # Before `architecture.read` downloads a released name.
@@ -108,8 +114,14 @@ def config_for(
     else:
       config.model.update(arch.model_fields())
       config.image_size = arch.image_size
-      # The released models' evaluation: resize to the resolution, no crop.
+      # The released models' evaluation: resize to the resolution, no crop;
+      # NaFlex's: each image at its own shape, as many patches as the
+      # position table has entries.
       config.pp_eval = "resize|value_range"
+      if arch.sequences:
+        config.pp_eval = SEQUENCE_PP_EVAL
+        config.sequence_length = (arch.image_size //
+                                  models.stride(config.model))**2
       if arch.num_classes == IMAGENET21K_CLASSES:  # Trained with sigmoids.
         config.loss = "sigmoid_xent"
   imports.load(config)  # What a recorded config's own modules register.
@@ -117,14 +129,18 @@ def config_for(
   config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
   if image_size:
     config.image_size = image_size
+  if sequence_length:
+    config.sequence_length = sequence_length
+    if not config.pp_eval.replace(" ", "").endswith("patchify"):
+      config.pp_eval = SEQUENCE_PP_EVAL
   models.check_image_size(config.model, config.image_size)
   return weights.decide(config), recorded is not None, arch
 
 
-def load(checkpoint: str, config=None, image_size=None,
-         num_heads=None) -> Loaded:
+def load(checkpoint: str, config=None, image_size=None, num_heads=None,
+         sequence_length=None) -> Loaded:
   config, trained_here, arch = config_for(checkpoint, config, image_size,
-                                          num_heads)
+                                          num_heads, sequence_length)
   model = models.build_model(config.model, arch.num_classes)
   mesh = sharding.make_mesh(devices=jax.local_devices())
   # Random init only where the file lacks a parameter (rarely, at inference).

@@ -34,6 +34,11 @@ flags.DEFINE_string("out", None, "Also write the predictions as CSV here.")
 flags.DEFINE_string("labels", None, "Class names, one per line.")
 flags.DEFINE_integer("batch_size", 64, "Images per batch (over all devices).",
                      lower_bound=1)
+flags.DEFINE_integer(
+    "sequence_length", None, "Each image at its own shape, resized to at "
+    "most this many patches (NaFlex; any plain ViT). Default: the "
+    "checkpoint's (a NaFlex file: as many as its position table; others: "
+    "square images).", lower_bound=1)
 
 
 def _shown(path: str) -> str:
@@ -70,14 +75,15 @@ def main(argv):
     raise app.UsageError("--top_k and --batch_size must be positive.")
   files = image_files.find_images(argv[1:])
   loaded = inference.load(FLAGS.checkpoint, FLAGS.config, FLAGS.image_size,
-                          FLAGS.num_heads)
+                          FLAGS.num_heads, FLAGS.sequence_length)
   names, source = inference.class_names(loaded, FLAGS.labels)
   batch_size = loaded.batch_size(FLAGS.batch_size)
   console.say("Predicting %d file%s with %s (%s; class names: %s).", len(files),
               "" if len(files) == 1 else "s", loaded.checkpoint,
               inference.describe(loaded), source)
   batches = image_files.ImageFiles(files, loaded.config.pp_eval,
-                                   loaded.config.image_size, batch_size)
+                                   loaded.config.image_size, batch_size,
+                                   loaded.stride, loaded.config.sequence_length)
   start = time.perf_counter()
   rows = inference.predict(loaded, batches, files, FLAGS.top_k)
   seconds = time.perf_counter() - start

@@ -60,11 +60,15 @@ class ImageFiles:
   """Padded batches of `files` preprocessed by `pp_spec` at `image_size`."""
 
   def __init__(self, files: Sequence[str], pp_spec: str, image_size: int,
-               batch_size: int):
+               batch_size: int, patch_size: int = 0, sequence_length=None):
+    """`patch_size`, `sequence_length`: where `pp_spec` ends with patchify
+    (images at their own shape; `sequence_ops`)."""
     self.files = list(files)
     self.batch_size = batch_size
     self.failed: list[tuple[str, str]] = []  # (path, reason), see __iter__.
-    self._image_fn = preprocess.make_image_fn(pp_spec, image_size)
+    self._image_fn = preprocess.make_image_fn(pp_spec, image_size,
+                                              patch_size=patch_size,
+                                              sequence_length=sequence_length)
     self._by_tensorflow = all(paths.tensorflow_can_read(f) for f in files)
 
   def _dataset(self) -> tf.data.Dataset:
@@ -106,11 +110,7 @@ class ImageFiles:
         reached = int(batch["index"].max()) + 1
         missing = self.batch_size - len(batch["index"])
         if missing:  # A fixed batch shape: no recompilation for the last one.
-          batch = {
-              k: np.concatenate(
-                  [v, np.zeros((missing,) + v.shape[1:],
-                               v.dtype)]) for k, v in batch.items()
-          }
+          batch = _padded(batch, missing)
         yield batch
       reached = len(self.files)
     finally:
@@ -121,3 +121,12 @@ class ImageFiles:
     """What is wrong with `path`, found by loading it again alone."""
     why = unreadable.why_unreadable(path, self._image_fn)
     return "could not be read" if why == "readable now" else why
+
+
+def _padded(batch, missing: int):
+  """`batch` (a dict of arrays, or of dicts: patch sequences) with
+  `missing` rows of zeros."""
+  if isinstance(batch, dict):
+    return {k: _padded(v, missing) for k, v in batch.items()}
+  return np.concatenate(
+      [batch, np.zeros((missing,) + batch.shape[1:], batch.dtype)])

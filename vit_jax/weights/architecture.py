@@ -56,6 +56,9 @@ class Architecture:
   # config.model options of PyTorch's families ((name, value), ...; see
   # families.py): registers, LayerScale, pre-norm, fc_norm, ...
   options: tuple = ()
+  # Trained on images at their own shape (NaFlex): predicted and evaluated
+  # so by default (config.sequence_length).
+  sequences: bool = False
 
   def model_fields(self) -> dict:
     """The `config.model` fields that build this model."""
@@ -106,6 +109,7 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
     num_heads = heads_for_width(widths[0])
   converted = convert.convert(fmt, tensors, num_heads or 0, path)
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
+  arch = dataclasses.replace(arch, sequences=converted.sequences)
   # What a transformers or timm directory's config.json says beside.
   stated = pytorch_dir.model_options(paths.resolve(path))
   if stated:

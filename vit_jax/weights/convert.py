@@ -38,6 +38,9 @@ class Converted:
   posemb_prefix_tokens: int  # Prefix tokens in the stored position embeddings.
   origin: str  # The code base that wrote it (`detect_origin`).
   notes: list[str] = dataclasses.field(default_factory=list)  # For the report.
+  # Trained on images at their own shape (NaFlex's layout): run so by
+  # default (config.sequence_length).
+  sequences: bool = False
 
 
 # The block module names of the two Flax generations: older Flax counted
@@ -189,11 +192,19 @@ def _rename_block(name: str) -> str:
 
 def from_big_vision(tensors, path) -> Converted:
   """big_vision: top-level `pos_embedding` without the class token's entry,
-  blocks named `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`."""
-  params = {}
+  blocks named `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`.
+  NaFlex's (SigLIP 2): the table H x W x D, the patch embedding a Dense
+  (P*P*3, D) of flattened patches."""
+  params, naflex = {}, False
   for name, value in scan.unstack_flat(tensors).items():
     if name == "pos_embedding":
       name = POSEMB
+      if value.ndim == 3:  # NaFlex: an H x W x D table.
+        value, naflex = value.reshape(1, -1, value.shape[-1]), True
+    elif name == "embedding/kernel" and value.ndim == 2:
+      # NaFlex embeds flattened patches (row, column, channel) by a Dense
+      # layer: the conv kernel, reshaped.
+      value, naflex = _conv_kernel(value, path), True
     elif name.startswith("Transformer/encoderblock"):
       name = _rename_block(name)
     elif name.startswith("MAPHead_0/") or name in (
@@ -205,7 +216,20 @@ def from_big_vision(tensors, path) -> Converted:
     params[name] = value
   # The class token is added after the position embeddings there: its
   # position embedding is zero here, which is the same model.
-  return Converted(params, 0, "big_vision")
+  notes = [
+      "NaFlex (images at their own shape): its Dense patch embedding "
+      "read as the conv kernel, its position table as a grid"
+  ] if naflex else []
+  return Converted(params, 0, "big_vision", notes, sequences=naflex)
+
+
+def _conv_kernel(kernel_FxD, path, channels: int = 3):
+  """A Dense patch embedding (P*P*C, D) as the conv kernel (P, P, C, D)."""
+  patch = int(round((kernel_FxD.shape[0] / channels)**0.5))
+  if patch * patch * channels != kernel_FxD.shape[0]:
+    raise WeightsError(f"{path}: a patch embedding of {kernel_FxD.shape[0]} "
+                       f"inputs is not P x P x {channels} pixels.")
+  return kernel_FxD.reshape(patch, patch, channels, kernel_FxD.shape[-1])
 
 
 class _Module(NamedTuple):

@@ -18,6 +18,9 @@ A name is `VARIANT@ORIGIN`, the variant as in `models/variants.py`:
                        SigLIP / SigLIP 2 image towers (MAP head, no class
                        token), read out of their two-tower files; So400m/14
                        at "384" px has a 27 x 27 grid: image_size 378;
+  siglip2-naflex       SigLIP 2's NaFlex image towers (B/16, So400m/16):
+                       images at their own shape, a 16 x 16 position
+                       table resized to each image's grid (image_size 256);
   flexivit-i1k         FlexiViT S/B/L (patch 16 stored; any patch size);
   i1k, i21k            for Mixer-B/16 and Mixer-L/16: the released MLP-Mixers.
 
@@ -138,6 +141,11 @@ def _big_vision() -> dict[str, Released]:
       table[f"{variant}@siglip2-{size}"] = Released(
           f"{bv}/siglip2/siglip2_{short}_{size}.npz", variant,
           f"SigLIP 2 image tower, WebLI, {size} px")
+  for variant, short in (("ViT-B/16", "b16"), ("ViT-So400m/16", "so400m16")):
+    table[f"{variant}@siglip2-naflex"] = Released(
+        f"{bv}/siglip2/siglip2_{short}_naflex.npz", variant,
+        "SigLIP 2 NaFlex image tower, WebLI: images at their own shape "
+        "(config.sequence_length; trained at 128 to 1024 patches)")
   for size in ("S", "B", "L"):
     table[f"ViT-{size}/16@flexivit-i1k"] = Released(
         f"{bv}/flexivit/flexivit_{size.lower()}_i1k.npz", f"ViT-{size}/16",

@@ -1,0 +1,97 @@
+"""NaFlex weights (SigLIP 2's image towers): big_vision's own NaFlex model
+computed logits on our machine (`tests/references/big_vision_naflex.py`);
+the file it saved, read by our loader as a tower of a two-tower file, must
+give them. Then predict on a non-square image, at its aspect ratio."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.helpers import processes
+from vit_jax import inference
+from vit_jax.data import image_files
+from vit_jax.models import sequences
+from vit_jax.weights import architecture
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCES = os.path.join(REPO, "tests", "references")
+PARAMS = os.path.join(REFERENCES, "tiny_naflex_big_vision.npz")
+
+
+def big_vision_batch():
+  """The patch sequences big_vision ran (its (patches, type, y, x) tuple)
+  as ours, and its logits."""
+  io = np.load(os.path.join(REFERENCES, "tiny_naflex_big_vision_io.npz"))
+  coords = np.stack([io["yabs"], io["xabs"]], axis=-1)
+  valid = io["type"] == 1
+  grids = np.where(valid[..., None], coords, 0).max(axis=1)[:, None] + 1
+  seq = sequences.PatchSequence(io["patches"], coords, valid.astype(np.int32),
+                                grids.astype(np.int32))
+  return seq, io["logits"]
+
+
+@pytest.fixture(scope="module")
+def two_tower_file(tmp_path_factory):
+  """The tower as SigLIP 2 ships it: `params/img/...` beside a text tower
+  and the temperature and bias."""
+  path = tmp_path_factory.mktemp("siglip2") / "siglip2_tiny_naflex.npz"
+  tower = dict(np.load(PARAMS))
+  np.savez(
+      path, **{
+          f"params/img/{k[len('params/'):]}": v for k, v in tower.items()
+      }, **{
+          "params/txt/Embed_0/embedding": np.zeros((5, 16), np.float32),
+          "params/t": np.ones((1,), np.float32),
+          "params/b": np.zeros((1,), np.float32)
+      })
+  return str(path)
+
+
+def test_big_visions_naflex_tower_loads_and_gives_its_logits(two_tower_file):
+  checkpoint = f"{two_tower_file}:img"
+  arch = architecture.read(checkpoint)
+  assert (arch.variant, arch.classifier, arch.class_token, arch.image_size,
+          arch.sequences) == ("testing", "map", False, 16, True)
+  loaded = inference.load(checkpoint)
+  config = loaded.config
+  assert config.model.posemb_interpolation == "bilinear"
+  assert config.model.gelu_approximate is True
+  assert config.sequence_length == 16 and config.pp_eval.endswith("patchify")
+  seq, expected = big_vision_batch()
+  logits, _ = loaded.model.apply({"params": loaded.params}, seq)
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def _png(path, height, width, seed=0):
+  pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3),
+                                                np.uint8)
+  path.write_bytes(tf.io.encode_png(pixels).numpy())
+
+
+def test_predict_takes_a_non_square_image_at_its_aspect_ratio(tmp_path):
+  wide, tall = tmp_path / "wide.png", tmp_path / "tall.png"
+  _png(wide, 12, 44)
+  _png(tall, 40, 10, seed=1)
+  loaded = inference.load(PARAMS)
+  batch = next(
+      iter(
+          image_files.ImageFiles([str(wide), str(tall)], loaded.config.pp_eval,
+                                 16, 2, loaded.stride,
+                                 loaded.config.sequence_length)))
+  grids = batch["image"]["grids"][:, 0].tolist()
+  assert grids == [[2, 8], [8, 2]]  # 16 patches at most, aspect kept.
+  logits, _ = loaded.model.apply({"params": loaded.params}, batch["image"])
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "predict", f"--checkpoint={PARAMS}",
+      "--top_k=1",
+      str(wide), str(tall)
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  lines = done.stdout.splitlines()
+  best = np.asarray(logits).argmax(-1)
+  assert [line.split()[1] for line in lines] == [str(c) for c in best]
