@@ -88,7 +88,8 @@ def test_predict_takes_a_non_square_image_at_its_aspect_ratio(tmp_path):
   done = subprocess.run([
       sys.executable, "-m", "vit_jax", "predict", f"--checkpoint={PARAMS}",
       "--top_k=1",
-      str(wide), str(tall)
+      str(wide),
+      str(tall)
   ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
                         timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -34,6 +34,7 @@ from vit_jax.config import imports
 from vit_jax.errors import UserError
 from vit_jax.weights import architecture
 from vit_jax.weights import cache
+from vit_jax.weights import describe
 from vit_jax.weights import loader
 from vit_jax.weights import pytorch_dir
 
@@ -85,7 +86,7 @@ def _merge(config: ml_collections.ConfigDict, recorded: dict):
 
 
 # How images at their own shape are evaluated (`data/sequence_ops.py`).
-SEQUENCE_PP_EVAL = "resize_to_sequence|value_range|patchify"
+SEQUENCE_PP_EVAL = describe.SEQUENCE_PP_EVAL
 
 
 def config_for(

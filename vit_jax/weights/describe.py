@@ -49,14 +49,26 @@ def describe_model(path: str, cache_dir=None, num_heads=None) -> list[str]:
   else:
     size = (f"for any size ({image_size} px in its config, as "
             "big_vision trains)")
+  length = recorded.get("sequence_length")
+  if arch.sequences or length:
+    length = length or (image_size //
+                        models.get_variant(arch.variant).stride)**2
+    size = (f"{size}, for images at their own shape (up to {length} "
+            "patches each by default)")
   where = "; ".join(
       [f"written by {convert.origin_words(source.origin)}", *source.notes])
+  sequence_flags = (f" --config.sequence_length={length} "
+                    f"--config.pp_eval='{SEQUENCE_PP_EVAL}'" if length else "")
   return [
       f"The model: {name}, {size}, {where}: "
       f"{', '.join(_parts(arch, mixer, run_patch))}.",
       f"Its config: {_flags(arch, mixer, run_patch)} "
-      f"--config.image_size={image_size}"
+      f"--config.image_size={image_size}{sequence_flags}"
   ]
+
+
+# How images at their own shape are evaluated (inference's default too).
+SEQUENCE_PP_EVAL = "resize_to_sequence|value_range|patchify"
 
 
 def _parts(arch, mixer: bool, run_patch) -> list[str]:
