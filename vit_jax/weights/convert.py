@@ -217,8 +217,8 @@ def from_big_vision(tensors, path) -> Converted:
   # The class token is added after the position embeddings there: its
   # position embedding is zero here, which is the same model.
   notes = [
-      "NaFlex (images at their own shape): its Dense patch embedding "
-      "read as the conv kernel, its position table as a grid"
+      "NaFlex's layout: its Dense patch embedding read as the conv "
+      "kernel, its H x W position table row by row"
   ] if naflex else []
   return Converted(params, 0, "big_vision", notes, sequences=naflex)
 
