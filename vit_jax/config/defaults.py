@@ -116,6 +116,18 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # ends in value_range, which the train step then applies: a quarter of
   # the bytes. False: float32 from the host.
   config.pp_uint8 = True  # See above.
+  # NaViT's packing, in training (pp_train ends with patchify): each step's
+  # batch_size images, each at its own shape (at most sequence_length
+  # patches), packed into `sequences` sequences of `length` tokens, at most
+  # `max_images` per sequence; attention and pooling stay within each
+  # image. What does not fit is left out of the step and counted.
+  config.packing = ml_collections.ConfigDict()  # See above.
+  config.packing.length = config_dict.placeholder(int)  # Tokens; None: off.
+  # Packed sequences per batch; None: room for every image at its largest,
+  # batch_size * sequence_length / length (fewer: faster, may leave out).
+  config.packing.sequences = config_dict.placeholder(int)  # See above.
+  config.packing.max_images = 8  # Images per packed sequence at most.
+  config.packing.token_drop = 0.0  # Share of each image's patches dropped.
   # Records read by index are shuffled over the whole split; this is the
   # shuffle window of TFDS datasets in TFRecord files, read in sequence.
   config.shuffle_buffer = 50_000  # Examples in that window.

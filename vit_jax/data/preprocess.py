@@ -364,5 +364,6 @@ def make_image_fn(spec: str, size: int, *, crop_on_decode: bool = True,
 
 
 register("resize_to_sequence")(sequence_ops.resize_to_sequence)
+register("resize_to_random_sequence")(sequence_ops.resize_to_random_sequence)
 register("aspect_crop")(sequence_ops.aspect_crop)
 register("patchify")(sequence_ops.patchify)

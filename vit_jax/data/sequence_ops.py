@@ -9,7 +9,9 @@ patches and pads them to the length, giving a `models.sequences`
 PatchSequence's fields for one image. Both read the patch size (the model's
 stride) and the length (config.sequence_length) from the pipeline's
 context unless given, e.g. `resize_to_sequence(16, 256)|patchify(16)`.
-`aspect_crop` is the training crop that keeps the aspect ratio.
+`aspect_crop` is the training crop that keeps the aspect ratio;
+`resize_to_random_sequence(min_length)` NaViT's resolution sampled per
+image, for packing.
 `preprocess` registers them.
 """
 
@@ -43,14 +45,7 @@ def sequence_grid(height, width, patch: int, length: int):
         if rows * cols <= length and rows * cols > best[0] * best[1]:
           best = (rows, cols)
     return best
-  k = tf.range(1, length + 1, dtype=tf.int64)
-  height, width = tf.cast(height, tf.int64), tf.cast(width, tf.int64)
-  one = tf.constant(1, tf.int64)
-  rows = tf.concat([k, tf.maximum(one, _ceil_div(height * k, width))], 0)
-  cols = tf.concat([tf.maximum(one, _ceil_div(width * k, height)), k], 0)
-  size = tf.where(rows * cols <= length, rows * cols, 0)
-  best = tf.argmax(size)
-  return tf.cast(rows[best], tf.int32), tf.cast(cols[best], tf.int32)
+  return _grid_in_budget(height, width, length, length)
 
 
 def _patch_and_length(patch, length, patch_size, sequence_length):
@@ -79,6 +74,41 @@ def resize_to_sequence(patch=None, length=None, *, patch_size, sequence_length):
                            method="bilinear", antialias=True)
 
   return fn
+
+
+def resize_to_random_sequence(min_length, patch=None, length=None, *,
+                              patch_size, sequence_length):
+  """NaViT's sampled resolution: each image's budget drawn uniformly from
+  [min_length, length] (per image, from its seed), then as
+  `resize_to_sequence`; packing (config.packing) fills the sequences."""
+  patch, length = _patch_and_length(patch, length, patch_size, sequence_length)
+  if not 1 <= min_length <= length:
+    raise ValueError(f"its minimum length {min_length} is not in [1, "
+                     f"{length}].")
+
+  def fn(image, seed):
+    budget = tf.random.stateless_uniform((), seed, min_length, length + 1,
+                                         dtype=tf.int32)
+    shape = tf.shape(image)
+    rows, cols = _grid_in_budget(shape[0], shape[1], budget, length)
+    return tf.image.resize(tf.cast(image, tf.float32),
+                           tf.stack([rows * patch, cols * patch]),
+                           method="bilinear", antialias=True)
+
+  return fn
+
+
+def _grid_in_budget(height, width, budget, length: int):
+  """`sequence_grid` for a budget known only in the graph (at most
+  `length`)."""
+  k = tf.range(1, length + 1, dtype=tf.int64)
+  height, width = tf.cast(height, tf.int64), tf.cast(width, tf.int64)
+  one = tf.constant(1, tf.int64)
+  rows = tf.concat([k, tf.maximum(one, _ceil_div(height * k, width))], 0)
+  cols = tf.concat([tf.maximum(one, _ceil_div(width * k, height)), k], 0)
+  size = tf.where(rows * cols <= tf.cast(budget, tf.int64), rows * cols, 0)
+  best = tf.argmax(size)
+  return tf.cast(rows[best], tf.int32), tf.cast(cols[best], tf.int32)
 
 
 def aspect_crop(min_area=0.3):

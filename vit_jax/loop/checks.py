@@ -19,6 +19,7 @@ from vit_jax import sharding
 from vit_jax.config import fields
 from vit_jax.config import imports
 from vit_jax.data import input_pipeline
+from vit_jax.data import packing
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
@@ -47,6 +48,11 @@ def check_fields(config: ml_collections.ConfigDict):
   optim.check_config(config)
   posemb.check_config(config)
   flexi.check_config(config)
+  packing.check_config(config)
+  if flexi.enabled(config) and config.pp_train.rstrip().endswith("patchify"):
+    raise UserError("config.flexi trains square images at many patch sizes; "
+                    "it does not take images at their own shape (pp_train "
+                    "ending with patchify).")
   models.check_image_size(config.model, config.image_size, "config.image_size")
   objectives.check_config(config)
   fewshot_solver.check_config(config.fewshot)
@@ -65,6 +71,11 @@ def check_batches(config: ml_collections.ConfigDict, mesh: Mesh,
                             process_count=process_count, log=True)
   sharding.local_batch_size(config.eval_batch_size, mesh,
                             what="eval_batch_size", process_count=process_count)
+  if packing.enabled(config):
+    sharding.local_batch_size(
+        packing.sequences_per_batch(
+            config, sharding.data_shards(mesh)), mesh, what="packing.sequences",
+        accumulation=config.accum_steps, process_count=process_count)
 
 
 def check_labels(config: ml_collections.ConfigDict,

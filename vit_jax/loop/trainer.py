@@ -30,6 +30,7 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import imports
 from vit_jax.data import input_pipeline
+from vit_jax.data import packing
 from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import NonFiniteLossError
@@ -169,13 +170,18 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   train_step = (flexi.FlexiTrainStep(config, model, make_step, start_step)
                 if flexi.enabled(config) else make_step(model))
   evals = _evaluators(config, model, mesh, state_sharding.params, source, found)
+  batches = input_pipeline.make_train_iterator(
+      data, source, start_step, labels=input_pipeline.reads_labels(config),
+      collector=found)
+  packed = packing.PackingStats()
+  if packing.enabled(config):  # NaViT: several images per sequence.
+    local = packing.sequences_per_batch(
+        config, sharding.data_shards(mesh)) // jax.process_count()
+    batches = _closing(
+        packing.packed_batches(batches, config, local, jax.process_index(),
+                               start_step, packed), batches)
   train_iter = started.enter_context(
-      contextlib.closing(
-          input_pipeline.prefetch_to_device(
-              input_pipeline.make_train_iterator(
-                  data, source, start_step,
-                  labels=input_pipeline.reads_labels(config), collector=found),
-              mesh)))
+      contextlib.closing(input_pipeline.prefetch_to_device(batches, mesh)))
   first_batch = next(train_iter)
   preflight.check_fit(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
@@ -197,7 +203,27 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
              _UnreadableReport(found))
   result = _loop(run, state)
   run.saver.wait()  # A failed last save is said like any other.
+  if packed.images:
+    console.say("Packing: %s.", packed.describe())
   return result
+
+
+class _closing:
+  """Iterates `generator`; closing it closes `source` (its input
+  pipeline) too."""
+
+  def __init__(self, generator, source):
+    self._generator, self._source = generator, source
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    return next(self._generator)
+
+  def close(self):
+    self._generator.close()
+    getattr(self._source, "close", lambda: None)()
 
 
 def _evaluators(config, model, mesh, params_sharding, source,

@@ -62,6 +62,10 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
     if label_smoothing:
       labels = optax.smooth_labels(labels, label_smoothing)
     logits, _ = apply(images, rngs={"dropout": rng})
+    if logits.ndim == 3:  # Packed sequences: an image per slot, some empty.
+      logits = logits.reshape(-1, logits.shape[-1])
+      labels = labels.reshape(-1, labels.shape[-1])
+      mask_B = mask_B.reshape(-1)
     return weighted_mean(loss_fn(logits, labels), mask_B), {}
 
   return objective
