@@ -3,7 +3,9 @@ computed logits on our machine (`tests/references/big_vision_naflex.py`);
 the file it saved, read by our loader as a tower of a two-tower file, must
 give them. Then predict on a non-square image, at its aspect ratio."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -96,3 +98,70 @@ def test_predict_takes_a_non_square_image_at_its_aspect_ratio(tmp_path):
   lines = done.stdout.splitlines()
   best = np.asarray(logits).argmax(-1)
   assert [line.split()[1] for line in lines] == [str(c) for c in best]
+
+
+def timm_batch():
+  """The patch sequences timm's NaFlexViTs ran, as ours, and the logits."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  io = st_numpy.load_file(
+      os.path.join(REFERENCES, "tiny_naflex_timm_io.safetensors"))
+  valid = io["valid"]
+  coords = io["coords"].astype(np.int32)
+  grids = np.where(valid[..., None], coords, 0).max(axis=1)[:, None] + 1
+  seq = sequences.PatchSequence(io["patches"], coords, valid.astype(np.int32),
+                                grids.astype(np.int32))
+  return seq, io
+
+
+def timm_directory(tmp_path, name) -> str:
+  """The reference as timm's `save_for_hf` writes it: config.json naming
+  the model function and its model_args, beside model.safetensors."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  metadata = st_numpy.safe_open(
+      os.path.join(REFERENCES, "tiny_naflex_timm_io.safetensors"),
+      "np").metadata()
+  size = json.loads(metadata["size"])
+  size["pos_embed_grid_size"] = list(size["pos_embed_grid_size"])
+  directory = tmp_path / name
+  directory.mkdir()
+  (directory / "config.json").write_text(
+      json.dumps({
+          "architecture": json.loads(metadata["functions"])[name],
+          "num_classes": size["num_classes"],
+          "model_args": size
+      }))
+  shutil.copy(os.path.join(REFERENCES, f"tiny_naflex_timm_{name}.safetensors"),
+              directory / "model.safetensors")
+  return str(directory)
+
+
+@pytest.mark.parametrize("name,options", [
+    ("gap",
+     dict(posemb="learn", posemb_interpolation="bicubic", num_registers=4,
+          pooled_norm=True, gelu_approximate=False)),
+    ("parfac",
+     dict(posemb="factorized", posemb_keep_aspect=True, num_registers=4,
+          gelu_approximate=False)),
+    ("siglip",
+     dict(posemb="learn", posemb_interpolation="bilinear", classifier="map",
+          gelu_approximate=True)),
+])
+@pytest.mark.parametrize("form", ["file", "directory"])
+def test_timms_naflexvits_load_and_give_timms_logits(name, options, form,
+                                                     tmp_path):
+  """As a timm directory, or as the bare file (its names say all but
+  aspect-preserving resizing, which a file of `parfac` needs set)."""
+  path = os.path.join(REFERENCES, f"tiny_naflex_timm_{name}.safetensors")
+  config = None
+  if form == "directory":
+    path = timm_directory(tmp_path, name)
+  elif options.get("posemb_keep_aspect"):
+    config = inference.config_for(path)[0]
+    config.model.posemb_keep_aspect = True
+  loaded = inference.load(path, config)
+  for field, value in options.items():
+    assert loaded.config.model[field] == value, field
+  assert loaded.config.sequence_length == 16
+  seq, io = timm_batch()
+  logits, _ = loaded.model.apply({"params": loaded.params}, seq)
+  np.testing.assert_allclose(logits, io[f"logits_{name}"], rtol=2e-5, atol=2e-5)

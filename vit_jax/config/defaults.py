@@ -30,6 +30,9 @@ def get_model_config() -> ml_collections.ConfigDict:
   # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). None: decided by
   # weights.decide, as the weights' origin learned them (bilinear at init).
   model.posemb_interpolation = config_dict.placeholder(str)  # See above.
+  # Resize it to a square of the longer side of each image's grid and read
+  # the image's own rows and columns (timm's pos_embed_ar_preserving).
+  model.posemb_keep_aspect = False  # See above.
   # The patch size the model runs at; None: its variant's. Another (FlexiViT,
   # plain ViTs only): the parameters keep the variant's shapes, and the patch
   # embedding is PI-resized and learned position embeddings resized to the

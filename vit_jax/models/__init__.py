@@ -47,11 +47,12 @@ _LATER_FIELDS = {
     "layer_norm_eps": 1e-6,
     "fp8": False,
     "posemb_interpolation": "bilinear",
+    "posemb_keep_aspect": False,
 }
 # The options of PyTorch's ViT families, as VisionTransformer's fields.
 TORCH_FAMILY_OPTIONS = ("num_registers", "posemb_covers_prefix", "layer_scale",
                         "pre_norm", "quick_gelu", "pooled_norm",
-                        "layer_norm_eps")
+                        "layer_norm_eps", "posemb_keep_aspect")
 
 
 def model_field(model_config: ml_collections.ConfigDict, field: str):

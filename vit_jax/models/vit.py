@@ -132,6 +132,9 @@ class VisionTransformer(nn.Module):
   # grid (sequences.INTERPOLATIONS): bilinear (big_vision's NaFlex) or
   # bicubic (timm's), both antialiased; the form the weights learned with.
   posemb_interpolation: str = "bilinear"
+  # timm's pos_embed_ar_preserving: the table resized to a square of the
+  # image grid's longer side, read at the image's rows and columns.
+  posemb_keep_aspect: bool = False
   fp8: bool = False  # The encoder's matmuls in FP8 in training (MlpBlock).
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
   dtype: Dtype = jnp.float32
@@ -163,7 +166,10 @@ class VisionTransformer(nn.Module):
       coords, positions = sequences.grid_coords(*grid_hw), None
     else:
       x_BxNxD, grid_hw, posemb_grids = self._embed_sequence(seq), None, None
-      positions = (seq.coords, sequences.token_grids(seq))
+      grids = sequences.token_grids(seq)
+      if self.posemb_keep_aspect:
+        grids = jnp.broadcast_to(grids.max(-1, keepdims=True), grids.shape)
+      positions = (seq.coords, grids)
       coords = seq.coords
     batch, _, width = x_BxNxD.shape
     if patch_embeddings_fn is not None:

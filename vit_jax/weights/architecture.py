@@ -36,9 +36,11 @@ from vit_jax.weights import posemb
 from vit_jax.weights import pytorch_dir
 
 _BLOCK = "Transformer/encoderblock_{}/"
+_FACTORIZED_ROWS = "Transformer/posembed_input/pos_embedding_y"
 SINCOS_IMAGE_SIZE = 224  # What big_vision's plain ViTs train at.
-_TORCH_PATCH_PROJECTION = ("patch_embed.proj.weight",
-                           "patch_embeddings.projection.weight")
+_TORCH_PATCH_PROJECTION = (
+    "patch_embed.proj.weight", "patch_embeddings.projection.weight",
+    "embeds.proj.weight")  # timm's NaFlexViT.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Architecture:
   variant: str  # A name of models/variants.py.
   classifier: str  # token | gap | map.
   class_token: bool
-  posemb: str  # learn | sincos2d.
+  posemb: str  # learn | sincos2d | factorized.
   representation_size: Optional[int]  # The pre-logits width; None: none.
   num_classes: Optional[int]  # None: no head.
   image_size: int  # The resolution its position embeddings were trained at.
@@ -109,7 +111,11 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
     num_heads = heads_for_width(widths[0])
   converted = convert.convert(fmt, tensors, num_heads or 0, path)
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
-  arch = dataclasses.replace(arch, sequences=converted.sequences)
+  arch = dataclasses.replace(
+      arch, sequences=converted.sequences, options=tuple({
+          **dict(arch.options),
+          **converted.options
+      }.items()))
   # What a transformers or timm directory's config.json says beside.
   stated = pytorch_dir.model_options(paths.resolve(path))
   if stated:
@@ -145,13 +151,17 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
   pre_logits = params.get("pre_logits/kernel")
   head = params.get("head/kernel")
   table = params.get(convert.POSEMB)
+  rows = params.get(_FACTORIZED_ROWS)  # NaViT's factorized tables.
   image_size = SINCOS_IMAGE_SIZE
   if table is not None:
     grid = posemb.square_grid(table.shape[-2] - posemb_prefix_tokens, path)
     image_size = grid[0] * variant.stride
+  elif rows is not None:
+    image_size = rows.shape[1] * variant.stride
+  kind = "learn" if table is not None else "sincos2d"
   return Architecture(
       variant=name, classifier=classifier, class_token="cls" in params,
-      posemb="sincos2d" if table is None else "learn",
+      posemb="factorized" if rows is not None else kind,
       representation_size=None if pre_logits is None else pre_logits.shape[-1],
       num_classes=None if head is None else head.shape[-1],
       image_size=image_size, options=tuple(found.items()))

@@ -20,6 +20,7 @@ from vit_jax.weights import families
 from vit_jax.weights import hf_dinov2
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import timm_attention_pool
+from vit_jax.weights import timm_naflex
 from vit_jax.weights import timm_resnet
 from vit_jax.weights import towers
 
@@ -41,6 +42,8 @@ class Converted:
   # Trained on images at their own shape (NaFlex's layout): run so by
   # default (config.sequence_length).
   sequences: bool = False
+  # config.model options the file's layout says (timm's NaFlexViT).
+  options: dict = dataclasses.field(default_factory=dict)
 
 
 # The block module names of the two Flax generations: older Flax counted
@@ -359,13 +362,15 @@ def _arrays(naming: str, num_blocks: int):
         yield module, ours, theirs.format(i) + suffix, how
 
 
-def _from_torch(tensors, naming: str, num_heads: int, path: str) -> dict:
-  """Our params from a PyTorch state dict in `naming` (a `_Module` field)."""
+def _from_torch(tensors, naming: str, num_heads: int, path: str,
+                optional=()) -> dict:
+  """Our params from a PyTorch state dict in `naming` (a `_Module` field);
+  `optional`: modules it may lack beside _OPTIONAL."""
   params, num_blocks = {}, _num_blocks(tensors, naming)
   for module, ours, theirs, how in _arrays(naming, num_blocks):
     if theirs in tensors:
       params[ours] = _to_ours(how, tensors[theirs], num_heads)
-    elif module.ours not in _OPTIONAL:
+    elif module.ours not in _OPTIONAL + tuple(optional):
       raise WeightsError(f"{path} has no {theirs!r}, which every ViT in its "
                          "naming has; is it a whole state dict?")
   return params
@@ -379,6 +384,10 @@ def from_timm(tensors, num_heads, path) -> Converted:
     raise WeightsError(
         f"{path} has a SwiGLU MLP ({swiglu[0]}, DINOv2's ViT-g/14), which "
         "this project's ViT does not have; its ViT-S/B/L/14 load.")
+  naflex, factorized, naflex_options = timm_naflex.is_naflex(tensors), {}, {}
+  if naflex:  # Its embeddings under `embeds.`: renamed to a ViT's.
+    naflex_options = timm_naflex.options(tensors)
+    tensors, factorized = timm_naflex.to_timm_vit(tensors)
   pool, pool_names = timm_attention_pool.from_timm(tensors, num_heads)
   tensors = {k: v for k, v in tensors.items() if k not in pool_names}
   if ("patch_embed.proj.weight" in tensors and
@@ -386,13 +395,19 @@ def from_timm(tensors, num_heads, path) -> Converted:
     width = tensors["patch_embed.proj.weight"].shape[0]
     tensors["patch_embed.proj.bias"] = np.zeros((width,), np.float32)
   params = timm_resnet.stem_params(tensors)
-  params.update(_from_torch(_split_qkv(tensors), "timm", num_heads, path))
+  params.update(
+      _from_torch(_split_qkv(tensors), "timm", num_heads, path,
+                  (POSEMB,) if factorized else ()))
   params.update(pool)
+  params.update(factorized)
   prefix = posemb_prefix(params)
   found = families.options(params, prefix)
   note = (f"family: {families.name(found)}" +
           (f"; it needs {families.config_fix(found)}" if found else ""))
-  return Converted(params, prefix, "timm", [note])
+  if naflex:
+    note = f"timm's NaFlexViT ({note})"
+  return Converted(params, prefix, "timm", [note], sequences=naflex,
+                   options=naflex_options)
 
 
 def _is_square(count: int) -> bool:

@@ -97,13 +97,18 @@ def _gelu(recorded, origin, checkpoint):
 
 def _interpolation(recorded, origin, checkpoint):
   """How patch sequences resize learned position embeddings: as the
-  weights learned them (timm's NaFlexViT: bicubic; big_vision: bilinear)."""
-  del checkpoint
+  weights learned them (timm's NaFlexViT: bicubic, its SigLIP 2 ports
+  bilinear; big_vision: bilinear)."""
   if recorded is not None and recorded.get("posemb_interpolation"):
     return recorded["posemb_interpolation"], (
         "as the resumed run computed it (its config.json)")
   if origin() == "timm":
-    return "bicubic", "as timm resizes them"
+    stated = {
+        **loader.naflex_options(checkpoint, "timm"),
+        **pytorch_dir.model_options(paths.resolve(checkpoint))
+    }
+    return stated.get("posemb_interpolation",
+                      "bicubic"), ("as timm resizes them for this model")
   if origin() is not None:
     return "bilinear", f"as {origin()} weights are resized"
   return "bilinear", "big_vision's NaFlex form (random init)"

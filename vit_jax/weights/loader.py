@@ -44,6 +44,7 @@ from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
 from vit_jax.weights import pytorch_dir
 from vit_jax.weights import released
+from vit_jax.weights import timm_naflex
 
 POSEMB = convert.POSEMB
 PATCH_KERNEL = "embedding/kernel"
@@ -177,7 +178,10 @@ def origin_gelu(path: str, origin: str) -> Optional[bool]:
   option existed computed the exact erf form.
   """
   if origin != "orbax":  # A directory's config.json may say otherwise.
-    stated = pytorch_dir.model_options(paths.resolve(path))
+    stated = {
+        **naflex_options(path, origin),
+        **pytorch_dir.model_options(paths.resolve(path))
+    }
     return stated.get("gelu_approximate",
                       convert.ORIGIN_GELU_APPROXIMATE.get(origin))
   recorded = recorded_config(path)
@@ -186,6 +190,15 @@ def origin_gelu(path: str, origin: str) -> Optional[bool]:
   model = recorded.get("model", {})
   value = model.get("gelu_approximate", False)
   return None if value is None else bool(value)
+
+
+def naflex_options(path: str, origin: str, cache_dir=None) -> dict:
+  """What a timm NaFlexViT file's names say of the options its weights
+  cannot show (`timm_naflex.options`); {} for any other file."""
+  if origin != "timm":
+    return {}
+  names = dict.fromkeys(formats.read_names(path, cache_dir)[1])
+  return timm_naflex.options(names) if timm_naflex.is_naflex(names) else {}
 
 
 def file_origin(path: str, cache_dir=None) -> tuple[str, Optional[bool]]:

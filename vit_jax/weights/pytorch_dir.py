@@ -12,6 +12,7 @@ from typing import Optional
 from etils import epath
 
 from vit_jax.errors import WeightsError
+from vit_jax.weights import timm_naflex
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -78,7 +79,15 @@ def model_options(directory: epath.Path) -> dict:
     return {}
   if "architecture" in config:  # timm's.
     args = config.get("model_args", {})
+    naflex = config["architecture"].startswith("naflexvit")
+    if naflex:  # What its function sets, then model_args over it.
+      args = {**timm_naflex.function_options(config["architecture"]), **args}
     options = dict(_ACTIVATIONS.get(args.get("act_layer", "gelu"), {}))
+    if naflex:
+      options["posemb_interpolation"] = args.get("pos_embed_interp_mode",
+                                                 "bicubic")
+      options["posemb_keep_aspect"] = bool(
+          args.get("pos_embed_ar_preserving", False))
     if "_clip_" in config["architecture"]:
       options["layer_norm_eps"] = 1e-5  # timm's CLIP functions' LayerNorm.
     if "_quickgelu_" in config["architecture"] and "act_layer" not in args:
