@@ -139,8 +139,8 @@ def function_for(posemb: str, pool: str, keep_aspect: bool) -> str:
   key = ("factorized" if posemb == "factorized" else "learned", pool,
          keep_aspect)
   if key not in _FUNCTIONS:
+    aspect = " and aspect-preserving resizing" if keep_aspect else ""
     raise WeightsError(
         f"timm has no NaFlexViT function with {key[0]} position embeddings, "
-        f"{pool} pooling{' and aspect-preserving resizing' if keep_aspect else ''}"
-        "; use --format=npz.")
+        f"{pool} pooling{aspect}; use --format=npz.")
   return _FUNCTIONS[key]
