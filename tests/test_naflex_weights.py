@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tests.helpers import processes
 from vit_jax import inference
+from vit_jax.commands import export
 from vit_jax.data import image_files
 from vit_jax.models import sequences
 from vit_jax.weights import architecture
@@ -165,3 +166,36 @@ def test_timms_naflexvits_load_and_give_timms_logits(name, options, form,
   seq, io = timm_batch()
   logits, _ = loaded.model.apply({"params": loaded.params}, seq)
   np.testing.assert_allclose(logits, io[f"logits_{name}"], rtol=2e-5, atol=2e-5)
+
+
+TORCH_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
+
+
+@pytest.mark.parametrize("name", ["gap", "parfac", "siglip"])
+def test_a_naflex_model_exports_to_a_timm_directory_timm_loads(name, tmp_path):
+  """Exported as timm's NaFlexViT (config.json naming its function, the
+  state dict under its names): read back by our loader with the same
+  logits, and by timm itself (where .venv-torch is) with timm's."""
+  source = timm_directory(tmp_path, name)
+  seq, io = timm_batch()
+  out = str(tmp_path / "exported")
+  export.export_directory(source, "timm-dir", out)
+  written = json.loads((tmp_path / "exported" / "config.json").read_text())
+  assert written["architecture"].startswith("naflexvit_")
+  loaded = inference.load(out)
+  logits, _ = loaded.model.apply({"params": loaded.params}, seq)
+  np.testing.assert_allclose(logits, io[f"logits_{name}"], rtol=2e-5, atol=2e-5)
+  if not os.path.exists(TORCH_PYTHON):
+    pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
+  np.savez(tmp_path / "sequences.npz", patches=np.asarray(seq.patches),
+           coords=np.asarray(seq.coords), valid=np.asarray(seq.segments) > 0)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+  done = subprocess.run([
+      TORCH_PYTHON, "-m", "tests.helpers.exported_logits",
+      str(tmp_path / "sequences.npz"),
+      str(tmp_path / "logits.npz"), f"timm=timm-naflex:{out}"
+  ], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  with np.load(tmp_path / "logits.npz") as theirs:
+    np.testing.assert_allclose(theirs["timm"], io[f"logits_{name}"], rtol=2e-5,
+                               atol=2e-5)

@@ -8,7 +8,8 @@ FORMAT `hf`: ViTForImageClassification.from_pretrained(DIR), every weight
 present and used (a ViTModel's directory: its pooler output, the
 pre-logits); `timm-dir`: timm.create_model('local-dir:DIR',
 pretrained=True). OUT.npz holds each NAME's logits of the NHWC images.
-Nothing is downloaded.
+`timm-naflex`: the same for a NaFlexViT, IMAGES then an .npz of patch
+sequences (patches, coords, valid). Nothing is downloaded.
 """
 
 import json
@@ -42,9 +43,26 @@ def _hf(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
   return torch_reference.hf_vit_logits_from_dir(directory, images_nhwc)
 
 
+def _timm_naflex(directory: str, sequences) -> np.ndarray:
+  import timm  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  model = timm.create_model(f"local-dir:{directory}", pretrained=True).eval()
+  x = {
+      "patches": torch.from_numpy(sequences["patches"]),
+      "patch_coord": torch.from_numpy(sequences["coords"].astype(np.int64)),
+      "patch_valid": torch.from_numpy(sequences["valid"])
+  }
+  with torch.no_grad():
+    return model(x).numpy()
+
+
 def main(images: str, out: str, *requests: str):
   images_nhwc = np.load(images)
-  read = {"hf": _hf, "timm-dir": torch_reference.timm_logits_from_dir}
+  read = {
+      "hf": _hf,
+      "timm-dir": torch_reference.timm_logits_from_dir,
+      "timm-naflex": _timm_naflex
+  }
   logits = {}
   for request in requests:
     name, rest = request.split("=", 1)

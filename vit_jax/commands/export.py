@@ -109,8 +109,12 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
     names, source = inference.class_names(loaded, labels)
     names = None if source == "class indices" else names
   console.say("Writing %s to %s as %s.", checkpoint, out, fmt)
-  write = {"hf": hf_dir.write, "timm-dir": timm_dir.write}[fmt]
-  write(out, params, loaded.config.model, loaded.config.image_size, pp, names)
+  if fmt == "timm-dir":  # Images at their own shape: timm's NaFlexViT.
+    timm_dir.write(out, params, loaded.config.model, loaded.config.image_size,
+                   pp, names, naflex=bool(loaded.config.sequence_length))
+  else:
+    hf_dir.write(out, params, loaded.config.model, loaded.config.image_size, pp,
+                 names)
   count = sum(v.size for v in params.values())
   return (f"Wrote {out} ({count:,} parameters"
           f"{', class names from ' + source if names else ''}).")

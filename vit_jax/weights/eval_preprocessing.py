@@ -45,6 +45,9 @@ def describe(pp_eval: str, image_size: int) -> EvalPreprocessing:
   names = [name for name, _ in ops]
   if names == ["resize", "value_range"] and not ops[0][1]:
     return EvalPreprocessing(image_size, image_size, keep_aspect=False)
+  if names == ["resize_to_sequence", "value_range", "patchify"]:
+    # Images at their own shape; a square image as timm's default.
+    return EvalPreprocessing(image_size, image_size, keep_aspect=False)
   if names == ["resize", "central_crop", "value_range"] and ops[0][1]:
     return EvalPreprocessing(image_size, int(ops[0][1]), keep_aspect=False)
   if names == ["resize_small", "central_crop", "value_range"]:

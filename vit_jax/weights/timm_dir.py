@@ -28,6 +28,7 @@ from vit_jax.weights import architecture
 from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import mixer_layout
+from vit_jax.weights import timm_naflex
 from vit_jax.weights import writers
 
 # timm model function -> the LayerNorm epsilon it builds its ViT with.
@@ -42,15 +43,20 @@ _MIXERS = {
 
 
 def write(directory: str, params: dict, model_config, image_size: int,
-          pp: eval_preprocessing.EvalPreprocessing, class_names=None):
+          pp: eval_preprocessing.EvalPreprocessing, class_names=None,
+          naflex: bool = False):
   """Writes `config.json` and `model.safetensors` into `directory`.
 
   `params`: flat, our names, position embeddings as the model holds them;
-  `model_config`: the config.model that built it (GELU decided)."""
+  `model_config`: the config.model that built it (GELU decided); `naflex`:
+  a model of images at their own shape, written as timm's NaFlexViT."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if mixer_layout.is_mixer(params):
     architecture, model_args = _mixer_args(params, model_config)
     state, first_conv = mixer_layout.to_timm_mixer(params), "stem.proj"
+  elif naflex:
+    architecture, model_args, state = _naflex(params, model_config, image_size)
+    first_conv = "embeds.proj"
   else:
     architecture, model_args, params = _vit_args(params, model_config,
                                                  image_size)
@@ -139,6 +145,42 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
     raise WeightsError(f"timm cannot build an MLP of {mlp} units on a width "
                        f"of {width} (mlp_ratio); use --format=npz.")
   return _VIT_BY_EPS[eps], args, params
+
+
+def _naflex(params, model_config, image_size) -> tuple[str, dict, dict]:
+  """(timm's NaFlexViT function, its model_args, the state dict): a ViT's
+  arguments and names (`_vit_args`, `convert.to_timm`), the embeddings
+  moved under `embeds.` (`timm_naflex.from_ours`)."""
+  factorized = convert.POSEMB + "_y" in params
+  vit_params = dict(params)
+  if factorized:  # A learned table's place, which NaFlexViT's file drops.
+    rows = vit_params.pop(convert.POSEMB + "_y")
+    cols = vit_params.pop(convert.POSEMB + "_x")
+    vit_params[convert.POSEMB] = np.zeros(
+        (1, rows.shape[1] * cols.shape[1], rows.shape[-1]), np.float32)
+  elif convert.POSEMB in params and convert.posemb_prefix(params):
+    raise WeightsError("timm's NaFlexViT gives the class token and registers "
+                       "no position embedding; this model's table has "
+                       "theirs. Use --format=npz.")
+  _, args, vit_params = _vit_args(vit_params, model_config, image_size)
+  if args.pop("pre_norm"):
+    raise WeightsError("A pre-norm (CLIP) model is not a NaFlexViT; use "
+                       "--format=npz.")
+  args.pop("no_embed_class")
+  keep_aspect = bool(models.model_field(model_config, "posemb_keep_aspect"))
+  side = args["img_size"] // args["patch_size"]
+  args.update(
+      pos_embed="factorized" if factorized else "learned",
+      pos_embed_grid_size=[side,
+                           side], pos_embed_interp_mode=models.model_field(
+                               model_config, "posemb_interpolation") or
+      "bilinear", pos_embed_ar_preserving=keep_aspect)
+  function = timm_naflex.function_for("factorized" if factorized else "learned",
+                                      args["global_pool"], keep_aspect)
+  state = timm_naflex.from_ours(convert.to_timm(vit_params, True), params)
+  if factorized:
+    state.pop("embeds.pos_embed")
+  return function, args, state
 
 
 def _mixer_args(params, model_config) -> tuple[str, dict]:
