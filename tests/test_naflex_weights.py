@@ -114,9 +114,10 @@ def timm_batch():
   return seq, io
 
 
-def timm_directory(tmp_path, name) -> str:
+def timm_directory(tmp_path, name, pickled=False) -> str:
   """The reference as timm's `save_for_hf` writes it: config.json naming
-  the model function and its model_args, beside model.safetensors."""
+  the model function and its model_args, beside model.safetensors (or,
+  `pickled`, pytorch_model.bin, its default)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   metadata = st_numpy.safe_open(
       os.path.join(REFERENCES, "tiny_naflex_timm_io.safetensors"),
@@ -131,8 +132,9 @@ def timm_directory(tmp_path, name) -> str:
           "num_classes": size["num_classes"],
           "model_args": size
       }))
-  shutil.copy(os.path.join(REFERENCES, f"tiny_naflex_timm_{name}.safetensors"),
-              directory / "model.safetensors")
+  weights = ("tiny_naflex_timm_gap.bin", "pytorch_model.bin") if pickled else (
+      f"tiny_naflex_timm_{name}.safetensors", "model.safetensors")
+  shutil.copy(os.path.join(REFERENCES, weights[0]), directory / weights[1])
   return str(directory)
 
 
@@ -149,13 +151,13 @@ def timm_directory(tmp_path, name) -> str:
 ])
 @pytest.mark.parametrize("form", ["file", "directory"])
 def test_timms_naflexvits_load_and_give_timms_logits(name, options, form,
-                                                     tmp_path):
+                                                     tmp_path, pickled=False):
   """As a timm directory, or as the bare file (its names say all but
   aspect-preserving resizing, which a file of `parfac` needs set)."""
   path = os.path.join(REFERENCES, f"tiny_naflex_timm_{name}.safetensors")
   config = None
   if form == "directory":
-    path = timm_directory(tmp_path, name)
+    path = timm_directory(tmp_path, name, pickled)
   elif options.get("posemb_keep_aspect"):
     config = inference.config_for(path)[0]
     config.model.posemb_keep_aspect = True
@@ -199,3 +201,11 @@ def test_a_naflex_model_exports_to_a_timm_directory_timm_loads(name, tmp_path):
   with np.load(tmp_path / "logits.npz") as theirs:
     np.testing.assert_allclose(theirs["timm"], io[f"logits_{name}"], rtol=2e-5,
                                atol=2e-5)
+
+
+def test_a_timm_directory_with_pytorch_model_bin_loads_without_torch(tmp_path):
+  """config.json beside pytorch_model.bin (timm's save_for_hf default):
+  the pickle read without PyTorch (`torch_pickle.py`)."""
+  test_timms_naflexvits_load_and_give_timms_logits(
+      "gap", dict(posemb_interpolation="bicubic", num_registers=4), "directory",
+      tmp_path, pickled=True)

@@ -3,6 +3,9 @@ and exported weights are timm's own state dict. What those libraries
 computed is stored in tests/references (see stored.py there): the suite
 runs without PyTorch."""
 
+import io
+import zipfile
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from tests.test_weights import load_params
 from tests.test_weights import logits
 from vit_jax import weights
 from vit_jax.models import VisionTransformer
+from vit_jax.weights import formats
 from vit_jax.weights import writers
 
 
@@ -29,26 +33,31 @@ def test_timm_weights_give_timm_logits():
   assert error < 1e-4, error
 
 
-def test_a_pytorch_pickle_is_read_with_torch_or_refused_in_one_line():
-  """torch.save's file of the same state dict: read by torch.load where
-  PyTorch is installed, else an error naming the fix (the suite's Python
-  has no CPU build of torch; tests/references/stored.py)."""
+def test_a_pytorch_pickle_is_read_without_torch():
+  """torch.save's file of the same state dict, read without PyTorch
+  (`torch_pickle.py`; the suite's Python has no CPU build of torch):
+  timm's logits."""
   path = stored.path("tiny_timm.pth")
   model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
-  try:
-    import torch  # noqa: F401
-  except ImportError:
-    with pytest.raises(
-        weights.WeightsError, match=r"needs PyTorch \(pip install torch\), or "
-        r"convert it to \.safetensors first"):
-      load_params(path, model, grid=(4, 4), gelu_approximate=False)
-    return
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
   assert report.origin == "timm" and not report.warnings
   error = np.abs(
       logits(model, params, stored.tiny_images()) -
       stored.tiny_logits("timm")).max()
   assert error < 1e-4, error
+
+
+def test_a_pickle_that_is_not_a_state_dict_is_refused_not_run(tmp_path):
+  """A pickle that calls os.system is data the reader refuses in one line,
+  not code it runs."""
+  buffer = io.BytesIO()
+  with zipfile.ZipFile(buffer, "w") as archive:
+    archive.writestr("evil/data.pkl", b"cos\nsystem\n(S'touch pwned'\ntR.")
+  path = tmp_path / "evil.pth"
+  path.write_bytes(buffer.getvalue())
+  with pytest.raises(weights.WeightsError, match="os.system is not part of"):
+    formats.read(str(path))
+  assert not (tmp_path / "pwned").exists()
 
 
 def test_timm_hybrid_weights_give_timm_logits():

@@ -1,6 +1,7 @@
 """Writes what timm's NaFlexViT computes, for tests/test_naflex_weights.py:
 
   tiny_naflex_timm_<name>.safetensors   the state dict of each of NAFLEX
+  tiny_naflex_timm_gap.bin              `gap`'s, written by torch.save
   tiny_naflex_timm_io.safetensors       the patch sequences (patches,
                                         coords, valid) and each model's
                                         logits; the versions in metadata
@@ -66,6 +67,9 @@ def main():
     model = torch_reference._randomize_family(model, seed=30 + seed)  # pylint: disable=protected-access
     torch_reference.save_state_dict(
         model, os.path.join(HERE, f"tiny_naflex_timm_{name}.safetensors"))
+    if name == "gap":  # As save_for_hf writes by default: pytorch_model.bin.
+      torch_reference.save_state_dict(
+          model, os.path.join(HERE, "tiny_naflex_timm_gap.bin"))
     with torch.no_grad():
       out[f"logits_{name}"] = model(x).numpy()
   metadata = {

@@ -9,7 +9,9 @@ The format is decided by what the file is, not by its name:
                files and big_vision checkpoints (flat 'a/b/c' keys);
   safetensors  timm or Hugging Face weights, or a directory of theirs
                (`pytorch_dir.py`: config.json and model.safetensors);
-  torch        a PyTorch pickle (`.bin`, `.pth`), read with torch if present.
+  torch        a PyTorch pickle (`.bin`, `.pth`): torch.save's zip read
+               without PyTorch (`torch_pickle.py`), the legacy format with
+               it.
 
 `FILE:TOWER` names one tower of a two-tower file (SigLIP's `FILE:img`); the
 converter (`convert.py`) picks it out. Paths may be local, URLs (`gs://...`,
@@ -35,6 +37,7 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import cache
 from vit_jax.weights import pytorch_dir
 from vit_jax.weights import released
+from vit_jax.weights import torch_pickle
 
 FORMATS = ("orbax", "npz", "safetensors", "torch")
 
@@ -169,7 +172,11 @@ def _import_torch(path):
 
 
 def _read_torch(path: epath.Path, names_only: bool = False):
-  torch = _import_torch(path)
+  data = path.read_bytes()
+  if torch_pickle.is_zip_pickle(data):  # torch.save's since 1.6: no torch.
+    tensors = torch_pickle.read(data, path)
+    return dict.fromkeys(tensors) if names_only else tensors
+  torch = _import_torch(path)  # The legacy format: torch's own reader.
   local = not paths.is_remote(path)
   try:
     source = str(path) if local else io.BytesIO(path.read_bytes())

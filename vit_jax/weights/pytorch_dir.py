@@ -1,9 +1,11 @@
 """Directories the PyTorch code bases load: transformers' (`save_pretrained`,
 config.json with `model_type`) and timm's (`save_for_hf`, config.json with
-`architecture`), each beside a `model.safetensors`, as `vit-jax export`
-writes them and the Hub serves them. Read as their weights file, plus what
-their config.json says and the weights cannot show: the activation and the
-LayerNorm epsilon.
+`architecture`), each beside a `model.safetensors` (as `vit-jax export`
+writes them and the Hub serves them) or a `pytorch_model.bin` (timm's
+save_for_hf default, older Hub repositories). Read as their weights file,
+plus what their config.json says and the weights cannot show: the
+activation, the LayerNorm epsilon, and a NaFlexViT's resizing of its
+position table.
 """
 
 import json
@@ -15,6 +17,8 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import timm_naflex
 
 WEIGHTS = "model.safetensors"
+# What timm's save_for_hf writes by default, and older Hub repositories hold.
+PICKLED_WEIGHTS = "pytorch_model.bin"
 CONFIG = "config.json"
 # timm's act_layer / transformers' hidden_act -> config.model fields.
 _ACTIVATIONS = {
@@ -42,9 +46,16 @@ def read_config_json(path: epath.Path) -> dict:
   return config
 
 
+def _weights(directory: epath.Path) -> Optional[epath.Path]:
+  for name in (WEIGHTS, PICKLED_WEIGHTS):
+    if (directory / name).exists():
+      return directory / name
+  return None
+
+
 def _config(directory: epath.Path) -> Optional[dict]:
   """The directory's config.json if it is one of the two code bases'."""
-  if not (directory.is_dir() and (directory / WEIGHTS).exists() and
+  if not (directory.is_dir() and _weights(directory) is not None and
           (directory / CONFIG).exists()):
     return None
   config = read_config_json(directory / CONFIG)
@@ -54,8 +65,9 @@ def _config(directory: epath.Path) -> Optional[dict]:
 
 
 def weights_file(directory: epath.Path) -> Optional[epath.Path]:
-  """DIRECTORY/model.safetensors of such a directory; None otherwise."""
-  return directory / WEIGHTS if _config(directory) is not None else None
+  """DIRECTORY/model.safetensors (else pytorch_model.bin) of such a
+  directory; None otherwise."""
+  return _weights(directory) if _config(directory) is not None else None
 
 
 def class_names(directory: epath.Path) -> Optional[list[str]]:
