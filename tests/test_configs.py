@@ -45,9 +45,10 @@ def test_every_default_is_documented():
   assert not undocumented
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["pretrain", "pretrain:plain_i1k", "pretrain:mixer_i1k", "finetune"])
+@pytest.mark.parametrize("name", [
+    "pretrain", "pretrain:plain_i1k", "pretrain:mixer_i1k", "finetune",
+    "naflex:navit"
+])
 def test_recipe_runs_locally(name, tfds_data_dir, tmp_path):
   """Each recipe's `runlocal` form trains and evaluates end to end."""
   module, _, recipe = name.partition(":")
