@@ -42,7 +42,8 @@ MODES = {
     ],
     "naflex": [
         "--config.sequence_length=16", "--config.pp_train=aspect_crop(0.5)|"
-        "resize_to_sequence|value_range|patchify", f"--config.pp_eval={SEQ_EVAL}"
+        "resize_to_sequence|value_range|patchify",
+        f"--config.pp_eval={SEQ_EVAL}"
     ],
     "naflex-res": [
         "--config.sequence_length=16",
@@ -74,8 +75,9 @@ def _train(workdir, dataset, mode, steps, data_dir):
   if data_dir:
     command.append(f"--config.data_dir={data_dir}")
   start = time.time()
-  done = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env={
+      **os.environ, "JAX_PLATFORMS": "cpu"
+  })
   wall = time.time() - start
   if done.returncode:
     raise SystemExit(done.stderr[-3000:])
@@ -133,13 +135,14 @@ def main(argv):
         steps = max(60, int(FLAGS.seconds * probe["images_per_s"] / 64))
         run = _train(f"{tmp}/run-{mode}-{len(results)}", dataset, mode, steps,
                      FLAGS.data_dir)
-        run.update(steps=steps,
-                   padding=_padding_share(dataset, mode, FLAGS.data_dir))
+        run.update(steps=steps, padding=_padding_share(dataset, mode,
+                                                       FLAGS.data_dir))
         results[f"{name}/{mode}"] = run
-        print(f"{name:12s} {mode:10s} {run['images_per_s']:7.0f} img/s "
-              f"padding {run['packing_padding'] or run['padding']:.1%} "
-              f"acc {run['accuracy']:.4f} in {steps} steps, "
-              f"{run['wall_s']} s", flush=True)
+        print(
+            f"{name:12s} {mode:10s} {run['images_per_s']:7.0f} img/s "
+            f"padding {run['packing_padding'] or run['padding']:.1%} "
+            f"acc {run['accuracy']:.4f} in {steps} steps, "
+            f"{run['wall_s']} s", flush=True)
   if FLAGS.out:
     pathlib.Path(FLAGS.out).write_text(json.dumps(results, indent=2) + "\n")
 
