@@ -209,3 +209,20 @@ def test_a_timm_directory_with_pytorch_model_bin_loads_without_torch(tmp_path):
   test_timms_naflexvits_load_and_give_timms_logits(
       "gap", dict(posemb_interpolation="bicubic", num_registers=4), "directory",
       tmp_path, pickled=True)
+
+
+def test_factorized_tables_are_resized_for_another_resolution(tmp_path):
+  """Fine-tuning a factorized model at 32 px: each axis's table resized
+  from 4 to 8 entries (corner to corner, as the 2D tables are)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  stored = st_numpy.load_file(
+      os.path.join(REFERENCES, "tiny_naflex_timm_parfac.safetensors"))
+  loaded = inference.load(timm_directory(tmp_path, "parfac"), image_size=32)
+  tables = loaded.params["Transformer"]["posembed_input"]
+  for axis in ("y", "x"):
+    table = np.asarray(tables[f"pos_embedding_{axis}"])[0]
+    before = stored[f"embeds.pos_embed_{axis}"][0]
+    assert table.shape == (8, 16)
+    np.testing.assert_allclose(table[[0, -1]], before[[0, -1]], atol=1e-6)
+    np.testing.assert_allclose(
+        table[1], before[0] + (before[1] - before[0]) * 3 / 7, atol=1e-5)

@@ -47,6 +47,7 @@ from vit_jax.weights import released
 from vit_jax.weights import timm_naflex
 
 POSEMB = convert.POSEMB
+FACTORIZED = (POSEMB + "_y", POSEMB + "_x")  # NaViT's per-axis tables.
 PATCH_KERNEL = "embedding/kernel"
 GELU_NAMES = {True: "tanh approximation", False: "exact erf"}
 
@@ -311,6 +312,13 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
     elif tuple(value.shape) == shape:
       loaded[name] = value
       report.matched.append(name)
+    elif name in FACTORIZED and value.shape[::2] == shape[::2]:
+      # One axis's table, resized along it as a grid of one column.
+      loaded[name] = posemb.resize_grid(value[0][:, None], (shape[1], 1),
+                                        resize_method)[None, :, 0]
+      report.resized.append(
+          (name, tuple(value.shape), shape,
+           f"{value.shape[1]} -> {shape[1]}, {resize_method}"))
     elif (k := mixer_layout.tiles_between(value.shape, shape, name)):
       loaded[name] = mixer_layout.tile_token_mixing(name, value, k)
       report.resized.append((name, tuple(
