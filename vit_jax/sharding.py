@@ -377,7 +377,10 @@ class jit_on_mesh:  # pylint: disable=invalid-name
 
   def __call__(self, *args):
     if self._compiled is not None:
-      return self._compiled(*args)
+      try:
+        return self._compiled(*args)
+      except TypeError:  # Other shapes (several sequence lengths): jit's.
+        pass
     with self._context():
       return self._jitted(*args)
 

@@ -106,6 +106,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # padded to it). image_size then sizes the model's position embeddings,
   # which each image's grid reads resized.
   config.sequence_length = config_dict.placeholder(int)  # See above.
+  # Training at several lengths (NaFlex's): each step at one of these,
+  # drawn per step, with token_budget // length images (the batch_size's
+  # place); evaluation stays at sequence_length. Needs records by index.
+  config.sequence_lengths = ()  # Patches per image; (): sequence_length.
+  config.token_budget = config_dict.placeholder(int)  # Patches per step.
   config.pp_train = "inception_crop|flip_lr|value_range"  # '|'-joined op names.
   config.pp_eval = "resize_small|central_crop|value_range"  # Evaluation ops.
   # A leading inception_crop decodes only its window of a JPEG (the same

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 from typing import Iterator
 
@@ -33,6 +34,7 @@ from vit_jax import sharding
 from vit_jax.config import imports
 from vit_jax.data import global_order
 from vit_jax.data import handover
+from vit_jax.data import length_schedule
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.data import specs
@@ -244,6 +246,9 @@ def _train_dataset(spec, source, process_index, process_count, start_step,
   # Each process reads from the whole split (another part each epoch), so
   # it may meet any of its unreadable files.
   log = _log_of(spec, source, reader.size, collector)
+  if spec.sequence_lengths:  # One length per step, a batch per token budget.
+    return _train_at_lengths(spec, source, reader, order, index, count,
+                             start_step, labels, log), log
 
   def records_at(n):  # This process's n-th examples: their records.
     positions = global_order.position(n, local_batch, index, count)
@@ -257,6 +262,47 @@ def _train_dataset(spec, source, process_index, process_count, start_step,
                  labels, log)
   ds = ds.batch(local_batch, drop_remainder=True)
   return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE), log
+
+
+def _train_at_lengths(spec, source, reader, order, index, count, start_step,
+                      labels, log):
+  """Batches of `length_schedule`'s steps from `start_step` on: a pipeline
+  per length (its own sequence length and batch), chosen step by step."""
+  schedule = length_schedule.Schedule(spec.sequence_lengths, spec.token_budget,
+                                      spec.seed, jax.device_count())
+  first = schedule.first_position(start_step)
+
+  def steps():  # (step, its length's index, its first stream position).
+    step, position = start_step, first
+    while True:
+      k = int(schedule.choices(np.array([step]))[0])
+      yield step, k, position
+      position += int(schedule.batches[k])
+      step += 1
+
+  def positions(k):  # This process's rows of the steps at length k.
+    local = int(schedule.batches[k]) // count
+    for _, chosen, position in steps():
+      if chosen == k:
+        start = position + index * local
+        yield np.arange(start, start + local, dtype=np.int64)
+
+  records_at = lambda p: (p, tf.numpy_function(order.records, [p], tf.int64))
+  pipelines = []
+  for k, length in enumerate(schedule.lengths):
+    numbers = tf.data.Dataset.from_generator(
+        functools.partial(positions, k), output_signature=tf.TensorSpec(
+            [None], tf.int64)).unbatch()
+    ds = _examples(_read_by_index(numbers, reader, records_at),
+                   dataclasses.replace(spec, sequence_length=int(length)),
+                   source, tf.constant([spec.seed, 0], tf.int64), labels, log)
+    pipelines.append(
+        ds.batch(int(schedule.batches[k]) // count, drop_remainder=True))
+  chosen = tf.data.Dataset.from_generator(
+      lambda: (k for _, k, _ in steps()), output_signature=tf.TensorSpec(
+          [], tf.int64))
+  ds = tf.data.Dataset.choose_from_datasets(pipelines, chosen)
+  return ds.with_options(_options()).prefetch(tf.data.AUTOTUNE)
 
 
 _READ_CHUNK = 256  # Records per read call: fewer calls cost less per record.
@@ -298,6 +344,9 @@ def _train_in_sequence(spec, source, index, count, start_step, labels,
                        collector):
   """Training from TFRecord files: this process's share of the split,
   shuffled in a window; a resume skips through the epoch's records."""
+  if spec.sequence_lengths:
+    raise UserError("config.sequence_lengths reads each step's images by "
+                    f"index, and {source.in_sequence_cost()}")
   if source.name not in _told_in_sequence:
     _told_in_sequence.add(source.name)
     console.say("%s", source.in_sequence_cost())

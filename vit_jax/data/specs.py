@@ -50,6 +50,10 @@ class DataSpec:
   # patch size and the patches per image (`sequence_ops`).
   patch_size: int = 0
   sequence_length: Optional[int] = None
+  # Training at several lengths, one per step, batches from a token budget
+  # (`length_schedule.py`); () and 0: one length, batch_size images.
+  sequence_lengths: tuple = ()
+  token_budget: int = 0
 
   @property
   def is_sequence(self) -> bool:
@@ -91,8 +95,10 @@ def training(config: ml_collections.ConfigDict) -> DataSpec:
   return _checked(
       DataSpec(dataset=config.dataset, split=config.train_split,
                pp=config.pp_train, batch_size=config.batch_size,
-               shuffle_buffer=config.shuffle_buffer,
-               uint8=handover.hands_over_uint8(config), **_common(config)),
+               shuffle_buffer=config.shuffle_buffer, sequence_lengths=tuple(
+                   config.get("sequence_lengths",
+                              ())), token_budget=config.get("token_budget") or
+               0, uint8=handover.hands_over_uint8(config), **_common(config)),
       "The training data (config.dataset, train_split, pp_train)")
 
 

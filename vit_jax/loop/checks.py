@@ -19,6 +19,7 @@ from vit_jax import sharding
 from vit_jax.config import fields
 from vit_jax.config import imports
 from vit_jax.data import input_pipeline
+from vit_jax.data import length_schedule
 from vit_jax.data import packing
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
@@ -71,6 +72,7 @@ def check_batches(config: ml_collections.ConfigDict, mesh: Mesh,
                             process_count=process_count, log=True)
   sharding.local_batch_size(config.eval_batch_size, mesh,
                             what="eval_batch_size", process_count=process_count)
+  length_schedule.check_config(config, mesh.devices.size)
   if packing.enabled(config):
     sharding.local_batch_size(
         packing.sequences_per_batch(
