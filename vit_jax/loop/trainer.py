@@ -30,6 +30,7 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import imports
 from vit_jax.data import input_pipeline
+from vit_jax.data import length_schedule
 from vit_jax.data import packing
 from vit_jax.data import specs
 from vit_jax.data import unreadable
@@ -300,7 +301,7 @@ def _loop(run: _Run, state) -> dict[str, float]:
   `due` and once at the last step."""
   config, last = run.config, run.num_steps
   log = _DeferredLog(run.outputs.writer,
-                     _Timer(run.start_step, last, config.batch_size))
+                     _Timer(run.start_step, last, _images_at(config)))
   hooks = _hooks(run)
   evaluated = {}
   for step in range(run.start_step + 1, last + 1):
@@ -390,18 +391,31 @@ def _check_finite(step, metrics) -> float:
   return loss
 
 
+def _images_at(config):
+  """The images of each step: config.batch_size, or with several sequence
+  lengths the schedule's batch of that step."""
+  if not config.get("sequence_lengths"):
+    return lambda step: config.batch_size
+  schedule = length_schedule.Schedule(config.sequence_lengths,
+                                      config.token_budget, config.seed,
+                                      jax.device_count())
+  return lambda step: schedule.batch(step - 1)  # Step s trains batch s - 1.
+
+
 class _Timer:
   """Step time, throughput and ETA between two writes of the train metrics."""
 
-  def __init__(self, start_step: int, num_steps: int, batch_size: int):
-    self.num_steps, self.batch_size = num_steps, batch_size
+  def __init__(self, start_step: int, num_steps: int, images_at):
+    self.num_steps, self.images_at = num_steps, images_at
     self.last_step, self.last_time = start_step, time.perf_counter()
 
   def lap(self, step: int) -> dict[str, float]:
     now = time.perf_counter()
-    step_s = (now - self.last_time) / max(step - self.last_step, 1)
+    steps = max(step - self.last_step, 1)
+    images = sum(self.images_at(s) for s in range(step - steps + 1, step + 1))
+    step_s = (now - self.last_time) / steps
     self.last_step, self.last_time = step, now
-    images_per_sec = self.batch_size / max(step_s, 1e-9)
+    images_per_sec = images / steps / max(step_s, 1e-9)
     return {
         "step_time_s": step_s,
         "images_per_sec": images_per_sec,
