@@ -26,6 +26,7 @@ evaluation split. `--out` defaults to `analysis/` in the training workdir
 (else in the working directory).
 """
 
+import dataclasses
 import json
 import os
 
@@ -163,6 +164,14 @@ def main(argv):
         "--num_images, --num_shown and --batch_size must be positive.")
   loaded = inference.load(FLAGS.checkpoint, FLAGS.config, FLAGS.image_size,
                           FLAGS.num_heads)
+  if loaded.config.pp_eval.replace(" ", "").endswith("patchify"):
+    # The figures are of a square grid: images resized to one (a model of
+    # images at their own shape runs on squares too).
+    config = loaded.config.copy_and_resolve_references()
+    config.pp_eval, config.sequence_length = "resize|value_range", None
+    loaded = dataclasses.replace(loaded, config=config)
+    console.say("The figures need a square grid: images resized to %d px.",
+                config.image_size)
   batch_size = loaded.batch_size(FLAGS.batch_size)
   failed = []
   if FLAGS.images:
