@@ -63,7 +63,47 @@ def _value_range():
   np.testing.assert_allclose(out, IMAGE.numpy() / 127.5 - 1, atol=1e-6)
 
 
+def _sequence_op(spec: str):
+  [op] = preprocess.parse(spec, 16, patch_size=4, sequence_length=24)
+  return op.fn(IMAGE, SEED)
+
+
+def _resize_to_sequence():
+  # 30 x 40 -> the largest grid within 24 patches of 4 px: 4 x 6.
+  assert _sequence_op("resize_to_sequence").shape == (16, 24, 3)
+  assert _sequence_op("resize_to_sequence(2, 12)").shape == (6, 8, 3)
+
+
+def _resize_to_random_sequence():
+  sizes = {
+      tuple(op.fn(IMAGE, tf.constant([i, 0], tf.int64)).shape)
+      for i in range(12)
+      for op in preprocess.parse("resize_to_random_sequence(4)", 16,
+                                 patch_size=4, sequence_length=24)
+  }
+  assert len(sizes) > 2 and all(h * w <= 24 * 16 for h, w, _ in sizes)
+
+
+def _aspect_crop():
+  height, width, _ = _apply("aspect_crop(0.5)").shape
+  assert 0.5 * 30 * 40 - 60 <= height * width <= 30 * 40
+  assert abs(width / height - 40 / 30) < 0.1
+
+
+def _patchify():
+  with pytest.raises(tf.errors.InvalidArgumentError, match="more patches"):
+    _sequence_op("patchify")  # 30 x 40: 7 x 10 patches, more than 24.
+  [op] = preprocess.parse("patchify", 16, patch_size=8, sequence_length=24)
+  out = op.fn(IMAGE, SEED)
+  assert out["patches"].shape == (
+      24, 192) and out["grids"].numpy().tolist() == [[3, 5]]
+
+
 CASES = {
+    "resize_to_sequence": _resize_to_sequence,
+    "resize_to_random_sequence": _resize_to_random_sequence,
+    "aspect_crop": _aspect_crop,
+    "patchify": _patchify,
     "resize": _resize,
     "resize_small": _resize_small,
     "central_crop": _central_crop,

@@ -212,6 +212,8 @@ def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
   assert weights.decide(_config_for(npz)).model.gelu_approximate is True
   assert weights.decide(_config_for(None)).model.gelu_approximate is True
   kept = _config_for(timm_path, gelu=True)
+  assert weights.decide(kept).model.gelu_approximate is True
+  kept.model.posemb_interpolation = "bilinear"  # Nothing left open.
   assert weights.decide(kept) is kept
   # A resumed run keeps what it was trained with (one recorded before the
   # option existed computed erf).

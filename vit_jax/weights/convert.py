@@ -202,7 +202,7 @@ def from_big_vision(tensors, path) -> Converted:
   for name, value in scan.unstack_flat(tensors).items():
     if name == "pos_embedding":
       name = POSEMB
-      if value.ndim == 3:  # NaFlex: an H x W x D table.
+      if value.ndim == 3 and value.shape[0] > 1:  # NaFlex: H x W x D.
         value, naflex = value.reshape(1, -1, value.shape[-1]), True
     elif name == "embedding/kernel" and value.ndim == 2:
       # NaFlex embeds flattened patches (row, column, channel) by a Dense
