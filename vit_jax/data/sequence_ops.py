@@ -67,11 +67,7 @@ def resize_to_sequence(patch=None, length=None, *, patch_size, sequence_length):
 
   def fn(image, seed):
     del seed
-    shape = tf.shape(image)
-    rows, cols = sequence_grid(shape[0], shape[1], patch, length)
-    return tf.image.resize(tf.cast(image, tf.float32),
-                           tf.stack([rows * patch, cols * patch]),
-                           method="bilinear", antialias=True)
+    return _resize_within(image, patch, length, length)
 
   return fn
 
@@ -89,13 +85,19 @@ def resize_to_random_sequence(min_length, patch=None, length=None, *,
   def fn(image, seed):
     budget = tf.random.stateless_uniform((), seed, min_length, length + 1,
                                          dtype=tf.int32)
-    shape = tf.shape(image)
-    rows, cols = _grid_in_budget(shape[0], shape[1], budget, length)
-    return tf.image.resize(tf.cast(image, tf.float32),
-                           tf.stack([rows * patch, cols * patch]),
-                           method="bilinear", antialias=True)
+    return _resize_within(image, patch, budget, length)
 
   return fn
+
+
+def _resize_within(image, patch: int, budget, length: int):
+  """Resized (bilinear, antialiased) to the largest grid of patches within
+  `budget` (a tensor or int, at most `length`)."""
+  shape = tf.shape(image)
+  rows, cols = _grid_in_budget(shape[0], shape[1], budget, length)
+  return tf.image.resize(tf.cast(image, tf.float32),
+                         tf.stack([rows * patch, cols * patch]),
+                         method="bilinear", antialias=True)
 
 
 def _grid_in_budget(height, width, budget, length: int):

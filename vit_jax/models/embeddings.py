@@ -151,39 +151,6 @@ class PatchEmbedding(nn.Module):
     return y + bias.astype(self.dtype)
 
 
-class SequenceEmbedding(nn.Module):
-  """The patch embedding's parameters (`nn.Conv`'s names and shapes) applied
-  to flattened patches."""
-  features: int
-  patch_size: int
-  run_patch_size: int
-  channels: int
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, patches_BxNxF):
-    stored = self.patch_size
-    kernel = self.param("kernel", nn.initializers.lecun_normal(),
-                        (stored, stored, self.channels, self.features),
-                        self.param_dtype)
-    bias = self.param("bias", nn.initializers.zeros, (self.features,),
-                      self.param_dtype)
-    if self.run_patch_size != stored:
-      kernel = kernel_at_patch_size(kernel, self.run_patch_size)
-    # A Dense layer (P*P*C -> D), computed as the conv over each patch
-    # alone: a square image's patches then embed bit for bit as the image
-    # path embeds them (a matmul rounds differently).
-    run = self.run_patch_size
-    batch, length, _ = patches_BxNxF.shape
-    tiles = patches_BxNxF.reshape(batch * length, run, run, self.channels)
-    y = jax.lax.conv_general_dilated(tiles.astype(self.dtype),
-                                     kernel.astype(
-                                         self.dtype), (run, run), "VALID",
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return y.reshape(batch, length, self.features) + bias.astype(self.dtype)
-
-
 def kernel_at_patch_size(kernel_PxPxCxD, run: int):
   """A patch-embedding kernel stored for P x P patches, PI-resized to
   run x run (float32, as in the step; exports bake it in)."""

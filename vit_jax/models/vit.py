@@ -38,7 +38,6 @@ from vit_jax.models import resnet
 from vit_jax.models import sequences
 from vit_jax.models.attention import MultiHeadDotProductAttention
 from vit_jax.models.embeddings import PatchEmbedding
-from vit_jax.models.embeddings import SequenceEmbedding
 from vit_jax.models.encoder import REMAT_POLICIES
 from vit_jax.models.encoder import Encoder
 from vit_jax.models.encoder import MlpBlock
@@ -257,17 +256,10 @@ class VisionTransformer(nn.Module):
     run = self.run_patch_size or self.patch_size
     _check_divisible(x.shape[1:3], run, self.resnet is not None)
     posemb_grids = None
-    if run == self.patch_size:
-      x = nn.Conv(self.hidden_size, (self.patch_size,) * 2,
-                  strides=(self.patch_size,) * 2, padding="VALID",
-                  dtype=self.dtype, param_dtype=self.param_dtype,
-                  name="embedding")(x)
-    else:
+    if run != self.patch_size:
       stored_grid = tuple(s // self.patch_size for s in x.shape[1:3])
-      x = PatchEmbedding(self.hidden_size, self.patch_size, run,
-                         dtype=self.dtype, param_dtype=self.param_dtype,
-                         name="embedding")(x)
-      posemb_grids = (stored_grid, x.shape[1:3])
+      posemb_grids = (stored_grid, (x.shape[1] // run, x.shape[2] // run))
+    x = self._patch_embedding(run)(x)
     batch, grid_h, grid_w, width = x.shape
     out["grid"] = (grid_h, grid_w)
     return x.reshape(batch, grid_h * grid_w,
@@ -284,10 +276,24 @@ class VisionTransformer(nn.Module):
       raise ValueError("Packed sequences pool each image's patches; a class "
                        "token or registers would be shared by all of them.")
     run = self.run_patch_size or self.patch_size
-    channels = seq.patches.shape[-1] // (run * run)
-    return SequenceEmbedding(self.hidden_size, self.patch_size, run, channels,
-                             self.dtype, self.param_dtype, name="embedding")(
-                                 seq.patches)
+    batch, length, features = seq.patches.shape
+    # Each patch embedded alone by the image path's conv: a square image's
+    # patches then embed bit for bit as the image does (a matmul over the
+    # flattened patches rounds differently).
+    tiles = seq.patches.reshape(batch * length, run, run, features // run**2)
+    x = self._patch_embedding(run)(tiles.astype(self.dtype))
+    return x.reshape(batch, length, -1)
+
+  def _patch_embedding(self, run: int) -> nn.Module:
+    """The patch embedding at patch size `run`: a conv, or FlexiViT's
+    PI-resized kernel where it runs at another size than stored."""
+    if run == self.patch_size:
+      return nn.Conv(self.hidden_size, (run, run), strides=(run, run),
+                     padding="VALID", dtype=self.dtype,
+                     param_dtype=self.param_dtype, name="embedding")
+    return PatchEmbedding(self.hidden_size, self.patch_size, run,
+                          dtype=self.dtype, param_dtype=self.param_dtype,
+                          name="embedding")
 
 
 def pre_logits_and_head(model: nn.Module, x_BxD, out: dict):

@@ -185,12 +185,7 @@ def _read_torch(path: epath.Path, names_only: bool = False):
   except Exception as e:  # torch raises many types for a bad file.
     raise WeightsError(f"{path} could not be read by torch.load (truncated "
                        f"or not a state dict?): {e}") from e
-  for key in ("state_dict", "model", "module"):
-    if isinstance(state, dict) and isinstance(state.get(key), dict):
-      state = state[key]
-  if not isinstance(state, dict):
-    raise WeightsError(f"{path} holds a {type(state).__name__}, not a state "
-                       "dict of tensors.")
+  state = torch_pickle.state_dict(state, path)
   if names_only:  # The values stay on disk.
     return {k: None for k, v in state.items() if hasattr(v, "detach")}
   return {

@@ -97,6 +97,18 @@ def is_zip_pickle(data: bytes) -> bool:
   return data[:2] == b"PK"
 
 
+def state_dict(state, path) -> dict:
+  """The state dict a saved object holds: itself, or its top-level
+  `state_dict`, `model` or `module` entry (training checkpoints)."""
+  for key in ("state_dict", "model", "module"):
+    if isinstance(state, dict) and isinstance(state.get(key), dict):
+      state = state[key]
+  if not isinstance(state, dict):
+    raise WeightsError(f"{path} holds a {type(state).__name__}, not a state "
+                       "dict of tensors.")
+  return state
+
+
 def read(data: bytes, path) -> dict:
   """{name: float32 array} of the state dict a torch.save zip holds (a
   top-level `state_dict`, `model` or `module` entry if it wraps one)."""
@@ -112,12 +124,7 @@ def read(data: bytes, path) -> dict:
           EOFError) as e:
     raise WeightsError(f"{path} could not be read as a PyTorch state dict "
                        f"(truncated, or not a state dict?): {e}") from e
-  for key in ("state_dict", "model", "module"):
-    if isinstance(state, dict) and isinstance(state.get(key), dict):
-      state = state[key]
-  if not isinstance(state, dict):
-    raise WeightsError(f"{path} holds a {type(state).__name__}, not a state "
-                       "dict of tensors.")
+  state = state_dict(state, path)
   return {
       k: np.asarray(v, np.float32)
       for k, v in state.items()
