@@ -96,6 +96,10 @@ MISTAKES = {
         "--out={tmp}"
     ], "error: --out={tmp} is a directory, and --format=npz writes one file; "
                                         "give the file's path"),
+    "main: a teacher that is not there": ([
+        "vit_jax", "train", "--config=configs/distill.py:digits,runlocal",
+        "--workdir=/tmp/unused", "--config.distill.teachers=('/no/teacher',)"
+    ], "error: config.distill.teachers[0]: no checkpoint at /no/teacher."),
     "main: a broken config.json beside the weights": ([
         "vit_jax", "train", "--config=configs/digits.py:runlocal",
         "--workdir={tmp}/run", "--config.init.checkpoint={tmp}/timm_dir"

@@ -47,7 +47,7 @@ def test_every_default_is_documented():
 
 @pytest.mark.parametrize("name", [
     "pretrain", "pretrain:plain_i1k", "pretrain:mixer_i1k", "finetune",
-    "naflex:navit"
+    "naflex:navit", "distill"
 ])
 def test_recipe_runs_locally(name, tfds_data_dir, tmp_path):
   """Each recipe's `runlocal` form trains and evaluates end to end."""

@@ -95,7 +95,7 @@ def test_patch_sizes_are_drawn_per_step_from_the_seed_and_step_alone():
 @pytest.mark.parametrize("change, message", [
     (dict(flexi_sizes=(4, 5)), "has 5, which does not tile"),
     (dict(variant="testing-hybrid"), "is not one"),
-    (dict(objective="masked_patch"), "the supervised objective only"),
+    (dict(objective="masked_patch"), "trains a classifier"),
     (dict(eval_only=(4,)), "eval_patch_sizes is set but"),
     (dict(image_size=30, flexi_sizes=(5, 15)), "set config.model.patch_size"),
     (dict(variant="testing-mixer", patch_size=4), "only a plain ViT runs"),

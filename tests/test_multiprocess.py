@@ -179,6 +179,31 @@ def test_two_slices_equal_one_process_and_resume_before_a_damaged_checkpoint(
   ]
 
 
+def test_two_processes_distil_from_a_teacher_split_over_both(
+    digits_config, tfds_data_dir, tmp_path):
+  """Distillation with the teacher split by FSDP over both processes'
+  devices, as the student is: the checkpoint equals one process's on the
+  same devices bit for bit; only process 0 records the teacher and reports
+  its accuracy (the digits teacher's own, 98.9%)."""
+  teacher = os.path.join(REPO, "configs", "teachers", "digits.npz")
+  overrides = {
+      **OVERRIDES, "objective": "distill",
+      "distill.teachers": (teacher,),
+      "mixup.alpha": 1.0
+  }
+  workdir = tmp_path / "two"
+  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  assert "distill/teacher_accuracy=0.988889" in outputs[0][0]
+  assert "distill/" not in outputs[1][0]
+  assert (workdir / "teachers.json").exists()
+  expected = gloo_reference.compute(tfds_data_dir, overrides,
+                                    2 * DEVICES_PER_PROCESS, STEPS)
+  gloo_reference.apply_overrides(digits_config, overrides)
+  _assert_same(_restore(digits_config, workdir, STEPS, 2 * DEVICES_PER_PROCESS),
+               gloo_reference.params_of(expected, "after"))
+
+
 def _image_folder(root):
   """ROOT/{train,test}/CLASS/*.png: 10 classes of 16x16 images."""
   rng = np.random.default_rng(0)

@@ -55,13 +55,20 @@ def test_cpu_plan_reports_memory_flops_and_fit(digits_config):
   assert planning.plan(digits_config, "cpu:8")["fits"] is None
 
 
-def test_plan_compiles_what_training_runs(digits_config, tmp_path, monkeypatch):
-  """The plan's figures are those of the step `train_and_evaluate` runs."""
+@pytest.mark.parametrize("teacher", [None, "digits.npz"])
+def test_plan_compiles_what_training_runs(digits_config, tmp_path, monkeypatch,
+                                          teacher):
+  """The plan's figures are those of the step `train_and_evaluate` runs
+  (a distillation's with its teacher: its parameters and forward pass)."""
   seen = []
   check_fit = preflight.check_fit
   monkeypatch.setattr(preflight, "check_fit",
                       lambda *a: seen.append(check_fit(*a)) or seen[-1])
   digits_config.total_steps = 1
+  if teacher:
+    digits_config.objective = "distill"
+    digits_config.distill.teachers = (os.path.join(REPO, "configs", "teachers",
+                                                   teacher),)
   trainer.train_and_evaluate(digits_config, str(tmp_path))
   planned = planning.plan(digits_config, "cpu:8")
   assert seen == [{k: planned[k] for k in seen[0]}]

@@ -52,6 +52,7 @@ GOLDEN_PARAM_COUNTS = {
     "testing": 72_472,
     "testing-hybrid": 155_272,
     "digits": 469_032,
+    "digits-small": 185_864,
 }
 
 

@@ -19,10 +19,12 @@ and the layers listed before it, never from one after it
   vit_jax/weights/      every weights format: read, convert, resize, load,
                         write; a config's open choices decided
   vit_jax/training/     objectives and losses, the train state, the jitted
-                        step, FSDP's gathering, optimizer, mixup, checkpoints
+                        step, FSDP's gathering, optimizer, mixup, checkpoints,
+                        a distillation's teachers
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/evaluators/   config.evals' entries and their registered types:
-                        classification, masked patch prediction, few-shot
+                        classification, masked patch prediction, few-shot,
+                        distillation
   vit_jax/loop/         train_and_evaluate: the config's checks gathered,
                         the fit before the first step, the loop
   inference             a checkpoint ready to apply

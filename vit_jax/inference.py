@@ -4,8 +4,9 @@
     loaded = inference.load("ViT-B_16.npz", image_size=384)  # any file
     loaded = inference.load("ViT-B/16@i21k-ft-i1k")  # a released name
 
-The config (model, resolution, evaluation preprocessing) is the one given,
-else the workdir's config.json, else one read from the file's shapes
+The config (model, resolution, evaluation preprocessing;
+`weights/standalone.py`) is the one given, else the workdir's
+config.json, else one read from the file's shapes
 (`weights.architecture`) with the released models' evaluation
 preprocessing (`resize|value_range`: no crop) at the resolution the
 position embeddings were trained at, and sigmoid probabilities for an
@@ -29,16 +30,12 @@ from vit_jax import models
 from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
-from vit_jax.config import defaults
-from vit_jax.config import imports
 from vit_jax.errors import UserError
-from vit_jax.weights import architecture
-from vit_jax.weights import cache
 from vit_jax.weights import describe
 from vit_jax.weights import loader
 from vit_jax.weights import pytorch_dir
+from vit_jax.weights import standalone
 
-IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
 _WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's own "names".
 
 
@@ -67,75 +64,10 @@ class Loaded:
     return models.stride(self.config.model)
 
 
-def _merge(config: ml_collections.ConfigDict, recorded: dict):
-  """`config` with the recorded values of the fields it has (JSON lists
-  become the tuples the fields hold)."""
-
-  def as_tuple(value):
-    if isinstance(value, list):
-      return tuple(as_tuple(x) for x in value)
-    return value
-
-  for key, value in recorded.items():
-    if key not in config:
-      continue
-    if isinstance(config[key], ml_collections.ConfigDict):
-      _merge(config[key], value)
-    else:
-      config[key] = as_tuple(value)
-
-
 # How images at their own shape are evaluated (`data/sequence_ops.py`).
 SEQUENCE_PP_EVAL = describe.SEQUENCE_PP_EVAL
-
-
-def config_for(
-    checkpoint: str, config=None, image_size=None, num_heads=None,
-    sequence_length=None
-) -> tuple[ml_collections.ConfigDict, bool, architecture.Architecture]:
-  """(config, whether it is the training workdir's, the file's
-  architecture); see the module doc. `sequence_length`: images at their
-  own shape, that many patches each (NaFlex; any plain ViT)."""
-  cache_dir = None
-  if config is not None:
-    # Before `architecture.read` downloads a released name.
-    loader.check_released_variant(checkpoint, config.model.variant)
-    cache_dir = config.init.cache_dir
-  arch = architecture.read(checkpoint, num_heads, cache_dir)
-  # A workdir's own config; `locate` gives a released name's cached file.
-  recorded = (loader.recorded_config(checkpoint) if config is None and
-              paths.resolve(cache.locate(checkpoint, cache_dir)).is_dir() else
-              None)
-  if config is not None:
-    config = config.copy_and_resolve_references()
-  else:
-    config = defaults.get_config()
-    if recorded is not None:
-      _merge(config, recorded)
-    else:
-      config.model.update(arch.model_fields())
-      config.image_size = arch.image_size
-      # The released models' evaluation: resize to the resolution, no crop;
-      # NaFlex's: each image at its own shape, as many patches as the
-      # position table has entries.
-      config.pp_eval = "resize|value_range"
-      if arch.sequences:
-        config.pp_eval = SEQUENCE_PP_EVAL
-        config.sequence_length = (arch.image_size //
-                                  models.stride(config.model))**2
-      if arch.num_classes == IMAGENET21K_CLASSES:  # Trained with sigmoids.
-        config.loss = "sigmoid_xent"
-  imports.load(config)  # What a recorded config's own modules register.
-  config.init.checkpoint = checkpoint
-  config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
-  if image_size:
-    config.image_size = image_size
-  if sequence_length:
-    config.sequence_length = sequence_length
-    if not config.pp_eval.replace(" ", "").endswith("patchify"):
-      config.pp_eval = SEQUENCE_PP_EVAL
-  models.check_image_size(config.model, config.image_size)
-  return weights.decide(config), recorded is not None, arch
+# The config a checkpoint runs with (`weights/standalone.py`).
+config_for = standalone.config_for
 
 
 def load(checkpoint: str, config=None, image_size=None, num_heads=None,

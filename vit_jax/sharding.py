@@ -227,8 +227,11 @@ def _logical_to_mesh(rules) -> dict[str, str]:
 
 
 def param_partition_specs(abstract_params, mesh: Mesh,
-                          sharding_config: ml_collections.ConfigDict):
-  """A PartitionSpec per parameter from the config's rules (see module doc)."""
+                          sharding_config: ml_collections.ConfigDict,
+                          every_rule_used: bool = True):
+  """A PartitionSpec per parameter from the config's rules (see module doc).
+  A rule that matches nothing is an error, unless not `every_rule_used`
+  (the student's rules applied to a teacher: `training/teachers.py`)."""
   rules = list(sharding_config.params)
   check_strategy_rules(rules)
   flat = flax.traverse_util.flatten_dict(abstract_params, sep="/")
@@ -247,7 +250,7 @@ def param_partition_specs(abstract_params, mesh: Mesh,
     specs[path] = _spec_for(path, leaf.shape, rules[index][1], mesh, logical,
                             sharding_config.fsdp_min_size)
   unused = [rules[i] for i in range(len(rules)) if i not in used]
-  if unused:
+  if unused and every_rule_used:
     raise UserError(
         f"config.sharding.params rules {unused} match no parameter (names "
         f"look like {next(iter(flat))!r}); fix or remove them.")
@@ -314,18 +317,22 @@ def random_params(model, image_size: int, seed: int, mesh: Mesh,
   return jax.jit(init, out_shardings=shardings)(jax.random.key(seed)), shardings
 
 
-def abstract_params(model, image_size: int, mesh: Mesh, sharding_config=None):
+def abstract_params(model, image_size: int, mesh: Mesh, sharding_config=None,
+                    every_rule_used: bool = True):
   """(the parameters' ShapeDtypeStructs, their shardings), as
   `random_params` would make them: nothing is computed."""
-  init, shardings = _params_init(model, image_size, mesh, sharding_config)
+  init, shardings = _params_init(model, image_size, mesh, sharding_config,
+                                 every_rule_used)
   return with_shardings(jax.eval_shape(init, jax.random.key(0)),
                         shardings), shardings
 
 
-def _params_init(model, image_size: int, mesh: Mesh, sharding_config):
+def _params_init(model, image_size: int, mesh: Mesh, sharding_config,
+                 every_rule_used: bool = True):
   init = lambda key: models.init_on_zeros(model, init_keys(key)[0], image_size)
-  specs = param_partition_specs(jax.eval_shape(init, jax.random.key(0)), mesh,
-                                sharding_config or replicate_all())
+  specs = param_partition_specs(jax.eval_shape(
+      init, jax.random.key(0)), mesh, sharding_config or replicate_all(),
+                                every_rule_used)
   shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                            is_leaf=lambda x: isinstance(x, P))
   return init, shardings
@@ -451,7 +458,8 @@ def gather_over_data(params, shardings, cast_dtype=None, explicit=True):
   return jax.tree.map(gather, params, shardings)
 
 
-def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding):
+def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding,
+                     frozen_sharding=None):
   """`loss_fn(params, batch, rng) -> (loss, metrics)` run on each device's
   share of the batch, `data` made explicit (shard_map; other mesh axes stay
   automatic, so tensor parallelism is unchanged).
@@ -462,26 +470,31 @@ def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding):
   (dropout and augmentation draw differently on each share, as per-device
   keys do in data-parallel training); the activations' logical constraints
   keep their other axes.
+  With `frozen_sharding`, `loss_fn(params, batch, rng, frozen)` also takes
+  parameters it does not train (a distillation's teachers), which enter
+  as their shards likewise.
   Loss and metrics are averaged over `data`; differentiating the result
   reduce-scatters FSDP gradients and all-reduces replicated ones. On
   several slices `slice` is explicit too: the parameters are whole across
   it, so their gradients are all-reduced over it (over DCN, once a step).
   """
   axes = batch_axes(mesh)
-  param_specs = jax.tree.map(
-      lambda s: P(*(a if a == DATA_AXIS else None for a in s.spec)),
-      params_sharding)
+  data_only = lambda shardings: jax.tree.map(
+      lambda s: P(*(a if a == DATA_AXIS else None for a in s.spec)), shardings)
+  in_specs = (data_only(params_sharding), P(axes), P())
+  if frozen_sharding is not None:
+    in_specs += (data_only(frozen_sharding),)
 
-  def on_shard(params, batch, rng):
+  def on_shard(params, batch, rng, *frozen):
     rng = jax.random.fold_in(rng, jax.lax.axis_index(axes))
     rules = tuple((name, None if axis in (DATA_AXIS, axes) else axis)
                   for name, axis in nn.get_logical_axis_rules())
     with nn.logical_axis_rules(rules):
-      loss, metrics = loss_fn(params, batch, rng)
+      loss, metrics = loss_fn(params, batch, rng, *frozen)
     return jax.lax.pmean((loss, metrics), axes)
 
   return jax.shard_map(
-      on_shard, mesh=mesh, in_specs=(param_specs, P(axes), P()), out_specs=P(),
+      on_shard, mesh=mesh, in_specs=in_specs, out_specs=P(),
       axis_names=set(axes) if isinstance(axes, tuple) else {axes})
 
 

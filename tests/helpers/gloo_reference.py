@@ -95,6 +95,7 @@ def _reference(spec: dict) -> dict[str, np.ndarray]:
   from vit_jax.loop import trainer
   from vit_jax.training import optim
   from vit_jax.training import steps
+  from vit_jax.training import teachers
   from vit_jax.training import train_state
 
   config = digits.get_config("runlocal")
@@ -119,8 +120,10 @@ def _reference(spec: dict) -> dict[str, np.ndarray]:
                                       trainer.warmup_steps(config, examples))
   state, shardings = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
+  taught_by = (teachers.load(config, mesh, source.num_classes)
+               if config.objective == "distill" else ())
   step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                     shardings)
+                                     shardings, taught_by)
   saved = {}
   for i in range(num_steps):
     parts = [next(share) for share in shares]

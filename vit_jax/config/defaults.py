@@ -218,7 +218,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # masked_patch, the paper's self-supervision (App. B.1.2; labels are not
   # read, so unlabelled data works): corrupt some patch embeddings and
   # predict each corrupted patch's colours (vit_jax/models/masked_patch.py).
-  config.objective = "supervised"  # supervised | masked_patch.
+  config.objective = "supervised"  # supervised | masked_patch | distill.
   config.masked_patch = ml_collections.ConfigDict()  # Used by masked_patch.
   config.masked_patch.target = "mean_color"  # mean_color|downsized|pixels_l2.
   config.masked_patch.corrupt_rate = 0.5  # Share of the patches corrupted.
@@ -226,6 +226,29 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.masked_patch.replace_rate = 0.1  # by another patch; the rest kept.
   config.masked_patch.color_bits = 3  # Bits per channel of colour targets.
   config.masked_patch.downsized_size = 4  # downsized: cells per patch side.
+
+  # distill (Beyer et al. 2022, "Knowledge distillation: A good teacher is
+  # patient and consistent"): the student matches frozen teachers'
+  # predictions on exactly the images it sees (the same crop, flip and
+  # mixup; config.mixup.alpha=1 is the paper's uniform coefficient), each
+  # teacher seeing them resized to its own resolution. No label is learnt
+  # unless label_weight says so (vit_jax/training/distill.py).
+  config.distill = ml_collections.ConfigDict()  # Used by distill.
+  # The teachers: each a checkpoint `vit-jax predict` loads (a workdir, a
+  # file, a released name, a timm or transformers directory) with a head of
+  # the data's classes, or a (checkpoint, image size) pair to run it at
+  # another resolution than its own. Several: their predictions averaged.
+  config.distill.teachers = ()  # See above.
+  # Both models' logits are divided by it; the KL divergence is multiplied
+  # by its square (so its gradients keep their scale).
+  config.distill.temperature = 1.0  # See above.
+  # probabilities: the KL divergence from the teachers' mean probabilities
+  # to the student's (the paper's); logits: the mean squared difference
+  # from the teachers' mean logits (no temperature).
+  config.distill.target = "probabilities"  # See above.
+  # The labels' loss (config.loss) added with this weight; 0: none, as the
+  # paper (then the training data's labels are not read).
+  config.distill.label_weight = 0.0  # See above.
 
   # Starting weights (fine-tuning); ignored when the workdir has a checkpoint
   # to resume from.
@@ -254,6 +277,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
       average_label_sets=False)
   config.evals.masked_patch = eval_entry(  # Self-supervised runs.
       "masked_patch", enabled=None)
+  config.evals.distill = eval_entry(  # Distillation runs: the teachers'
+      "distill", enabled=None, cache_teacher=True)  # accuracy, agreement, KL.
   # config.fewshot's protocol on datasets (names or (name, train split, eval
   # split) triples); none: off.
   config.evals.fewshot = eval_entry(  # See above.

@@ -75,7 +75,10 @@ def get_info(spec: specs.DataSpec, source) -> DatasetInfo:
 
 
 def reads_labels(config: ml_collections.ConfigDict) -> bool:
-  """Whether training reads labels (masked patch prediction does not)."""
+  """Whether training reads labels (masked patch prediction does not, nor
+  distillation without a label term)."""
+  if config.objective == "distill":
+    return config.distill.label_weight > 0
   return config.objective == "supervised"
 
 

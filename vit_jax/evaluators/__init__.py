@@ -5,12 +5,15 @@ names (`registry.py` says how). The built-in types:
                   ImageNet ReaL and v2: configs/finetune.py:imagenet2012)
   masked_patch    masked patch prediction's loss and per-patch accuracy
   fewshot         few-shot linear accuracy (config.fewshot's protocol)
+  distill         a distilled student against its teachers: agreement,
+                  distillation loss, both accuracies
 
 A type of one's own is a module with one `@register` function, named in
 config.imports.
 """
 
 from vit_jax.evaluators import classification
+from vit_jax.evaluators import distillation
 from vit_jax.evaluators import fewshot_linear
 from vit_jax.evaluators import patch_prediction
 from vit_jax.evaluators.registry import TYPES
@@ -21,7 +24,8 @@ from vit_jax.evaluators.registry import check
 from vit_jax.evaluators.registry import from_config
 from vit_jax.evaluators.registry import register
 
-del classification, fewshot_linear, patch_prediction  # Registered now.
+# Registered now.
+del classification, distillation, fewshot_linear, patch_prediction
 __all__ = [
     "Context", "Entry", "Scheduled", "TYPES", "check", "from_config", "register"
 ]

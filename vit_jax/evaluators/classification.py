@@ -106,6 +106,18 @@ def eval_loss(name: str, average_label_sets: bool):
   return normalised
 
 
+def check_same_classes(entry: registry.Entry, context: registry.Context,
+                       source):
+  """The entry's data has the classes of the training data (the head's)."""
+  if source.num_classes != context.train_source.num_classes:
+    raise UserError(
+        f"config.evals.{entry.name} reads {entry.data.dataset}, which has "
+        f"{source.num_classes} classes, but the model's head has "
+        f"{context.train_source.num_classes} (those of "
+        f"{context.config.dataset}); evaluate data with the training data's "
+        "classes in their order.")
+
+
 @registry.register(
     "classification",
     fields={
@@ -115,19 +127,15 @@ def eval_loss(name: str, average_label_sets: bool):
         # distribution (ReaL's label sets); else against the multi-hot set.
         "average_label_sets": False,
     },
-    skip=lambda config, fields: None if config.objective == "supervised" else
+    skip=lambda config, fields: None
+    if objectives.trains_classifier(config) else
     (f"config.objective={config.objective!r} trains no classification head"))
 def make(entry: registry.Entry, context: registry.Context):
   """Top-1 accuracy and loss of the model's head on the entry's data (a
-  supervised run's head; its classes must be the data's)."""
+  supervised or distilled run's head; its classes must be the data's)."""
   config = context.config
   source = context.source(entry.data)
-  if source.num_classes != context.train_source.num_classes:
-    raise UserError(
-        f"config.evals.{entry.name} reads {entry.data.dataset}, which has "
-        f"{source.num_classes} classes, but the model's head has "
-        f"{context.train_source.num_classes} (those of {config.dataset}); "
-        "evaluate data with the training data's classes in their order.")
+  check_same_classes(entry, context, source)
   return ClassificationEvaluator(
       context.model,
       input_pipeline.make_eval_batches(

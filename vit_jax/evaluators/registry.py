@@ -48,6 +48,7 @@ class Context:
   train_source: Any  # The training data's source (its classes, ...).
   # Gathers the unreadable files of the streams made (data/unreadable.py).
   unreadable: Any = None
+  teachers: tuple = ()  # A distillation's (training/teachers.py: Teacher).
 
   def source(self, data: specs.DataSpec):
     """The source of `data`: the training data's where it is the same
@@ -193,11 +194,12 @@ class Scheduled:
 
 
 def from_config(config, model, mesh, params_sharding, train_source,
-                unreadable=None) -> list[Scheduled]:
+                unreadable=None, teachers=()) -> list[Scheduled]:
   """The entries that run, their evaluators made; `unreadable` (an
-  `unreadable.Collector`) gathers their streams' unreadable files."""
+  `unreadable.Collector`) gathers their streams' unreadable files;
+  `teachers`: a distillation's, loaded (`training/teachers.py`)."""
   context = Context(config, model, mesh, params_sharding,
-                    specs.training(config), train_source, unreadable)
+                    specs.training(config), train_source, unreadable, teachers)
   made = []
   for name in _not_off(config):
     settings = config.evals[name]

@@ -41,6 +41,7 @@ from vit_jax.training import checkpoint
 from vit_jax.training import flexi
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import teachers as teachers_lib
 from vit_jax.training import train_state
 
 # clu's writers load TensorFlow: loaded where the run starts, not when the
@@ -85,10 +86,9 @@ class _Outputs:
       self.mirror.close()
 
 
-def _decided(config, workdir):
+def _decided(config, workdir, resumed: bool):
   """The config decided (`weights.decide`: a resumed run keeps its GELU
   form; a checkpoint to start from is read), before anything is written."""
-  resumed = checkpoint.has_saved_steps(workdir)
   return weights.decide(config, resumed_workdir=workdir if resumed else None)
 
 
@@ -146,7 +146,8 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   checks.check_fields(config)  # Before JAX starts its devices: at once.
   mesh = sharding.mesh_from_config(config)
   checks.check_batches(config, mesh)
-  config = _decided(config, workdir)
+  resumed = checkpoint.has_saved_steps(workdir)
+  config = _decided(config, workdir, resumed)
   workdir = paths.make_workdir(workdir)
   manager = checkpoint.make_manager(workdir, config)
   started.callback(_close, manager)
@@ -163,14 +164,19 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   model = models.from_config(config, info.num_classes)
   tx, schedule = optim.make_optimizer(
       config, num_steps, warmup_steps(config, info.num_train_examples))
+  teachers = ()  # Distillation's: loaded again on every start.
+  if config.objective == "distill":
+    teachers = teachers_lib.load(config, mesh, info.num_classes)
+    teachers_lib.check_recorded(workdir, teachers, resumed)
 
   state, state_sharding = _starting_state(config, manager, model, tx, mesh)
   start_step = int(state.step)
-  make_step = lambda m: steps.train_step_for_config(config, m, tx, schedule,
-                                                    mesh, state_sharding)
+  make_step = lambda m: steps.train_step_for_config(
+      config, m, tx, schedule, mesh, state_sharding, teachers)
   train_step = (flexi.FlexiTrainStep(config, model, make_step, start_step)
                 if flexi.enabled(config) else make_step(model))
-  evals = _evaluators(config, model, mesh, state_sharding.params, source, found)
+  evals = _evaluators(config, model, mesh, state_sharding.params, source, found,
+                      teachers)
   batches = input_pipeline.make_train_iterator(
       data, source, start_step, labels=input_pipeline.reads_labels(config),
       collector=found)
@@ -187,8 +193,12 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   preflight.check_fit(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
 
-  learns = (f"{info.num_classes} classes" if config.objective == "supervised"
-            else f"{config.objective}: {config.masked_patch.target}")
+  learns = {
+      "supervised": f"{info.num_classes} classes",
+      "masked_patch": f"masked_patch: {config.masked_patch.target}",
+      "distill": f"{info.num_classes} classes from {len(teachers)} "
+                 f"teacher{'s' if len(teachers) > 1 else ''}"
+  }[config.objective]
   placed = hardware.placement(jax.devices()).describe()
   console.say(
       "Training %s on %s from step %d to %d (%s) on %d devices%s in %d "
@@ -227,19 +237,19 @@ class _closing:
     getattr(self._source, "close", lambda: None)()
 
 
-def _evaluators(config, model, mesh, params_sharding, source,
-                found) -> list[evaluators.Scheduled]:
+def _evaluators(config, model, mesh, params_sharding, source, found,
+                teachers=()) -> list[evaluators.Scheduled]:
   """config.evals' evaluators; under config.flexi, each at every evaluated
   patch size, named NAME_pSIZE."""
   if not flexi.enabled(config):
     return evaluators.from_config(config, model, mesh, params_sharding, source,
-                                  unreadable=found)
+                                  unreadable=found, teachers=teachers)
   return [
       dataclasses.replace(scheduled, name=f"{scheduled.name}_p{size}")
       for size in flexi.eval_patch_sizes(config)
-      for scheduled in
-      evaluators.from_config(config, flexi.at_patch_size(model, size), mesh,
-                             params_sharding, source, unreadable=found)
+      for scheduled in evaluators.from_config(
+          config, flexi.at_patch_size(model, size), mesh, params_sharding,
+          source, unreadable=found, teachers=teachers)
   ]
 
 

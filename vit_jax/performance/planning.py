@@ -32,6 +32,7 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import imports
 from vit_jax.data import handover
+from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.loop import preflight
@@ -40,8 +41,10 @@ from vit_jax.performance import flops
 from vit_jax.performance import roofline
 from vit_jax.performance import targets
 from vit_jax.training import fsdp
+from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
+from vit_jax.training import teachers as teachers_lib
 from vit_jax.training import train_state
 
 # Share of device memory the compiled step may use; the rest is left to the
@@ -79,8 +82,7 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   mesh = sharding.mesh_from_config(config, devices)
   checks.check_batches(config, mesh, process_count=placed.hosts)
   config = weights.decide(config)
-  supervised = config.objective == "supervised"  # Else no labels, no head.
-  if supervised:
+  if objectives.trains_classifier(config):  # Else no head.
     num_classes = num_classes or _num_classes(config)
   model = models.from_config(config, num_classes)
   num_steps = max(config.total_steps, 1)  # The schedule's length only.
@@ -89,8 +91,11 @@ def plan(config: ml_collections.ConfigDict, topology: str,
       model, tx, config.image_size, mesh, config.sharding, ema=config.ema_decay
       > 0)
   optim.check_param_rules(config, state.params)
+  teachers = ()  # A distillation's, as shapes on the target's mesh.
+  if config.objective == "distill":
+    teachers = teachers_lib.load(config, mesh, num_classes, abstract=True)
   train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                           state_sharding)
+                                           state_sharding, teachers)
   batch_sharding = sharding.batch_sharding(mesh)
   size, batch = config.image_size, config.batch_size
   image_dtype = jnp.uint8 if handover.hands_over_uint8(config) else jnp.float32
@@ -100,7 +105,7 @@ def plan(config: ml_collections.ConfigDict, topology: str,
       "mask": jax.ShapeDtypeStruct((batch,), jnp.float32,
                                    sharding=batch_sharding)
   }
-  if supervised:
+  if input_pipeline.reads_labels(config):
     batch_spec["labels"] = jax.ShapeDtypeStruct(
         (batch, num_classes), jnp.float32, sharding=batch_sharding)
   lowered = train_step.lower(state, batch_spec)

@@ -47,11 +47,15 @@ class FsdpPlan:
     return sharding.gather_over_data(params, self.loss_gathers,
                                      explicit=self.explicit)
 
-  def wrap_loss(self, loss: Callable, mesh: Mesh) -> Callable:
-    """The loss run on each device's share of the batch (explicit only)."""
+  def wrap_loss(self, loss: Callable, mesh: Mesh,
+                frozen_sharding=None) -> Callable:
+    """The loss run on each device's share of the batch (explicit only);
+    `frozen_sharding`: that of the parameters it takes but does not train
+    (`sharding.over_data_shards`)."""
     if not self.explicit:
       return loss
-    return sharding.over_data_shards(loss, mesh, self.params_sharding)
+    return sharding.over_data_shards(loss, mesh, self.params_sharding,
+                                     frozen_sharding)
 
 
 def _gather_block(variables, per_block, cast, explicit):

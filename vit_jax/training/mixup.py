@@ -12,7 +12,8 @@ import jax.numpy as jnp
 
 
 def mix(rng, images_BxHxWxC, labels_BxK, alpha: float, p: float = 1.0):
-  """(mixed images, mixed labels, weights B of each example's own)."""
+  """(mixed images, mixed labels, weights B of each example's own);
+  `labels_BxK` may be None (distillation reads none): then None."""
   if alpha <= 0 or p <= 0:
     weights_B = jnp.ones(images_BxHxWxC.shape[:1], jnp.float32)
     return images_BxHxWxC, labels_BxK, weights_B
@@ -26,4 +27,5 @@ def mix(rng, images_BxHxWxC, labels_BxK, alpha: float, p: float = 1.0):
     w = weights_B.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
     return w * x + (1 - w) * jnp.roll(x, 1, axis=0)
 
-  return mixed(images_BxHxWxC), mixed(labels_BxK), weights_B
+  return (mixed(images_BxHxWxC),
+          None if labels_BxK is None else mixed(labels_BxK), weights_B)

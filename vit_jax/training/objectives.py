@@ -1,6 +1,7 @@
-"""What a train step minimises: the losses and the two objectives
-(supervised classification, the paper's masked patch prediction), and the
-checks of the config fields that choose them. Imports no TensorFlow.
+"""What a train step minimises: the losses and the three objectives
+(supervised classification, the paper's masked patch prediction,
+distillation from frozen teachers), and the checks of the config fields
+that choose them. Imports no TensorFlow.
 """
 
 from typing import Callable
@@ -14,6 +15,7 @@ from vit_jax import models
 from vit_jax.config import fields
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
+from vit_jax.training import distill
 from vit_jax.training import mixup
 
 
@@ -44,6 +46,19 @@ def weighted_mean(values_B, weights_B=None):
   return jnp.mean(values_B * weights_B) * (values_B.shape[0] / count)
 
 
+def _mixed(rng, images, labels, mask_B, alpha: float, p: float):
+  """(images, labels, mask, rng) after mixup (`mixup.py`) with its own key
+  (without mixup, the dropout key stays as it was); an example mixed with
+  a placeholder (mask 0: an unreadable file's) is left out as well."""
+  if alpha <= 0:
+    return images, labels, mask_B, rng
+  mixup_rng, rng = jax.random.split(rng)
+  images, labels, own_B = mixup.mix(mixup_rng, images, labels, alpha, p)
+  if mask_B is not None:
+    mask_B = mask_B * jnp.where(own_B < 1, jnp.roll(mask_B, 1), 1.0)
+  return images, labels, mask_B, rng
+
+
 def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
                mixup_alpha: float = 0.0, mixup_p: float = 1.0) -> Objective:
   """Classification of `batch["labels"]`; label smoothing mixes the targets
@@ -53,12 +68,8 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
   def objective(apply, batch, rng):
     images, labels = batch["image"], batch["labels"]
     mask_B = batch.get("mask")  # 0: an unreadable file's blank placeholder.
-    if mixup_alpha > 0:  # Its own key; without mixup, dropout's stays as was.
-      mixup_rng, rng = jax.random.split(rng)
-      images, labels, own_B = mixup.mix(mixup_rng, images, labels, mixup_alpha,
-                                        mixup_p)
-      if mask_B is not None:  # Mixed with a placeholder: left out as well.
-        mask_B = mask_B * jnp.where(own_B < 1, jnp.roll(mask_B, 1), 1.0)
+    images, labels, mask_B, rng = _mixed(rng, images, labels, mask_B,
+                                         mixup_alpha, mixup_p)
     if label_smoothing:
       labels = optax.smooth_labels(labels, label_smoothing)
     logits, _ = apply(images, rngs={"dropout": rng})
@@ -67,6 +78,40 @@ def supervised(loss_fn: Callable, label_smoothing: float = 0.0,
       labels = labels.reshape(-1, labels.shape[-1])
       mask_B = mask_B.reshape(-1)
     return weighted_mean(loss_fn(logits, labels), mask_B), {}
+
+  return objective
+
+
+def distillation(target: str = "probabilities", temperature: float = 1.0,
+                 label_weight: float = 0.0, label_loss: Callable = softmax_xent,
+                 mixup_alpha: float = 0.0, mixup_p: float = 1.0,
+                 label_smoothing: float = 0.0):
+  """Function matching (`distill.py`): `objective(apply, batch, rng,
+  teachers) -> (loss, metrics)`, where `teachers(images) -> [B x K
+  logits]` runs the frozen teachers on exactly the images the student gets
+  (after mixup). Metrics: `agreement`, the share of examples whose top-1
+  class is the teachers'; with a label term, `distill_loss` alone too."""
+
+  def objective(apply, batch, rng, teachers):
+    images, mask_B = batch["image"], batch.get("mask")
+    labels = batch["labels"] if label_weight else None
+    # One draw, which the student and the teachers both see.
+    images, labels, mask_B, rng = _mixed(rng, images, labels, mask_B,
+                                         mixup_alpha, mixup_p)
+    teacher_logits = [jax.lax.stop_gradient(t) for t in teachers(images)]
+    logits, _ = apply(images, rngs={"dropout": rng})
+    distill_B = distill.distillation_loss(logits, teacher_logits, target,
+                                          temperature)
+    agree_B = jnp.argmax(logits, -1) == distill.teachers_top1(
+        teacher_logits, target, temperature)
+    metrics = {"agreement": weighted_mean(agree_B.astype(jnp.float32), mask_B)}
+    loss_B = distill_B
+    if label_weight:
+      if label_smoothing:
+        labels = optax.smooth_labels(labels, label_smoothing)
+      loss_B = loss_B + label_weight * label_loss(logits, labels)
+      metrics["distill_loss"] = weighted_mean(distill_B, mask_B)
+    return weighted_mean(loss_B, mask_B), metrics
 
   return objective
 
@@ -118,6 +163,13 @@ def _supervised_for_config(config: ml_collections.ConfigDict) -> Objective:
                     config.mixup.alpha, config.mixup.p)
 
 
+def _distillation_for_config(config: ml_collections.ConfigDict) -> Objective:
+  d = config.distill
+  return distillation(d.target, d.temperature, d.label_weight,
+                      LOSSES[config.loss], config.mixup.alpha, config.mixup.p,
+                      config.label_smoothing)
+
+
 def _masked_patch_for_config(config: ml_collections.ConfigDict) -> Objective:
   return masked_patch_prediction(config.masked_patch, models.stride(
       config.model))
@@ -127,22 +179,32 @@ def _masked_patch_for_config(config: ml_collections.ConfigDict) -> Objective:
 OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
     "supervised": _supervised_for_config,
     "masked_patch": _masked_patch_for_config,
+    "distill": _distillation_for_config,
 }
+# The objectives whose model has a classification head.
+CLASSIFIERS = ("supervised", "distill")
 
 
 def objective_for_config(config: ml_collections.ConfigDict) -> Objective:
   return OBJECTIVES[config.objective](config)
 
 
+def trains_classifier(config: ml_collections.ConfigDict) -> bool:
+  """Whether the config's model has a classification head to train."""
+  return config.objective in CLASSIFIERS
+
+
 def check_config(config: ml_collections.ConfigDict):
-  """The loss and objective fields (and what masked patch prediction needs)."""
-  if config.mixup.alpha > 0 and config.objective != "supervised":
+  """The loss and objective fields (and what masked patch prediction and
+  distillation need)."""
+  if config.mixup.alpha > 0 and not trains_classifier(config):
     raise UserError(f"config.mixup.alpha={config.mixup.alpha} mixes labels, "
                     f"which config.objective={config.objective!r} does not "
                     "read; set config.mixup.alpha=0.")
   fields.check_choice(config, "loss", LOSSES)
   fields.check_choice(config, "objective", OBJECTIVES)
   fields.check_choice(config, "masked_patch.target", masked_patch.TARGETS)
+  distill.check_config(config)
   if config.objective == "masked_patch":
     check_masked_patch(config)
 

@@ -4,6 +4,7 @@ TensorFlow: this is what runs on the accelerator, so the benchmark can use
 it where only jax/flax/optax are installed.
 """
 
+import functools
 from typing import Callable
 
 import jax
@@ -21,17 +22,19 @@ from vit_jax.models.attention import FP8_STATE
 from vit_jax.training import fsdp
 from vit_jax.training import objectives
 from vit_jax.training import optim
+from vit_jax.training import teachers as teachers_lib
 from vit_jax.training.train_state import TrainState
 
 
 def accumulate(grad_fn: Callable, params, batch, rng, accum_steps: int,
-               mesh: Mesh, grads_sharding=None):
-  """`grad_fn(params, batch, rng)`'s ((loss, metrics), gradients) averaged
-  over `accum_steps` micro-batches: the whole batch's update (without
-  dropout or masked patch prediction's random corruption, which each
-  micro-batch draws anew) in a fraction of the activation memory."""
+               mesh: Mesh, grads_sharding=None, frozen=()):
+  """`grad_fn(params, batch, rng, *frozen)`'s ((loss, metrics), gradients)
+  averaged over `accum_steps` micro-batches: the whole batch's update
+  (without dropout or masked patch prediction's random corruption, which
+  each micro-batch draws anew) in a fraction of the activation memory.
+  `frozen`: what the loss reads but does not train (the teachers)."""
   if accum_steps == 1:
-    return grad_fn(params, batch, rng)
+    return grad_fn(params, batch, rng, *frozen)
 
   # Micro-batch i takes every accum_steps-th example, so each device keeps
   # working on its own rows: (B, ...) -> (accum, B / accum, ...).
@@ -45,12 +48,12 @@ def accumulate(grad_fn: Callable, params, batch, rng, accum_steps: int,
 
   def add_micro_batch(carry, xs):
     index, micro_batch = xs
-    out = grad_fn(params, micro_batch, jax.random.fold_in(rng, index))
+    out = grad_fn(params, micro_batch, jax.random.fold_in(rng, index), *frozen)
     return jax.tree.map(jnp.add, carry, out), None
 
   first = jax.tree.map(lambda x: x[0], micro)
   zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32),
-                       jax.eval_shape(grad_fn, params, first, rng))
+                       jax.eval_shape(grad_fn, params, first, rng, *frozen))
   if grads_sharding is not None:  # The sums live where the shards do.
     zeros = (zeros[0], jax.lax.with_sharding_constraint(zeros[1],
                                                         grads_sharding))
@@ -61,9 +64,12 @@ def accumulate(grad_fn: Callable, params, batch, rng, accum_steps: int,
 
 def make_train_step(model, tx, objective: objectives.Objective, schedule,
                     mesh: Mesh, accum_steps: int = 1, ema_decay: float = 0.0,
-                    params_sharding=None, frozen=(), fp8_sharding=None):
+                    params_sharding=None, frozen=(), fp8_sharding=None,
+                    teachers=()):
   """`train_step(state, batch) -> (state, metrics)` for `objective`
-  (`objectives.py`).
+  (`objectives.py`); with `teachers` (`teachers.py`, distillation),
+  `train_step(state, batch, teacher_params)`, whose objective gets the
+  teachers' logits of its images.
 
   `accum_steps > 1` averages the gradients of that many micro-batches before
   one update (`accumulate`). With `ema_decay` the state's `ema_params`
@@ -83,7 +89,10 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
   gathering = fsdp.gathering_plan(model, params_sharding, explicit=not fp8)
   model = gathering.wrap_model(model)
 
-  def loss(trained, batch, rng):  # trained: params, or params and FP8 state.
+  run_teachers = teachers_lib.make_apply(teachers, gathering.explicit)
+
+  def loss(trained, batch, rng, *teacher_params):  # trained: params, or
+    # params and FP8 state; the teachers' parameters with teachers.
     params, collections = trained, {}
     if fp8:
       params, collections = trained["params"], {FP8_STATE: trained["fp8"]}
@@ -96,21 +105,27 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
           **collections
       }, images, train=True, **kwargs)
 
+    if teachers:
+      return objective(apply, batch, rng,
+                       functools.partial(run_teachers, teacher_params[0]))
     return objective(apply, batch, rng)
 
   trained_sharding = params_sharding
   if fp8 and params_sharding is not None:  # The FP8 state's: replicated.
     trained_sharding = {"params": params_sharding, "fp8": fp8_sharding}
-  grad_fn = jax.value_and_grad(gathering.wrap_loss(loss, mesh), has_aux=True)
+  teachers_sharding = teachers_lib.shardings_of(teachers) if teachers else None
+  grad_fn = jax.value_and_grad(
+      gathering.wrap_loss(loss, mesh, teachers_sharding), has_aux=True)
 
-  def train_step(state: TrainState, batch):
+  def train_step(state: TrainState, batch, *teacher_params):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
     trained = ({
         "params": state.params,
         "fp8": state.fp8
     } if fp8 else state.params)
     (loss_value, objective_metrics), grads = accumulate(
-        grad_fn, trained, batch, rng, accum_steps, mesh, trained_sharding)
+        grad_fn, trained, batch, rng, accum_steps, mesh, trained_sharding,
+        teacher_params)
     new_fp8 = state.fp8
     if fp8:
       grads, new_fp8 = grads["params"], grads["fp8"]
@@ -134,22 +149,47 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
 
 
 def jit_train_step(train_step, state_sharding, mesh: Mesh,
-                   logical_axis_rules=()):
-  """Explicit in/out shardings; the old state's buffers are donated."""
+                   logical_axis_rules=(), teachers_sharding=None):
+  """Explicit in/out shardings; the old state's buffers are donated (the
+  teachers' parameters, where there are some, are not)."""
+  in_shardings = (state_sharding, sharding.batch_sharding(mesh))
+  if teachers_sharding is not None:
+    in_shardings += (teachers_sharding,)
   return sharding.jit_on_mesh(
-      train_step, mesh, logical_axis_rules,
-      in_shardings=(state_sharding, sharding.batch_sharding(mesh)),
+      train_step, mesh, logical_axis_rules, in_shardings=in_shardings,
       out_shardings=(state_sharding, sharding.replicated(mesh)),
       donate_argnums=0)
 
 
+class WithTeachers:
+  """A jitted `step(state, batch, teacher_params)` that is called, lowered
+  and compiled as `step(state, batch)`: the teachers' parameters bound."""
+
+  def __init__(self, step, teacher_params: tuple):
+    self.step, self.teacher_params = step, teacher_params
+
+  def __call__(self, state, batch):
+    return self.step(state, batch, self.teacher_params)
+
+  def lower(self, state, batch):
+    return self.step.lower(state, batch, self.teacher_params)
+
+  def compile(self, state, batch):
+    return self.step.compile(state, batch, self.teacher_params)
+
+
 def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
-                          schedule, mesh: Mesh, state_sharding):
+                          schedule, mesh: Mesh, state_sharding, teachers=()):
   """The config's jitted train step: what training runs and the plan
-  compiles (one definition, so the plan measures the real step)."""
-  return jit_train_step(
+  compiles (one definition, so the plan measures the real step); with a
+  distillation's `teachers` (`teachers.load`), their parameters bound."""
+  step = jit_train_step(
       make_train_step(
           model, tx, objectives.objective_for_config(config), schedule, mesh,
           config.accum_steps, config.ema_decay, state_sharding.params,
-          tuple(config.frozen), state_sharding.fp8), state_sharding, mesh,
-      config.sharding.logical_axis_rules)
+          tuple(config.frozen), state_sharding.fp8, teachers), state_sharding,
+      mesh, config.sharding.logical_axis_rules,
+      teachers_lib.shardings_of(teachers) if teachers else None)
+  if not teachers:
+    return step
+  return WithTeachers(step, teachers_lib.params_of(teachers))

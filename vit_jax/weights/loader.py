@@ -244,20 +244,21 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
-                params_sharding, fill=None):
+                params_sharding, fill=None, role: str = "Initialised"):
   """`params` with every entry the file at `path` provides replaced, sharded.
 
   `params` may be abstract (ShapeDtypeStructs): then `fill()` makes the
   parameters the file does not provide (random init), only if it lacks
-  some. Works on any mesh and number of processes: each process reads the
-  file and places only its own shards. A scanned-layers model is loaded
-  through the looped names and stacked back.
+  some. `role` starts the console line (a teacher's is not an
+  initialisation). Works on any mesh and number of processes: each process
+  reads the file and places only its own shards. A scanned-layers model is
+  loaded through the looped names and stacked back.
   """
   loaded, report = load_for_config(config, path, params)
-  console.say("Initialised from %s (--log_level=info shows the table).",
+  console.say("%s from %s (--log_level=info shows the table).", role,
               report.summary())
   if jax.process_index() == 0:
-    logging.info("Initialised from %s", report.table())
+    logging.info("%s from %s", role, report.table())
   if scan.is_scanned(params):
     loaded = scan.stack_flat(loaded, scan.num_scanned_layers(params))
   flat = flax.traverse_util.flatten_dict(params, sep="/")

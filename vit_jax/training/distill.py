@@ -1,0 +1,150 @@
+"""Distillation's objective (Beyer et al. 2022, "Knowledge distillation: A
+good teacher is patient and consistent"): function matching.
+
+The student learns to predict what frozen teachers predict on exactly the
+images it sees: the host's crop and flip and the step's mixup are drawn
+once per example and both models get the result (a teacher at another
+resolution gets it resized, `teachers.view`; never re-augmented). The
+loss, per example, with temperature T, teachers' logits t_1..t_n and the
+student's s:
+
+  probabilities  T^2 KL(p || softmax(s / T)), p = mean_i softmax(t_i / T)
+  logits         mean over classes of (s - mean_i t_i)^2
+
+with no label term unless `label_weight` adds the labels' loss. The T^2
+keeps the gradients' scale as T changes (Hinton et al. 2015). The
+objective itself is `objectives.distillation`; the teachers are
+`teachers.py`. Imports no TensorFlow.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax import paths
+from vit_jax.config import fields
+from vit_jax.errors import UserError
+from vit_jax.weights import formats
+from vit_jax.weights import released
+
+TARGETS = ("probabilities", "logits")
+
+
+def teacher_probabilities(teacher_logits, temperature: float):
+  """The teachers' softened probabilities, averaged: B x K (float32)."""
+  probs = [
+      jax.nn.softmax(t.astype(jnp.float32) / temperature)
+      for t in teacher_logits
+  ]
+  return sum(probs) / len(probs)
+
+
+def kl_divergence(student_logits_BxK, target_probs_BxK, temperature: float):
+  """T^2 KL(p || softmax(s / T)) per example, in float32 (0 log 0 = 0)."""
+  log_q = jax.nn.log_softmax(
+      student_logits_BxK.astype(jnp.float32) / temperature)
+  p = target_probs_BxK
+  p_log_p = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
+  return temperature**2 * jnp.sum(p_log_p - p * log_q, axis=-1)
+
+
+def logit_distance(student_logits_BxK, teacher_logits):
+  """The mean squared difference from the teachers' mean logits, per
+  example, in float32."""
+  target = sum(t.astype(jnp.float32) for t in teacher_logits)
+  target = target / len(teacher_logits)
+  return jnp.mean(jnp.square(student_logits_BxK.astype(jnp.float32) - target),
+                  axis=-1)
+
+
+def distillation_loss(student_logits_BxK, teacher_logits, target: str,
+                      temperature: float):
+  """Per example: the distance of `target` kind (see the module doc)."""
+  if target == "logits":
+    return logit_distance(student_logits_BxK, teacher_logits)
+  return kl_divergence(student_logits_BxK,
+                       teacher_probabilities(teacher_logits, temperature),
+                       temperature)
+
+
+def teachers_top1(teacher_logits, target: str, temperature: float):
+  """The teachers' (ensemble's) top-1 class per example: of their mean
+  probabilities, or of their mean logits."""
+  if target == "logits":
+    return jnp.argmax(sum(t.astype(jnp.float32) for t in teacher_logits), -1)
+  return jnp.argmax(teacher_probabilities(teacher_logits, temperature), -1)
+
+
+def teacher_specs(config: ml_collections.ConfigDict):
+  """config.distill.teachers as (checkpoint, image size or None) pairs."""
+  specs = []
+  for i, entry in enumerate(config.distill.teachers):
+    if isinstance(entry, str):
+      entry = (entry, None)
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and
+            isinstance(entry[0], str) and
+            (entry[1] is None or isinstance(entry[1], int) and entry[1] > 0)):
+      raise UserError(
+          f"config.distill.teachers[{i}]={entry!r}: give a checkpoint (a "
+          "path or released name) or a (checkpoint, image size) pair, e.g. "
+          "--config.distill.teachers=\"(('workdirs/teacher', 224),)\".")
+    specs.append((entry[0], entry[1]))
+  return specs
+
+
+def _check_exists(checkpoint: str, index: int):
+  """A local teacher that is not there, said before anything loads (URLs
+  and released names are fetched, and checked, where they load)."""
+  file, _ = formats.split_tower(checkpoint)
+  if (paths.is_remote(file) or released.lookup(file) is not None or
+      os.path.exists(os.path.expanduser(file))):
+    return
+  raise UserError(f"config.distill.teachers[{index}]: no checkpoint at "
+                  f"{checkpoint}. Give a workdir, a weights file, or a "
+                  "released name (vit-jax inspect --list_released).")
+
+
+def check_config(config: ml_collections.ConfigDict):
+  """The distill fields, and what distillation does not take."""
+  d = config.distill
+  specs = teacher_specs(config)
+  if config.objective != "distill":
+    if specs:
+      raise UserError(
+          "config.distill.teachers is set but config.objective="
+          f"{config.objective!r}; set --config.objective=distill to learn "
+          "from them, or unset the teachers.")
+    return
+  fields.check_choice(config, "distill.target", TARGETS)
+  if not specs:
+    raise UserError(
+        "config.objective=distill needs a teacher: set "
+        "--config.distill.teachers=\"('CHECKPOINT',)\" (configs/distill.py "
+        "has recipes).")
+  if not d.temperature > 0:
+    raise UserError(f"config.distill.temperature={d.temperature} must be "
+                    "positive (1: the predictions as they are).")
+  if d.target == "logits" and d.temperature != 1.0:
+    raise UserError(
+        "config.distill.temperature softens probabilities; "
+        "config.distill.target=logits matches the logits themselves. Set "
+        "the temperature to 1, or target=probabilities.")
+  if d.label_weight < 0:
+    raise UserError(f"config.distill.label_weight={d.label_weight} must be 0 "
+                    "(no label term, the paper's) or positive.")
+  if config.label_smoothing and not d.label_weight:
+    raise UserError(
+        f"config.label_smoothing={config.label_smoothing} smooths labels, "
+        "which distillation without a label term does not read; set it to "
+        "0, or give config.distill.label_weight.")
+  ops = [op.strip().split("(")[0] for op in config.pp_train.split("|")]
+  if ops[-1:] != ["value_range"]:
+    raise UserError(
+        f"config.pp_train={config.pp_train!r}: distillation shows the "
+        "teachers the student's images as they are, in the value range "
+        "every model here reads; end the pipeline with value_range (images "
+        "at their own shape and packed sequences are not distilled yet).")
+  for i, (checkpoint, _) in enumerate(specs):
+    _check_exists(checkpoint, i)

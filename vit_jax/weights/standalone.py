@@ -1,0 +1,93 @@
+"""The config a checkpoint runs with on its own: for `predict`, `analyze`
+(`vit_jax/inference.py`) and a distillation's teachers
+(`vit_jax/training/teachers.py`).
+
+It is the config given, else the training workdir's config.json, else one
+read from the file's shapes (`architecture`) with the released models'
+evaluation preprocessing (`resize|value_range`: no crop) at the resolution
+the position embeddings were trained at, and sigmoid probabilities for an
+ImageNet-21k head (trained with sigmoid cross-entropy). Imports no
+TensorFlow.
+"""
+
+import ml_collections
+
+from vit_jax import models
+from vit_jax import paths
+from vit_jax.config import defaults
+from vit_jax.config import imports
+from vit_jax.weights import architecture
+from vit_jax.weights import cache
+from vit_jax.weights import describe
+from vit_jax.weights import loader
+from vit_jax.weights.decisions import decide
+
+IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
+
+
+def _merge(config: ml_collections.ConfigDict, recorded: dict):
+  """`config` with the recorded values of the fields it has (JSON lists
+  become the tuples the fields hold)."""
+
+  def as_tuple(value):
+    if isinstance(value, list):
+      return tuple(as_tuple(x) for x in value)
+    return value
+
+  for key, value in recorded.items():
+    if key not in config:
+      continue
+    if isinstance(config[key], ml_collections.ConfigDict):
+      _merge(config[key], value)
+    else:
+      config[key] = as_tuple(value)
+
+
+def config_for(
+    checkpoint: str, config=None, image_size=None, num_heads=None,
+    sequence_length=None, cache_dir=None
+) -> tuple[ml_collections.ConfigDict, bool, architecture.Architecture]:
+  """(config, whether it is the training workdir's, the file's
+  architecture); see the module doc. `sequence_length`: images at their
+  own shape, that many patches each (NaFlex; any plain ViT). `cache_dir`:
+  where a released name's file is kept (a given config's own otherwise)."""
+  if config is not None:
+    # Before `architecture.read` downloads a released name.
+    loader.check_released_variant(checkpoint, config.model.variant)
+    cache_dir = config.init.cache_dir
+  arch = architecture.read(checkpoint, num_heads, cache_dir)
+  # A workdir's own config; `locate` gives a released name's cached file.
+  recorded = (loader.recorded_config(checkpoint) if config is None and
+              paths.resolve(cache.locate(checkpoint, cache_dir)).is_dir() else
+              None)
+  if config is not None:
+    config = config.copy_and_resolve_references()
+  else:
+    config = defaults.get_config()
+    if recorded is not None:
+      _merge(config, recorded)
+    else:
+      config.model.update(arch.model_fields())
+      config.image_size = arch.image_size
+      # The released models' evaluation: resize to the resolution, no crop;
+      # NaFlex's: each image at its own shape, as many patches as the
+      # position table has entries.
+      config.pp_eval = "resize|value_range"
+      if arch.sequences:
+        config.pp_eval = describe.SEQUENCE_PP_EVAL
+        config.sequence_length = (arch.image_size //
+                                  models.stride(config.model))**2
+      if arch.num_classes == IMAGENET21K_CLASSES:  # Trained with sigmoids.
+        config.loss = "sigmoid_xent"
+  imports.load(config)  # What a recorded config's own modules register.
+  config.init.checkpoint = checkpoint
+  config.init.cache_dir = cache_dir
+  config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
+  if image_size:
+    config.image_size = image_size
+  if sequence_length:
+    config.sequence_length = sequence_length
+    if not config.pp_eval.replace(" ", "").endswith("patchify"):
+      config.pp_eval = describe.SEQUENCE_PP_EVAL
+  models.check_image_size(config.model, config.image_size)
+  return decide(config), recorded is not None, arch
