@@ -8,12 +8,12 @@ configs/distill.py:digits (the `digits-small` student matching the
 teacher's predictions, mixup on every example, no labels) and
 :digits_labels (the same student, data, steps and schedule on the labels).
 `--teacher` replaces the recipe's teacher (configs/teachers/digits.npz);
-`--steps` both runs' length; `--train_split` what both students train on
-(e.g. 'train[:20%]': the teacher, trained on the whole split, then knows
-more than the students' data shows, as a fine-tuned large checkpoint
-does). Reported per run: test accuracy, the teacher's (distillation
-runs), their agreement, wall time and images/s; then the means over the
-seeds and the distilled student's lead.
+`--steps` both runs' length; `--share=20` trains both students on the
+first 20% of the training images (the recipes' `share`: the teacher,
+trained on all of them, then knows more than the students' data shows, as
+a fine-tuned large checkpoint does). Reported per run: test accuracy,
+the teacher's (distillation runs), their agreement, wall time and
+images/s; then the means over the seeds and the distilled student's lead.
 """
 
 import json
@@ -34,7 +34,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (config.seed) to run.")
 flags.DEFINE_integer("steps", None, "Steps of both runs (the recipe's: None).")
 flags.DEFINE_string("teacher", None, "Another teacher checkpoint.")
-flags.DEFINE_string("train_split", None, "The students' training split.")
+flags.DEFINE_integer("share", 100, "Percent of the training images.")
 flags.DEFINE_string("out", None, "Write the results as JSON here.")
 flags.DEFINE_string("data_dir", None, "TFDS data_dir with digits.")
 
@@ -47,14 +47,12 @@ def _metric(log: str, name: str):
 def _train(workdir: str, preset: str, seed: int) -> dict:
   command = [
       sys.executable, "-m", "vit_jax", "train",
-      f"--config=configs/distill.py:{preset}", f"--workdir={workdir}",
-      f"--config.seed={seed}", "--config.eval_every_steps=0",
-      "--config.checkpoint_every_steps=100000"
+      f"--config=configs/distill.py:{preset},share={FLAGS.share}",
+      f"--workdir={workdir}", f"--config.seed={seed}",
+      "--config.eval_every_steps=0", "--config.checkpoint_every_steps=100000"
   ]
   if FLAGS.steps:
     command.append(f"--config.total_steps={FLAGS.steps}")
-  if FLAGS.train_split:
-    command.append(f"--config.train_split={FLAGS.train_split}")
   if FLAGS.teacher and preset == "digits":
     command.append(f"--config.distill.teachers=('{FLAGS.teacher}',)")
   if FLAGS.data_dir:

@@ -81,7 +81,8 @@ def config_for(
         config.loss = "sigmoid_xent"
   imports.load(config)  # What a recorded config's own modules register.
   config.init.checkpoint = checkpoint
-  config.init.cache_dir = cache_dir
+  if cache_dir is not None:
+    config.init.cache_dir = cache_dir
   config.init.dont_load = ()  # Nothing is re-initialised: the head is used.
   if image_size:
     config.image_size = image_size
