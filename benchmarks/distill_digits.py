@@ -17,19 +17,15 @@ images/s; then the means over the seeds and the distilled student's lead.
 """
 
 import json
-import os
 import pathlib
-import re
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
 from absl import app
 from absl import flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks import train_run
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (config.seed) to run.")
 flags.DEFINE_integer("steps", None, "Steps of both runs (the recipe's: None).")
@@ -39,39 +35,23 @@ flags.DEFINE_string("out", None, "Write the results as JSON here.")
 flags.DEFINE_string("data_dir", None, "TFDS data_dir with digits.")
 
 
-def _metric(log: str, name: str):
-  found = re.findall(rf"{name}=([\d.e-]+)", log)
-  return float(found[-1]) if found else None
-
-
 def _train(workdir: str, preset: str, seed: int) -> dict:
-  command = [
-      sys.executable, "-m", "vit_jax", "train",
+  args = [
       f"--config=configs/distill.py:{preset},share={FLAGS.share}",
       f"--workdir={workdir}", f"--config.seed={seed}",
       "--config.eval_every_steps=0", "--config.checkpoint_every_steps=100000"
   ]
   if FLAGS.steps:
-    command.append(f"--config.total_steps={FLAGS.steps}")
+    args.append(f"--config.total_steps={FLAGS.steps}")
   if FLAGS.teacher and preset == "digits":
-    command.append(f"--config.distill.teachers=('{FLAGS.teacher}',)")
-  if FLAGS.data_dir:
-    command.append(f"--config.data_dir={FLAGS.data_dir}")
-  start = time.time()
-  done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env={
-      **os.environ, "JAX_PLATFORMS": "cpu"
-  })
-  wall = time.time() - start
-  if done.returncode:
-    raise SystemExit(done.stderr[-3000:])
-  log = done.stderr + done.stdout
-  speeds = [float(s) for s in re.findall(r"([\d.]+) images/s", log)]
+    args.append(f"--config.distill.teachers=('{FLAGS.teacher}',)")
+  run = train_run.train(args, FLAGS.data_dir)
   return {
-      "accuracy": _metric(log, "test/accuracy"),
-      "teacher_accuracy": _metric(log, "distill/teacher_accuracy"),
-      "agreement": _metric(log, "distill/agreement"),
-      "wall_s": round(wall, 1),
-      "images_per_s": statistics.median(speeds[1:] or speeds),
+      "accuracy": run.metric("test/accuracy"),
+      "teacher_accuracy": run.metric("distill/teacher_accuracy"),
+      "agreement": run.metric("distill/agreement"),
+      "wall_s": run.wall_s,
+      "images_per_s": run.images_per_s(skip=1),
   }
 
 

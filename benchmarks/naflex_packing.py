@@ -24,14 +24,13 @@ import json
 import os
 import pathlib
 import re
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 from absl import app
 from absl import flags
+
+from benchmarks import train_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ_EVAL = "resize_to_sequence|value_range|patchify"
@@ -65,30 +64,19 @@ flags.DEFINE_string("data_dir", None, "TFDS data_dir with digits.")
 
 
 def _train(workdir, dataset, mode, steps, data_dir):
-  command = [
-      sys.executable, "-m", "vit_jax", "train", "--config=configs/digits.py",
-      f"--workdir={workdir}", f"--config.dataset={dataset}",
-      f"--config.total_steps={steps}", "--config.log_every_steps=5",
-      "--config.eval_every_steps=0", "--config.model.classifier=gap",
-      "--config.checkpoint_every_steps=100000", *MODES[mode]
-  ]
-  if data_dir:
-    command.append(f"--config.data_dir={data_dir}")
-  start = time.time()
-  done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env={
-      **os.environ, "JAX_PLATFORMS": "cpu"
-  })
-  wall = time.time() - start
-  if done.returncode:
-    raise SystemExit(done.stderr[-3000:])
-  log = done.stderr + done.stdout
-  speeds = [float(s) for s in re.findall(r"([\d.]+) images/s", log)]
-  accuracy = re.findall(r"test/accuracy=([\d.]+)", log)
-  packing = re.search(r"Packing: ([\d.]+)% of the packed tokens padding", log)
+  run = train_run.train([
+      "--config=configs/digits.py", f"--workdir={workdir}",
+      f"--config.dataset={dataset}", f"--config.total_steps={steps}",
+      "--config.log_every_steps=5", "--config.eval_every_steps=0",
+      "--config.model.classifier=gap", "--config.checkpoint_every_steps=100000",
+      *MODES[mode]
+  ], data_dir)
+  packing = re.search(r"Packing: ([\d.]+)% of the packed tokens padding",
+                      run.log)
   return {
-      "images_per_s": statistics.median(speeds[4:] or speeds),
-      "accuracy": float(accuracy[-1]) if accuracy else None,
-      "wall_s": round(wall, 1),
+      "images_per_s": run.images_per_s(skip=4),
+      "accuracy": run.metric("test/accuracy"),
+      "wall_s": run.wall_s,
       "packing_padding": float(packing.group(1)) / 100 if packing else None,
   }
 

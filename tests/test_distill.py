@@ -100,12 +100,14 @@ def test_the_loss_is_a_float64_kl_at_temperature_times_its_square(
       for _ in range(num_teachers)
   ]
   teachers[0][0, 1] = -1e4  # A class the teacher rules out: 0 log 0 = 0.
-  got = distill.distillation_loss(
-      jnp.asarray(student), [jnp.asarray(t) for t in teachers], "probabilities",
-      temperature)
+  loss = lambda target, t: distill.distance(
+      jnp.asarray(student),
+      distill.teachers_target([jnp.asarray(x)
+                               for x in teachers], target, t), target, t)
+  got = loss("probabilities", temperature)
   np.testing.assert_allclose(got, _kl64(student, teachers, temperature),
                              rtol=2e-5, atol=1e-6)
-  logits = distill.distillation_loss(student, teachers, "logits", 1.0)
+  logits = loss("logits", 1.0)
   np.testing.assert_allclose(logits,
                              np.mean((student - np.mean(teachers, 0))**2, -1),
                              rtol=1e-6)
@@ -363,6 +365,23 @@ def test_distillation_mistakes_are_one_line_before_compiling(
   config = _runlocal(tfds_data_dir, **overrides)
   with pytest.raises(UserError, match=message):
     checks.check_config(config, sharding.make_mesh())
+
+
+def test_the_students_rules_shard_a_teacher_of_other_names(
+    tfds_data_dir, tmp_path):
+  """A rule that matches only the student's names (a Mixer has no position
+  embeddings) is no error for the teacher; the rest still apply."""
+  teacher = _teacher_file(tmp_path / "m.npz", seed=6, variant="testing-mixer")
+  config = weights.decide(
+      _runlocal(
+          tfds_data_dir, **{
+              "distill.teachers": (teacher,),
+              "sharding.params": (("Transformer/posembed_input/.*",
+                                   "replicate"), (".*", "fsdp")),
+              "sharding.fsdp_min_size": 0
+          }))
+  (loaded,) = teachers_lib.load(config, sharding.make_mesh(), 10, abstract=True)
+  assert sharding.splits_over_data(loaded.params_sharding)
 
 
 @pytest.mark.parametrize("classes, message", [

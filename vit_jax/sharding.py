@@ -227,11 +227,8 @@ def _logical_to_mesh(rules) -> dict[str, str]:
 
 
 def param_partition_specs(abstract_params, mesh: Mesh,
-                          sharding_config: ml_collections.ConfigDict,
-                          every_rule_used: bool = True):
-  """A PartitionSpec per parameter from the config's rules (see module doc).
-  A rule that matches nothing is an error, unless not `every_rule_used`
-  (the student's rules applied to a teacher: `training/teachers.py`)."""
+                          sharding_config: ml_collections.ConfigDict):
+  """A PartitionSpec per parameter from the config's rules (see module doc)."""
   rules = list(sharding_config.params)
   check_strategy_rules(rules)
   flat = flax.traverse_util.flatten_dict(abstract_params, sep="/")
@@ -250,7 +247,7 @@ def param_partition_specs(abstract_params, mesh: Mesh,
     specs[path] = _spec_for(path, leaf.shape, rules[index][1], mesh, logical,
                             sharding_config.fsdp_min_size)
   unused = [rules[i] for i in range(len(rules)) if i not in used]
-  if unused and every_rule_used:
+  if unused:
     raise UserError(
         f"config.sharding.params rules {unused} match no parameter (names "
         f"look like {next(iter(flat))!r}); fix or remove them.")
@@ -317,22 +314,18 @@ def random_params(model, image_size: int, seed: int, mesh: Mesh,
   return jax.jit(init, out_shardings=shardings)(jax.random.key(seed)), shardings
 
 
-def abstract_params(model, image_size: int, mesh: Mesh, sharding_config=None,
-                    every_rule_used: bool = True):
+def abstract_params(model, image_size: int, mesh: Mesh, sharding_config=None):
   """(the parameters' ShapeDtypeStructs, their shardings), as
   `random_params` would make them: nothing is computed."""
-  init, shardings = _params_init(model, image_size, mesh, sharding_config,
-                                 every_rule_used)
+  init, shardings = _params_init(model, image_size, mesh, sharding_config)
   return with_shardings(jax.eval_shape(init, jax.random.key(0)),
                         shardings), shardings
 
 
-def _params_init(model, image_size: int, mesh: Mesh, sharding_config,
-                 every_rule_used: bool = True):
+def _params_init(model, image_size: int, mesh: Mesh, sharding_config):
   init = lambda key: models.init_on_zeros(model, init_keys(key)[0], image_size)
-  specs = param_partition_specs(jax.eval_shape(
-      init, jax.random.key(0)), mesh, sharding_config or replicate_all(),
-                                every_rule_used)
+  specs = param_partition_specs(jax.eval_shape(init, jax.random.key(0)), mesh,
+                                sharding_config or replicate_all())
   shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                            is_leaf=lambda x: isinstance(x, P))
   return init, shardings

@@ -48,11 +48,11 @@ class DistillationEvaluator:
     def compare(params, batch, teacher_logits):
       logits, _ = model.apply({"params": params}, batch["image"], train=False)
       labels, mask = batch["labels"], batch["mask"]
-      top1 = distill.teachers_top1(teacher_logits, target, temperature)
+      matched = distill.teachers_target(teacher_logits, target, temperature)
+      top1 = jnp.argmax(matched, -1)
       correct, counted = classification.top1_correct(logits, labels, mask)
       teacher_hit = jnp.take_along_axis(labels, top1[:, None], -1)[:, 0] > 0
-      loss = distill.distillation_loss(logits, teacher_logits, target,
-                                       temperature)
+      loss = distill.distance(logits, matched, target, temperature)
       return {
           "student_correct": jnp.sum(correct),
           "teacher_correct": jnp.sum(teacher_hit * counted),

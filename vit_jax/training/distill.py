@@ -25,6 +25,7 @@ import ml_collections
 
 from vit_jax import paths
 from vit_jax.config import fields
+from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 from vit_jax.weights import formats
 from vit_jax.weights import released
@@ -32,49 +33,30 @@ from vit_jax.weights import released
 TARGETS = ("probabilities", "logits")
 
 
-def teacher_probabilities(teacher_logits, temperature: float):
-  """The teachers' softened probabilities, averaged: B x K (float32)."""
-  probs = [
-      jax.nn.softmax(t.astype(jnp.float32) / temperature)
-      for t in teacher_logits
-  ]
-  return sum(probs) / len(probs)
+def teachers_target(teacher_logits, target: str, temperature: float):
+  """What the student matches, B x K in float32: the teachers' softened
+  probabilities averaged, or (target `logits`) their logits averaged. Its
+  top-1 class is the teachers' (ensemble's)."""
+  if target == "logits":
+    values = [t.astype(jnp.float32) for t in teacher_logits]
+  else:
+    values = [
+        jax.nn.softmax(t.astype(jnp.float32) / temperature)
+        for t in teacher_logits
+    ]
+  return sum(values) / len(values)
 
 
-def kl_divergence(student_logits_BxK, target_probs_BxK, temperature: float):
-  """T^2 KL(p || softmax(s / T)) per example, in float32 (0 log 0 = 0)."""
-  log_q = jax.nn.log_softmax(
-      student_logits_BxK.astype(jnp.float32) / temperature)
-  p = target_probs_BxK
+def distance(student_logits_BxK, target_BxK, target: str, temperature: float):
+  """Per example, in float32: T^2 KL(p || softmax(s / T)) (0 log 0 = 0),
+  or the mean squared difference of the logits (see the module doc)."""
+  student = student_logits_BxK.astype(jnp.float32)
+  if target == "logits":
+    return jnp.mean(jnp.square(student - target_BxK), axis=-1)
+  log_q = jax.nn.log_softmax(student / temperature)
+  p = target_BxK
   p_log_p = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
   return temperature**2 * jnp.sum(p_log_p - p * log_q, axis=-1)
-
-
-def logit_distance(student_logits_BxK, teacher_logits):
-  """The mean squared difference from the teachers' mean logits, per
-  example, in float32."""
-  target = sum(t.astype(jnp.float32) for t in teacher_logits)
-  target = target / len(teacher_logits)
-  return jnp.mean(jnp.square(student_logits_BxK.astype(jnp.float32) - target),
-                  axis=-1)
-
-
-def distillation_loss(student_logits_BxK, teacher_logits, target: str,
-                      temperature: float):
-  """Per example: the distance of `target` kind (see the module doc)."""
-  if target == "logits":
-    return logit_distance(student_logits_BxK, teacher_logits)
-  return kl_divergence(student_logits_BxK,
-                       teacher_probabilities(teacher_logits, temperature),
-                       temperature)
-
-
-def teachers_top1(teacher_logits, target: str, temperature: float):
-  """The teachers' (ensemble's) top-1 class per example: of their mean
-  probabilities, or of their mean logits."""
-  if target == "logits":
-    return jnp.argmax(sum(t.astype(jnp.float32) for t in teacher_logits), -1)
-  return jnp.argmax(teacher_probabilities(teacher_logits, temperature), -1)
 
 
 def teacher_specs(config: ml_collections.ConfigDict):
@@ -139,8 +121,7 @@ def check_config(config: ml_collections.ConfigDict):
         f"config.label_smoothing={config.label_smoothing} smooths labels, "
         "which distillation without a label term does not read; set it to "
         "0, or give config.distill.label_weight.")
-  ops = [op.strip().split("(")[0] for op in config.pp_train.split("|")]
-  if ops[-1:] != ["value_range"]:
+  if preprocess.op_names(config, config.pp_train)[-1:] != ["value_range"]:
     raise UserError(
         f"config.pp_train={config.pp_train!r}: distillation shows the "
         "teachers the student's images as they are, in the value range "

@@ -98,12 +98,11 @@ def distillation(target: str = "probabilities", temperature: float = 1.0,
     # One draw, which the student and the teachers both see.
     images, labels, mask_B, rng = _mixed(rng, images, labels, mask_B,
                                          mixup_alpha, mixup_p)
-    teacher_logits = [jax.lax.stop_gradient(t) for t in teachers(images)]
+    matched = jax.lax.stop_gradient(
+        distill.teachers_target(teachers(images), target, temperature))
     logits, _ = apply(images, rngs={"dropout": rng})
-    distill_B = distill.distillation_loss(logits, teacher_logits, target,
-                                          temperature)
-    agree_B = jnp.argmax(logits, -1) == distill.teachers_top1(
-        teacher_logits, target, temperature)
+    distill_B = distill.distance(logits, matched, target, temperature)
+    agree_B = jnp.argmax(logits, -1) == jnp.argmax(matched, -1)
     metrics = {"agreement": weighted_mean(agree_B.astype(jnp.float32), mask_B)}
     loss_B = distill_B
     if label_weight:

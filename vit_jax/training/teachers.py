@@ -21,6 +21,7 @@ any mesh) differs from WORKDIR/teachers.json's. Imports no TensorFlow.
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any
 
 from absl import logging
@@ -35,6 +36,7 @@ from vit_jax import console
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
+from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.training import distill
@@ -77,14 +79,14 @@ def view(images_BxHxWxC, image_size: int):
                           antialias=True)
 
 
-def _check_pixels(checkpoint: str, pp_eval: str):
+def _check_pixels(checkpoint: str, own: ml_collections.ConfigDict):
   """A teacher evaluated with an op that changes pixels other than the
   student's value_range cannot be shown the student's view as it is."""
-  ops = [op.strip().split("(")[0] for op in pp_eval.split("|") if op.strip()]
+  ops = preprocess.op_names(own, own.pp_eval)
   pixels = [op for op in ops if op not in _GEOMETRY_OPS]
   if pixels != ["value_range"]:
     raise UserError(
-        f"The teacher {checkpoint} is evaluated with pp_eval={pp_eval!r}; "
+        f"The teacher {checkpoint} is evaluated with pp_eval={own.pp_eval!r}; "
         "distillation shows it the student's images resized to its "
         "resolution and in the value range (value_range), so it takes only "
         f"resize/crop ops besides value_range, not {', '.join(pixels)}.")
@@ -102,7 +104,7 @@ def _own_config(config: ml_collections.ConfigDict, checkpoint: str,
         f"The teacher {checkpoint} reads images at their own shape (NaFlex); "
         "a teacher here sees the student's square images. Give a teacher "
         "that reads square images.")
-  _check_pixels(checkpoint, own.pp_eval)
+  _check_pixels(checkpoint, own)
   own.model.dtype = config.model.dtype
   own.model.fp8 = False
   own.model.remat = "none"
@@ -119,6 +121,17 @@ def _check_head(checkpoint: str, model, num_classes: int):
         f"The teacher {checkpoint} predicts {model.num_classes} classes; the "
         f"student learns the data's {num_classes}. Give a teacher with a "
         "head of the data's classes, in their order.")
+
+
+def _rules_for(model, image_size: int, sharding_config):
+  """The student's sharding config with the rules that match a parameter of
+  the teacher's (a rule for the student's names alone is no error here)."""
+  names = flax.traverse_util.flatten_dict(
+      models.param_shapes(model, image_size), sep="/")
+  kept = sharding_config.to_dict()
+  kept["params"] = tuple(rule for rule in sharding_config.params if any(
+      re.fullmatch(rule[0], name) for name in names))
+  return ml_collections.ConfigDict(kept)
 
 
 def _load_params(own, checkpoint: str, abstract, shardings):
@@ -146,7 +159,8 @@ def load(config: ml_collections.ConfigDict, mesh, num_classes: int,
     model = models.build_model(own.model, classes)
     _check_head(checkpoint, model, num_classes)
     shapes, shardings = sharding.abstract_params(
-        model, own.image_size, mesh, config.sharding, every_rule_used=False)
+        model, own.image_size, mesh,
+        _rules_for(model, own.image_size, config.sharding))
     params = shapes if abstract else _load_params(own, checkpoint, shapes,
                                                   shardings)
     loaded.append(Teacher(checkpoint, own, model, params, shardings))
@@ -204,13 +218,13 @@ def _bit_sums(params):
 
 def fingerprint(params) -> str:
   """A checksum of a parameter tree's names, shapes and bits."""
-  sums = jax.device_get(jax.jit(_bit_sums)(params))
+  sums = flax.traverse_util.flatten_dict(
+      jax.device_get(jax.jit(_bit_sums)(params)), sep="/")
   digest = hashlib.sha256()
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   for name, leaf in sorted(flat.items()):
     digest.update(f"{name}:{leaf.shape}:{leaf.dtype}:".encode())
-    digest.update(
-        flax.traverse_util.flatten_dict(sums, sep="/")[name].tobytes())
+    digest.update(sums[name].tobytes())
   return digest.hexdigest()[:16]
 
 
