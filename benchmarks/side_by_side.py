@@ -15,9 +15,9 @@ COLUMNS = ("model", "batch", "code", "images/s", "MFU", "peak GiB", "compile s",
            "loss")
 
 
-def _result(folder: str, row: str, code: str):
-  """(the JSON result or None, the log's last line)."""
-  stem = os.path.join(folder, f"{row}.{code}")
+def load(stem: str):
+  """(STEM.json's result or None where the run did not finish, the last
+  line of STEM.log)."""
   result = None
   if os.path.exists(stem + ".json"):
     with open(stem + ".json") as f:
@@ -45,7 +45,7 @@ def table(folder: str, rows: list) -> str:
   body = []
   for row in rows:
     for code in ("ours", "timm", "ours-fp8"):
-      result, last = _result(folder, row, code)
+      result, last = load(os.path.join(folder, f"{row}.{code}"))
       name = row.replace("_", "/")
       if result is None:
         body.append([name, "", code, f"failed: {last[:100]}"])

@@ -33,15 +33,23 @@ def build(like: dict, device: str):
   if like["hybrid"]:
     raise SystemExit(f"error: {like['variant']} is a hybrid; timm_speed.py "
                      "builds plain ViTs only.")
+  if like.get("parallel_block") or not like.get("use_bias", True):
+    raise SystemExit("error: timm_speed.py builds timm's sequential block "
+                     "with biases; run ours without --parallel_block and "
+                     "--nouse_bias to compare.")
   sys.path.insert(0, REPO)
   from tests.helpers import torch_reference  # pylint: disable=g-import-not-at-top
   timm = torch_reference.import_timm()  # Without torchvision where it breaks.
+  options = {
+      "qkv_bias": like.get("qkv_bias", True),
+      "qk_norm": like.get("qk_norm", False)
+  }
   model = timm.models.vision_transformer.VisionTransformer(
       img_size=like["image_size"], patch_size=like["patch_size"],
       embed_dim=like["hidden_size"], depth=like["num_layers"],
       num_heads=like["num_heads"],
       mlp_ratio=like["mlp_dim"] / like["hidden_size"],
-      num_classes=like["num_classes"])
+      num_classes=like["num_classes"], **options)
   return model.to(device).train(), timm.__version__
 
 

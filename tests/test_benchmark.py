@@ -32,6 +32,35 @@ def test_forward_macs_match_the_paper_formula(scan_layers):
   assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000) == 17_563_828_224
 
 
+@pytest.mark.parametrize("options", [
+    dict(parallel_block=True),
+    dict(use_bias=False),
+    dict(qkv_bias=False),
+    dict(qk_norm=True),
+    dict(parallel_block=True, use_bias=False, qk_norm=True),
+])
+def test_vit_22b_block_options_keep_the_papers_matmuls(options):
+  """A parallel block reorders the same matmuls; biases and LayerNorms
+  are no matmuls: every option's model FLOPs are the formula's."""
+  config = defaults.get_model_config()
+  config.update(dict(variant="ViT-B/16", gelu_approximate=True, **options))
+  macs = flops.forward_macs(models.build_model(config, 1000), 224)
+  assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000)
+
+
+def test_benchmark_reports_its_options_and_the_compiled_bytes():
+  result = speed.run(
+      "testing", batch=8, image_size=32, num_steps=2, model_options=dict(
+          parallel_block=True, qk_norm=True), mu_dtype="bfloat16")
+  assert result["parallel_block"] and result["qk_norm"]
+  assert result["use_bias"] and result["mu_dtype"] == "bfloat16"
+  assert len(
+      result["losses"]) == 2 and result["final_loss"] == result["losses"][-1]
+  memory = result["compiled_memory"]
+  assert memory["total_bytes"] >= memory["argument_bytes"] > 0
+  assert result["bytes_accessed"] > memory["argument_bytes"]
+
+
 def test_benchmark_reports_speed_and_mfu():
   result = speed.run("testing", batch=8, image_size=32, num_steps=2,
                      peak_tflops=1.0)

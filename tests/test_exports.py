@@ -66,11 +66,13 @@ _BIG_VISION = {  # Built only here: (model options, reference = ours).
     "flexi_p8_run_at_4": dict(run_patch_size=4),
 }
 _TIMM_DIR = "--format=timm-dir"
+# timm's files of its families, and of its block options' forms.
+_TIMM_FAMILIES = stored.TINY_FAMILIES + stored.TINY_BLOCK_FAMILIES
 FORMATS = ("hf", "timm-dir")
 # model -> per format of FORMATS: None where it holds the model, else what
 # its refusal names.
 MODELS = {
-    **dict.fromkeys(stored.TINY_FAMILIES, (_TIMM_DIR, None)),
+    **dict.fromkeys(_TIMM_FAMILIES, (_TIMM_DIR, None)),
     "timm_vit": (None, None),
     "hf_vit": (None, None),
     # timm's functions build Mixer-S/B/L only (a smaller one is refused).
@@ -87,7 +89,7 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
   """(a weights file of model `name`, its reference logits of
   stored.tiny_images())."""
   path = str(folder / f"{name}.file")
-  if name in stored.TINY_FAMILIES:
+  if name in _TIMM_FAMILIES:
     st_numpy.save_file(stored.tiny_family_state(name), path)
     return path, stored.tiny_family_logits(name)
   if name in ("timm_vit", "hf_vit"):
@@ -256,6 +258,15 @@ def test_the_written_configs_say_what_the_libraries_need(exported):
   assert (args["reg_tokens"], args["no_embed_class"], args["init_values"],
           args["class_token"]) == (4, True, 1e-5, True)
   assert config["pretrained_cfg"]["input_size"] == [3, 32, 32]
+  directory, _ = exported["medium_gap", "timm-dir"]
+  args = json.loads(open(os.path.join(directory,
+                                      "config.json")).read())["model_args"]
+  assert (args["qkv_bias"], args["class_token"], args["global_pool"], "qk_norm"
+          in args) == (False, False, "avg", False)
+  directory, _ = exported["qk_norm", "timm-dir"]
+  args = json.loads(open(os.path.join(directory,
+                                      "config.json")).read())["model_args"]
+  assert (args["qkv_bias"], args["qk_norm"]) == (True, True)
   directory, _ = exported["clip", "timm-dir"]
   config = json.loads(open(os.path.join(directory, "config.json")).read())
   assert config["architecture"] == "vit_base_patch16_clip_224"  # eps 1e-5

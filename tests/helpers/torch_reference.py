@@ -177,6 +177,21 @@ TINY_FAMILIES = {
     # normalises the average (fc_norm; then there is no final `norm`).
     "avg_fc_norm": ("vit_small_patch16_224",
                     dict(class_token=True, global_pool="avg", fc_norm=True)),
+    # ViT-Medium/16 with global average pooling: no class token, the mean
+    # of the patch tokens after the final norm (fc_norm=False), layer
+    # scale (init 1e-6), no query/key/value biases (qkv_bias=False).
+    "medium_gap": ("vit_medium_patch16_gap_256",
+                   dict(class_token=False, global_pool="avg", qkv_bias=False,
+                        init_values=1e-6, fc_norm=False)),
+    # LayerNorms over each head's queries and keys (attn.q_norm, k_norm),
+    # with query/key/value biases, class-token pooling.
+    "qk_norm": ("vit_small_patch16_224",
+                dict(qk_norm=True, class_token=True, global_pool="token")),
+}
+# What no timm model function defines, passed to the one a family follows.
+_NOT_IN_THE_FUNCTION = {
+    "avg_fc_norm": dict(global_pool="avg", fc_norm=True),
+    "qk_norm": dict(qk_norm=True),
 }
 
 
@@ -227,8 +242,10 @@ def timm_family(family: str, seed: int = None):
   timm = import_timm()
   if seed is None:
     seed = 10 + list(TINY_FAMILIES).index(family)
-  model = timm.models.vision_transformer.VisionTransformer(
-      **TINY_FAMILY_SIZE, **_family_options(family))
+  model = timm.models.vision_transformer.VisionTransformer(**{
+      **TINY_FAMILY_SIZE,
+      **_family_options(family)
+  })
   return _randomize_family(model, seed)
 
 
@@ -240,9 +257,9 @@ def timm_family_check(family: str, model, images_BxHxWxC: np.ndarray):
   import torch  # pylint: disable=g-import-not-at-top
   timm = import_timm()
   name, options = TINY_FAMILIES[family]
-  overrides = dict(TINY_FAMILY_SIZE)
-  if family == "avg_fc_norm":  # No timm model defines this head.
-    overrides.update(global_pool="avg", fc_norm=True)
+  # The size, but what the family sets as its function does (qkv_bias).
+  overrides = {k: v for k, v in TINY_FAMILY_SIZE.items() if k not in options}
+  overrides.update(_NOT_IN_THE_FUNCTION.get(family, {}))
   reference = timm.create_model(name, pretrained=False, **overrides).eval()
   assert type(reference) is type(model), (family, type(reference))
   ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}

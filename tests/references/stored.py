@@ -43,7 +43,19 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                              clip_gelu    OpenCLIP's: the same, erf GELU
                              avg_fc_norm  the mean of the patch tokens,
                                           then fc_norm (no final `norm`)
-                           all but avg_fc_norm pool the class token
+                           and of TINY_BLOCK_FAMILIES (ViT-22B's block
+                           options in timm's form):
+                             medium_gap   vit_medium_patch16_gap_256's:
+                                          no class token, the mean of
+                                          the patch tokens after the
+                                          final norm, layer scale, no
+                                          query/key/value biases
+                                          (qkv_bias=False)
+                             qk_norm      LayerNorms over each head's
+                                          queries and keys (attn.q_norm,
+                                          attn.k_norm), qkv biases
+                           all but avg_fc_norm and medium_gap pool the
+                           class token
   tiny_families_logits.safetensors
                            their logits of the same images (keys: the
                            families), "dinov2_reg_features" (dinov2_reg's
@@ -143,11 +155,14 @@ def tiny_mixer_logits() -> np.ndarray:
 
 TINY_FAMILIES = ("dinov2", "dinov2_reg", "deit3", "clip", "clip_gelu",
                  "avg_fc_norm")
+# Stored the same way (tests/test_block_options.py reads them).
+TINY_BLOCK_FAMILIES = ("medium_gap", "qk_norm")
 
 
 def tiny_family_logits(name: str) -> np.ndarray:
-  """One of TINY_FAMILIES' logits of tiny_images() (3 x 10), or
-  'dinov2_reg_features': that model's forward_features (3 x 21 x 32)."""
+  """One of TINY_FAMILIES' or TINY_BLOCK_FAMILIES' logits of
+  tiny_images() (3 x 10), or 'dinov2_reg_features': that model's
+  forward_features (3 x 21 x 32)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   return st_numpy.load_file(path("tiny_families_logits.safetensors"))[name]
 

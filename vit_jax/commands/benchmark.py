@@ -5,16 +5,21 @@
         --out=bench.json
 
 Needs only jax/flax/optax (no TensorFlow), so it runs on any accelerator
-host.
+host. Every speed candidate is a flag, so one sitting on a GPU compares
+them without editing code (benchmarks/gpu_sweep.sh): the XLA options
+(`--xla_flags`), the optimizer's first moment in bf16 (`--mu_dtype`), remat,
+batch, attention, the GELU form, FP8 and ViT-22B's block options.
 """
 
 import json
+import os
 
 from absl import flags
 
 from vit_jax import cli
 from vit_jax import models
 from vit_jax.performance import speed
+from vit_jax.training import optim
 
 flags.DEFINE_string("variant", "ViT-B/16", "Model variant.")
 flags.DEFINE_integer("batch", 32, "Global batch size.", lower_bound=1)
@@ -29,6 +34,18 @@ flags.DEFINE_bool("fp8", False, "The encoder's matmuls in FP8 "
                   "(config.model.fp8).")
 flags.DEFINE_enum("attention", "auto", models.ATTENTION,
                   "Attention implementation (config.model.attention).")
+flags.DEFINE_bool(
+    "gelu_approximate", True, "tanh GELU (the released "
+    "weights'); --nogelu_approximate: erf (timm's).")
+flags.DEFINE_bool("parallel_block", False, "config.model.parallel_block.")
+flags.DEFINE_bool("use_bias", True, "config.model.use_bias.")
+flags.DEFINE_bool("qkv_bias", True, "config.model.qkv_bias.")
+flags.DEFINE_bool("qk_norm", False, "config.model.qk_norm.")
+flags.DEFINE_enum("mu_dtype", "float32", list(optim.MOMENTUM_DTYPES),
+                  "Adam's first moment (config.mu_dtype).")
+flags.DEFINE_string(
+    "xla_flags", "", "XLA options for this run, added to $XLA_FLAGS "
+    "(e.g. --xla_gpu_enable_triton_gemm=false).")
 flags.DEFINE_integer(
     "profile_steps", 0, "Also trace this many steps and "
     "report where the device time goes.", lower_bound=0)
@@ -41,9 +58,18 @@ cli.check_flag("peak_tflops", lambda tflops: tflops > 0,
 def main(argv):
   del argv
   f = flags.FLAGS
+  if f.xla_flags:  # Read when the backend starts, which has not happened yet.
+    os.environ["XLA_FLAGS"] = " ".join(
+        filter(None, (os.environ.get("XLA_FLAGS"), f.xla_flags)))
+  model_options = {
+      name: f[name].value
+      for name in ("dtype", "remat", "scan_layers", "attention", "fp8",
+                   "gelu_approximate") + models.BLOCK_OPTIONS
+  }
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
-                     f.dtype, f.remat, f.scan_layers, f.peak_tflops,
-                     f.attention, f.profile_steps, f.fp8)
+                     model_options, mu_dtype=f.mu_dtype,
+                     peak_tflops=f.peak_tflops, profile_steps=f.profile_steps)
+  result["xla_flags"] = f.xla_flags
   text = json.dumps(result, indent=2)
   print(text)
   if f.out:

@@ -48,11 +48,17 @@ _LATER_FIELDS = {
     "fp8": False,
     "posemb_interpolation": "bilinear",
     "posemb_keep_aspect": False,
+    "parallel_block": False,
+    "use_bias": True,
+    "qkv_bias": True,
+    "qk_norm": False,
 }
 # The options of PyTorch's ViT families, as VisionTransformer's fields.
 TORCH_FAMILY_OPTIONS = ("num_registers", "posemb_covers_prefix", "layer_scale",
                         "pre_norm", "quick_gelu", "pooled_norm",
                         "layer_norm_eps", "posemb_keep_aspect")
+# ViT-22B's block options (encoder.Encoder1DBlock), as its fields.
+BLOCK_OPTIONS = ("parallel_block", "use_bias", "qkv_bias", "qk_norm")
 
 
 def model_field(model_config: ml_collections.ConfigDict, field: str):
@@ -167,7 +173,7 @@ def _check_mixer_config(model_config: ml_collections.ConfigDict):
       "scan_layers": (model_config.scan_layers, (False,)),
       "fp8": (model_field(model_config, "fp8"), (False,)),
   }
-  for name in TORCH_FAMILY_OPTIONS:  # A ViT's options only.
+  for name in TORCH_FAMILY_OPTIONS + BLOCK_OPTIONS:  # A ViT's options only.
     options[name] = (model_field(model_config, name), (_LATER_FIELDS[name],))
   for field, (value, allowed) in options.items():
     if value not in allowed:
@@ -237,6 +243,7 @@ def _vit(variant: Variant, model_config, num_classes) -> VisionTransformer:
       "bilinear",
       run_patch_size=model_field(model_config, "patch_size"),
       **{n: model_field(model_config, n) for n in TORCH_FAMILY_OPTIONS},
+      **{n: model_field(model_config, n) for n in BLOCK_OPTIONS},
       representation_size=model_config.representation_size,
       head_bias_init=model_config.head_bias_init,
       dropout_rate=model_config.dropout_rate,
@@ -310,6 +317,7 @@ def param_shapes(model, image_size: int):
 __all__ = [
     "VARIANTS", "VisionTransformer", "MlpMixer", "MixerVariant", "build_model",
     "check_image_size", "from_config", "get_variant", "check_model_config",
-    "DTYPES", "model_field", "num_prefix_tokens", "posemb_prefix_tokens",
-    "stride", "init_on_zeros", "param_shapes", "fp8_state", "uses_fp8"
+    "DTYPES", "BLOCK_OPTIONS", "model_field", "num_prefix_tokens",
+    "posemb_prefix_tokens", "stride", "init_on_zeros", "param_shapes",
+    "fp8_state", "uses_fp8"
 ]

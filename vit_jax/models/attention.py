@@ -88,6 +88,14 @@ class MultiHeadDotProductAttention(nn.Module):
   dropout_rate: float = 0.0
   implementation: str = "auto"
   fp8: bool = False  # The projections in FP8 in training (`fp8_matmuls`).
+  # ViT-22B's options: biases in the query/key/value projections (timm's
+  # qkv_bias), biases in the output projection and the LayerNorms below
+  # (use_bias), and a LayerNorm over each head's queries and keys
+  # (`query_ln`, `key_ln`).
+  qkv_bias: bool = True
+  use_bias: bool = True
+  qk_norm: bool = False
+  layer_norm_eps: float = 1e-6  # The query/key LayerNorms'.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -103,11 +111,18 @@ class MultiHeadDotProductAttention(nn.Module):
     proj = functools.partial(nn.DenseGeneral, (self.num_heads, head_dim),
                              dtype=self.dtype, param_dtype=self.param_dtype,
                              kernel_init=nn.initializers.xavier_uniform(),
+                             use_bias=self.qkv_bias,
                              dot_general_cls=dot_general_cls)
-    scale = jnp.sqrt(head_dim).astype(self.dtype)
-    q_BxMxHxK = proj(name="query")(q_BxMxD) / scale
+    q_BxMxHxK = proj(name="query")(q_BxMxD)
     k_BxNxHxK = proj(name="key")(kv_BxNxD)
     v_BxNxHxK = proj(name="value")(kv_BxNxD)
+    if self.qk_norm:  # Over each head's features, before the scaling.
+      norm = functools.partial(nn.LayerNorm, self.layer_norm_eps,
+                               dtype=self.dtype, param_dtype=self.param_dtype,
+                               use_bias=self.use_bias)
+      q_BxMxHxK = norm(name="query_ln")(q_BxMxHxK)
+      k_BxNxHxK = norm(name="key_ln")(k_BxNxHxK)
+    q_BxMxHxK = q_BxMxHxK / jnp.sqrt(head_dim).astype(self.dtype)
     q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
         t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
 
@@ -133,6 +148,6 @@ class MultiHeadDotProductAttention(nn.Module):
           _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1, mask)
     out_BxMxD = nn.DenseGeneral(
         width, axis=(-2, -1), dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform(),
+        kernel_init=nn.initializers.xavier_uniform(), use_bias=self.use_bias,
         dot_general_cls=dot_general_cls, name="out")(y_BxMxHxK)
     return out_BxMxD, weights_BxHxMxN

@@ -77,7 +77,15 @@ class LayerScale(nn.Module):
 
 
 class Encoder1DBlock(nn.Module):
-  """Pre-LN transformer block; returns (output, per-layer intermediates)."""
+  """Pre-LN transformer block; returns (output, per-layer intermediates).
+
+  ViT-22B's options (`BLOCK_OPTIONS`), each off by default: `parallel_block`
+  (attention and MLP read the same LayerNorm, `LayerNorm_0`, and both are
+  added to the residual; no `LayerNorm_2`), `use_bias=False` (no biases in
+  the attention's projections or the LayerNorms; the MLP keeps its),
+  `qkv_bias=False` (none in the query/key/value projections alone, timm's
+  form) and `qk_norm` (a LayerNorm on each head's queries and keys).
+  """
   mlp_dim: int
   num_heads: int
   dropout_rate: float = 0.0
@@ -90,36 +98,47 @@ class Encoder1DBlock(nn.Module):
   layer_norm_eps: float = 1e-6
   attention: str = "auto"  # See MultiHeadDotProductAttention.
   fp8: bool = False  # See MlpBlock.
+  parallel_block: bool = False
+  use_bias: bool = True
+  qkv_bias: bool = True
+  qk_norm: bool = False
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool, mask=None):
     norm = functools.partial(nn.LayerNorm, epsilon=self.layer_norm_eps,
-                             dtype=self.dtype, param_dtype=self.param_dtype)
+                             use_bias=self.use_bias, dtype=self.dtype,
+                             param_dtype=self.param_dtype)
+
+    def branch(y, scale_name):  # LayerScale (if any), stochastic depth.
+      if self.layer_scale is not None:
+        y = LayerScale(self.layer_scale, self.param_dtype, name=scale_name)(y)
+      return drop_path(self.drop_path_rate)(y, deterministic)
+
     y = norm(name="LayerNorm_0")(x_BxNxD)
-    y, weights_BxHxNxN = MultiHeadDotProductAttention(
+    attn_BxNxD, weights_BxHxNxN = MultiHeadDotProductAttention(
         self.num_heads, self.attention_dropout_rate, self.attention,
-        fp8=self.fp8, dtype=self.dtype, param_dtype=self.param_dtype,
-        name="MultiHeadDotProductAttention_1")(
+        fp8=self.fp8, qkv_bias=self.use_bias and self.qkv_bias,
+        use_bias=self.use_bias, qk_norm=self.qk_norm,
+        layer_norm_eps=self.layer_norm_eps, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="MultiHeadDotProductAttention_1")(
             y, y, deterministic, need_weights=self.return_intermediates,
             mask=mask)
-    y = nn.Dropout(self.dropout_rate)(y, deterministic)
-    if self.layer_scale is not None:
-      y = LayerScale(self.layer_scale, self.param_dtype,
-                     name="LayerScale_attention")(y)
-    x_BxNxD = x_BxNxD + drop_path(self.drop_path_rate)(y, deterministic)
-
-    y = norm(name="LayerNorm_2")(x_BxNxD)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
-                 self.quick_gelu, self.fp8, dtype=self.dtype,
-                 param_dtype=self.param_dtype, name="MlpBlock_3")(y,
-                                                                  deterministic)
-    if self.layer_scale is not None:
-      y = LayerScale(self.layer_scale, self.param_dtype,
-                     name="LayerScale_mlp")(y)
-    y = drop_path(self.drop_path_rate)(y, deterministic)
-    x_BxNxD = nn.with_logical_constraint(x_BxNxD + y, lx.TOKENS_AXES)
+    attn_BxNxD = nn.Dropout(self.dropout_rate)(attn_BxNxD, deterministic)
+    attn_BxNxD = branch(attn_BxNxD, "LayerScale_attention")
+    if not self.parallel_block:  # The MLP reads the attention's output.
+      x_BxNxD = x_BxNxD + attn_BxNxD
+      y = norm(name="LayerNorm_2")(x_BxNxD)
+    mlp_BxNxD = MlpBlock(self.mlp_dim, self.dropout_rate, self.gelu_approximate,
+                         self.quick_gelu, self.fp8, dtype=self.dtype,
+                         param_dtype=self.param_dtype, name="MlpBlock_3")(
+                             y, deterministic)
+    mlp_BxNxD = branch(mlp_BxNxD, "LayerScale_mlp")
+    if self.parallel_block:
+      mlp_BxNxD = attn_BxNxD + mlp_BxNxD
+    x_BxNxD = x_BxNxD + mlp_BxNxD
+    x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
     captured = ({
         "block": x_BxNxD,
         "attention": weights_BxHxNxN
@@ -152,6 +171,10 @@ class Encoder(nn.Module):
   layer_norm_eps: float = 1e-6
   attention: str = "auto"
   fp8: bool = False  # See MlpBlock.
+  parallel_block: bool = False  # This and the next three: Encoder1DBlock.
+  use_bias: bool = True  # Also the pre_norm's and encoder_norm's biases.
+  qkv_bias: bool = True
+  qk_norm: bool = False
   # FSDP in training: `{"params": block} -> {"params": gathered block}`.
   gather_block: Optional[Callable[[Any], Any]] = None
   dtype: Dtype = jnp.float32
@@ -178,7 +201,7 @@ class Encoder(nn.Module):
     if self.pre_norm:
       x_BxNxD = nn.LayerNorm(self.layer_norm_eps, dtype=self.dtype,
                              param_dtype=self.param_dtype,
-                             name="pre_norm")(x_BxNxD)
+                             use_bias=self.use_bias, name="pre_norm")(x_BxNxD)
 
     block_cls = Encoder1DBlock
     policy = REMAT_POLICIES[self.remat]
@@ -203,7 +226,9 @@ class Encoder(nn.Module):
         return_intermediates=return_intermediates,
         gelu_approximate=self.gelu_approximate, quick_gelu=self.quick_gelu,
         layer_scale=self.layer_scale, layer_norm_eps=self.layer_norm_eps,
-        attention=self.attention, fp8=self.fp8, dtype=self.dtype,
+        attention=self.attention, fp8=self.fp8,
+        parallel_block=self.parallel_block, use_bias=self.use_bias,
+        qkv_bias=self.qkv_bias, qk_norm=self.qk_norm, dtype=self.dtype,
         param_dtype=self.param_dtype)
 
     if self.scan_layers:
@@ -228,6 +253,6 @@ class Encoder(nn.Module):
     if not self.final_norm:
       return x_BxNxD, captured
     encoded = nn.LayerNorm(self.layer_norm_eps, dtype=self.dtype,
-                           param_dtype=self.param_dtype,
+                           param_dtype=self.param_dtype, use_bias=self.use_bias,
                            name="encoder_norm")(x_BxNxD)
     return encoded, captured

@@ -135,6 +135,11 @@ class VisionTransformer(nn.Module):
   # image grid's longer side, read at the image's rows and columns.
   posemb_keep_aspect: bool = False
   fp8: bool = False  # The encoder's matmuls in FP8 in training (MlpBlock).
+  # ViT-22B's block options (see encoder.Encoder1DBlock), each off.
+  parallel_block: bool = False
+  use_bias: bool = True
+  qkv_bias: bool = True
+  qk_norm: bool = False
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
@@ -207,8 +212,11 @@ class VisionTransformer(nn.Module):
         gelu_approximate=self.gelu_approximate, quick_gelu=self.quick_gelu,
         layer_scale=self.layer_scale, pre_norm=self.pre_norm,
         final_norm=not self.pooled_norm, layer_norm_eps=self.layer_norm_eps,
-        attention=self.attention, fp8=self.fp8, gather_block=self.gather_block,
-        dtype=self.dtype, param_dtype=self.param_dtype, name="Transformer")(
+        attention=self.attention, fp8=self.fp8,
+        parallel_block=self.parallel_block, use_bias=self.use_bias,
+        qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
+        gather_block=self.gather_block, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="Transformer")(
             x_BxNxD, not train, return_intermediates, grid_hw, positions,
             None if seq is None else sequences.attention_mask(segments))
     out["encoded"] = encoded

@@ -18,6 +18,7 @@ from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.config import defaults
+from vit_jax.loop import preflight
 from vit_jax.performance import flops
 from vit_jax.performance import profiling
 from vit_jax.training import objectives
@@ -49,30 +50,49 @@ def _synthetic_batch(batch: int, image_size: int, num_classes: int, mesh):
 
 
 def _timed_steps(compiled, state, batch_data, num_steps: int):
-  """(state, last metrics, seconds of each step) after one warm-up step."""
+  """(state, the loss after each timed step, seconds of each) after one
+  warm-up step."""
   state, metrics = compiled(state, batch_data)
   jax.block_until_ready(metrics)
-  times = []
+  times, losses = [], []
   for _ in range(num_steps):
     start = time.perf_counter()
     state, metrics = compiled(state, batch_data)
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - start)
-  return state, metrics, times
+    losses.append(float(metrics["loss"]))  # Outside the timed span.
+  return state, losses, times
+
+
+# The config.model fields the result reports.
+_REPORTED_OPTIONS = ("dtype", "fp8", "remat", "scan_layers", "attention",
+                     "gelu_approximate") + models.BLOCK_OPTIONS
+
+
+def _bytes_accessed(compiled):
+  """HBM bytes XLA estimates one step reads and writes (None if unsaid)."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):  # Older JAX: one per program.
+    analysis = analysis[0] if analysis else None
+  value = (analysis or {}).get("bytes accessed")
+  return int(value) if value is not None else None
 
 
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
-        num_steps: int = 10, dtype: str = "float32", remat: str = "none",
-        scan_layers: bool = False, peak_tflops=None, attention: str = "auto",
-        profile_steps: int = 0, fp8: bool = False) -> dict:
+        num_steps: int = 10, model_options=None, mu_dtype: str = "float32",
+        peak_tflops=None, profile_steps: int = 0) -> dict:
+  """`model_options`: config.model fields beside the variant (dtype, remat,
+  attention, fp8, ViT-22B's block options...); GELU tanh as released."""
   model_config = defaults.get_model_config()
-  model_config.update(
-      dict(variant=variant, dtype=dtype, remat=remat, scan_layers=scan_layers,
-           attention=attention, fp8=fp8, gelu_approximate=True))  # As released.
+  model_config.update({
+      "variant": variant,
+      "gelu_approximate": True,
+      **(model_options or {})
+  })
   model = models.build_model(model_config, num_classes)
   models.variants.check_image_size(variant, image_size, "--image_size")
   config = defaults.get_config()
-  config.update(dict(optimizer="adam", warmup_steps=1))
+  config.update(dict(optimizer="adam", warmup_steps=1, mu_dtype=mu_dtype))
   mesh = sharding.make_mesh()
   sharding.local_batch_size(batch, mesh, what="batch")
   tx, schedule = optim.make_optimizer(config, num_steps + 1)
@@ -86,7 +106,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   start = time.perf_counter()
   compiled = train_step.lower(state, batch_data).compile()
   compile_s = time.perf_counter() - start
-  state, metrics, times = _timed_steps(compiled, state, batch_data, num_steps)
+  state, losses, times = _timed_steps(compiled, state, batch_data, num_steps)
   profile = (profiling.device_time_by_op(lambda s: compiled(s, batch_data),
                                          state, profile_steps)
              if profile_steps else None)
@@ -94,7 +114,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   images_per_sec = batch / step_s
   macs = flops.forward_macs(model, image_size)
   device = jax.devices()[0]
-  peak = peak_flops(device, dtype, peak_tflops)
+  peak = peak_flops(device, model_config.dtype, peak_tflops)
   model_flops_per_sec = images_per_sec * 6 * macs
   memory = device.memory_stats() or {}
   spec = models.get_variant(variant)
@@ -112,11 +132,11 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "parameters": sum(x.size for x in jax.tree.leaves(state.params)),
       "batch": batch,
       "image_size": image_size,
-      "dtype": dtype,
-      "fp8": fp8,  # MFU stays relative to the dtype's peak.
-      "remat": remat,
-      "scan_layers": scan_layers,
-      "attention": attention,
+      # The model's options (fp8: MFU stays relative to the dtype's peak).
+      **{
+          k: model_config[k] for k in _REPORTED_OPTIONS
+      },
+      "mu_dtype": mu_dtype,
       "device": device.device_kind,
       "num_devices": jax.device_count(),
       "jax_version": jax.__version__,
@@ -132,8 +152,14 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "peak_device_memory_gib": (
           memory["peak_bytes_in_use"] /
           2**30 if "peak_bytes_in_use" in memory else None),
+      # XLA's own accounts of the step, the same on any run of it: its
+      # per-device memory and the bytes it reads and writes.
+      "compiled_memory": preflight.memory_bytes(compiled),
+      "bytes_accessed": _bytes_accessed(compiled),
       "peak_host_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss /
                            2**20,
-      "final_loss": float(metrics["loss"]),
+      "final_loss": losses[-1],
+      # After each timed step (the sweep compares the 20th; FP8 the 200th).
+      "losses": losses,
       "profile": profile,
   }

@@ -288,12 +288,21 @@ _MODULES = (
             "blocks.{}.ls1.gamma", None, None),
     _Module(_OURS_BLOCK + "LayerScale_mlp/scale", "tensor",
             "blocks.{}.ls2.gamma", None, None),
+    # timm's qk_norm=True: LayerNorms over each head's queries and keys.
+    *(_Module(_OURS_BLOCK + f"MultiHeadDotProductAttention_1/{name}_ln", "norm",
+              f"blocks.{{}}.attn.{short}_norm", None, None)
+      for short, name in (("q", "query"), ("k", "key"))),
 )
 # Modules a model may lack.
 _OPTIONAL = ("cls", "head", "pre_logits", "Transformer/encoder_norm",
-             "registers", "Transformer/pre_norm", "pooled_norm",
-             _OURS_BLOCK + "LayerScale_attention/scale",
-             _OURS_BLOCK + "LayerScale_mlp/scale")
+             "registers", "Transformer/pre_norm", "pooled_norm") + tuple(
+                 _OURS_BLOCK + m
+                 for m in ("LayerScale_attention/scale", "LayerScale_mlp/scale",
+                           "MultiHeadDotProductAttention_1/query_ln",
+                           "MultiHeadDotProductAttention_1/key_ln"))
+# Arrays a model may lack, by how they convert: the query/key/value
+# biases (timm's and transformers' qkv_bias=False; config.model.qkv_bias).
+_OPTIONAL_ARRAYS = ("bias_in",)
 _PRE_NORM_LACKS = "embedding/bias"  # timm's CLIP: patch_embed has no bias.
 # A module's arrays by kind: (PyTorch's suffix, our leaf, how it converts).
 _ARRAYS = {
@@ -370,7 +379,8 @@ def _from_torch(tensors, naming: str, num_heads: int, path: str,
   for module, ours, theirs, how in _arrays(naming, num_blocks):
     if theirs in tensors:
       params[ours] = _to_ours(how, tensors[theirs], num_heads)
-    elif module.ours not in _OPTIONAL + tuple(optional):
+    elif module.ours not in _OPTIONAL + tuple(
+        optional) and how not in _OPTIONAL_ARRAYS:
       raise WeightsError(f"{path} has no {theirs!r}, which every ViT in its "
                          "naming has; is it a whole state dict?")
   return params
@@ -384,6 +394,11 @@ def from_timm(tensors, num_heads, path) -> Converted:
     raise WeightsError(
         f"{path} has a SwiGLU MLP ({swiglu[0]}, DINOv2's ViT-g/14), which "
         "this project's ViT does not have; its ViT-S/B/L/14 load.")
+  if any(".in_proj." in n for n in tensors):
+    raise WeightsError(
+        f"{path} has timm's ParallelScalingBlock (blocks.N.in_proj: the MLP "
+        "and query/key/value in one projection, e.g. vit_pwee_*), which is "
+        "not converted to config.model.parallel_block's names yet.")
   naflex, factorized, naflex_options = timm_naflex.is_naflex(tensors), {}, {}
   if naflex:  # Its embeddings under `embeds.`: renamed to a ViT's.
     naflex_options = timm_naflex.options(tensors)
@@ -489,6 +504,12 @@ def to_timm(params: dict[str, np.ndarray],
   if any(k.startswith("conv_root") for k in params):
     raise WeightsError("A hybrid's ResNet stem is not written in timm's "
                        "names here; use --format=npz.")
+  block = families.block_options(params)
+  if block.get("parallel_block") or block.get("use_bias") is False:
+    raise WeightsError(
+        "The model has ViT-22B's parallel block or no LayerNorm biases "
+        "(config.model.parallel_block, use_bias), which timm's "
+        "VisionTransformer block does not have; use --format=npz.")
   if not with_config and ("cls" not in params or "MAPHead_0/probe" in params):
     raise WeightsError(
         "Without a class token or with a MAP head, timm's VisionTransformer "
@@ -511,7 +532,8 @@ def _to_torch_state(params, naming: str, out: dict, used: set) -> dict:
     if ours in params:
       used.add(ours)
       out[theirs] = _to_torch(how, params[ours])
-    elif module.ours not in _OPTIONAL and ours != _PRE_NORM_LACKS:
+    elif (module.ours not in _OPTIONAL and ours != _PRE_NORM_LACKS and
+          how not in _OPTIONAL_ARRAYS):
       raise WeightsError(f"The model has no {ours}, which the {naming} "
                          "model needs; nothing was written.")
   left = sorted(set(params) - used)

@@ -8,12 +8,52 @@ and OpenCLIP's image encoders in timm (a LayerNorm before the blocks,
 LayerNorm epsilon 1e-5; OpenAI's also QuickGELU, which no parameter
 shows), and timm's global-average-pooled ViTs with `fc_norm`. What the
 weights cannot show (LayerScale's init value, QuickGELU) keeps its default.
+
+ViT-22B's block options (`models.BLOCK_OPTIONS`) show in any origin's
+parameters: no `LayerNorm_2` (parallel_block), no LayerNorm biases
+(use_bias=False), no query/key/value biases beside LayerNorm biases
+(qkv_bias=False, timm's form) and `query_ln`/`key_ln` (qk_norm).
 """
 
 from typing import Any
 
+import ml_collections
+
+from vit_jax import models
+
 POSEMB = "Transformer/posembed_input/pos_embedding"
 _LAYER_SCALE = "/LayerScale_attention/scale"
+_BLOCK = "Transformer/encoderblock_0/"
+_ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
+# What each block option's value other than the default means, for reports.
+_BLOCK_WORDS = {
+    "parallel_block": "ViT-22B's parallel block",
+    "use_bias": "no attention or LayerNorm biases",
+    "qkv_bias": "no query/key/value biases",
+    "qk_norm": "query/key LayerNorms",
+}
+
+
+def block_options(params) -> dict:
+  """The values of every block option (`models.BLOCK_OPTIONS`) that flat
+  `params` (this project's looped names, arrays or only the names) were
+  made with; {} where there are no encoder blocks (an MLP-Mixer)."""
+  if _BLOCK + "LayerNorm_0/scale" not in params:
+    return {}
+  use_bias = _BLOCK + "LayerNorm_0/bias" in params
+  return {
+      "parallel_block": _BLOCK + "LayerNorm_2/scale" not in params,
+      "use_bias": use_bias,
+      # Without use_bias there are none: qkv_bias says nothing more.
+      "qkv_bias": not use_bias or _ATTENTION + "query/bias" in params,
+      "qk_norm": _ATTENTION + "query_ln/scale" in params,
+  }
+
+
+def block_defaults() -> dict:
+  """The block options' defaults (what an older config meant)."""
+  empty = ml_collections.ConfigDict()
+  return {n: models.model_field(empty, n) for n in models.BLOCK_OPTIONS}
 
 
 def options(params: dict[str, Any], posemb_prefix_tokens: int) -> dict:
@@ -35,13 +75,26 @@ def options(params: dict[str, Any], posemb_prefix_tokens: int) -> dict:
     found["pooled_norm"] = True
     if "cls" in params:
       found["class_token"] = True
+  defaults = block_defaults()
+  found.update({
+      option: value
+      for option, value in block_options(params).items()
+      if value != defaults[option]
+  })
   return found
 
 
 def name(found: dict) -> str:
-  """The family `options` describe, in words."""
+  """The family `options` describe, in words, with its block options."""
+  words = [w for option, w in _BLOCK_WORDS.items() if option in found]
+  return _family(found) + (f", with {', '.join(words)}" if words else "")
+
+
+def _family(found: dict) -> str:
   if found.get("num_registers"):
     return f"DINOv2 with {found['num_registers']} registers"
+  if "layer_scale" in found and found.get("qkv_bias") is False:
+    return "ViT with LayerScale (timm's vit_medium_patch16_gap_*)"
   if "layer_scale" in found:
     return "DeiT III" if found.get("posemb_covers_prefix") is False else (
         "DINOv2")

@@ -12,7 +12,9 @@ entries the target has no place for are dropped only by policy (a pre-logits
 layer when the config has none, the parts of masked patch prediction when
 the model is not pre-trained that way, or `dont_load`). Anything else (missing,
 unexpected or differently shaped parameters) refuses the whole load with the
-report's table: nothing is half-loaded.
+report's table, or with one line where the file's blocks have other block
+options (`config.model.parallel_block`, ...) than the model's: nothing is
+half-loaded.
 
 `path` may also be a URL or a released checkpoint's name (`ViT-B/16@i21k`,
 see `released.py`): it is read from the local cache (`cache.py`), and a
@@ -39,6 +41,7 @@ from vit_jax.models import patch_resize
 from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import convert
+from vit_jax.weights import families
 from vit_jax.weights import formats
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
@@ -355,6 +358,7 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       report.unexpected.append(name)
   _warn_zero_head(loaded, report)
   if not report.ok:
+    _refuse_other_block(path, source.params, target_flat)
     raise WeightsError(
         f"{path} does not fit this model; nothing was loaded.\n"
         f"{report.table()}\n{_hint(source.params, target_flat)}Name the "
@@ -364,6 +368,22 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       k: np.asarray(v, dtype=target_flat[k].dtype) for k, v in loaded.items()
   }
   return loaded, report
+
+
+def _refuse_other_block(path: str, file_params, target_flat):
+  """One line where the file's blocks have other block options
+  (`models.BLOCK_OPTIONS`) than the model's, naming the flags that fit."""
+  theirs = families.block_options(file_params)
+  ours = families.block_options(target_flat)
+  differ = [n for n in theirs if n in ours and theirs[n] != ours[n]]
+  if not differ:
+    return
+  said = lambda options: ", ".join(f"{n}={options[n]}" for n in differ)
+  fix = families.config_fix({n: theirs[n] for n in differ})
+  raise WeightsError(
+      f"{path} has blocks with {said(theirs)} but the model's have "
+      f"{said(ours)}; set {fix} (or name the parameters to re-initialise "
+      "and the file entries to ignore in config.init.dont_load).")
 
 
 def _resize(value, shape, source, num_prefix_tokens, grid, method, source_grid,

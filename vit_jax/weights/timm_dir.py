@@ -5,9 +5,10 @@
 as timm's own `save_for_hf` writes it (and the Hub serves it):
 `config.json` names a timm model function (`architecture`), the constructor
 arguments that make it this model (`model_args`: sizes, class token,
-pooling, registers, LayerScale, pre-norm, fc_norm, activation, ...), the
-classes (`num_classes`, `label_names`) and the evaluation preprocessing
-(`pretrained_cfg`); `model.safetensors` holds the state dict.
+pooling, registers, LayerScale, pre-norm, fc_norm, activation, qkv_bias,
+qk_norm, ...), the classes (`num_classes`, `label_names`) and the
+evaluation preprocessing (`pretrained_cfg`); `model.safetensors` holds the
+state dict.
 
 The architecture is chosen for what `model_args` cannot say: the LayerNorm
 epsilon (timm's ViT functions use 1e-6, its CLIP ones 1e-5). Fixed sincos2d
@@ -27,6 +28,7 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
+from vit_jax.weights import families
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import timm_naflex
 from vit_jax.weights import writers
@@ -118,6 +120,7 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
     params[convert.POSEMB] = table
   head = params.get("head/kernel")
   layer_scale = any(k.endswith("/LayerScale_attention/scale") for k in params)
+  block = families.block_options(params)
   args = {
       "img_size": round(grid_tokens**0.5) * patch,
       "patch_size": patch,
@@ -125,7 +128,7 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
       "depth": variant.num_layers,
       "num_heads": variant.num_heads,
       "mlp_ratio": mlp / width,
-      "qkv_bias": True,
+      "qkv_bias": block["qkv_bias"],
       "class_token": "cls" in params,
       "reg_tokens": prefix - int("cls" in params),
       "no_embed_class": bool(prefix) and table_prefix == 0,
@@ -141,6 +144,8 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
       "act_layer": _activation(model_config),
       "num_classes": 0 if head is None else head.shape[-1],
   }
+  if block["qk_norm"]:
+    args["qk_norm"] = True
   if int(width * args["mlp_ratio"]) != mlp:
     raise WeightsError(f"timm cannot build an MLP of {mlp} units on a width "
                        f"of {width} (mlp_ratio); use --format=npz.")
