@@ -43,6 +43,7 @@ from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.loop import trainer
 from vit_jax.models import VisionTransformer
+from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import architecture
 from vit_jax.weights import convert
@@ -284,6 +285,30 @@ def test_timms_vit_medium_patch16_gap_256_predicts_timms_logits(tmp_path):
   assert np.abs(logits - want).max() < 2e-5, np.abs(logits - want).max()
 
 
+def test_all_four_scanned_and_rematerialised_compute_the_looped_model():
+  """Scan over layers and remat (what FSDP's gathered blocks use) keep the
+  options' function: the same loss and gradients as the plain loop."""
+  images = jnp.asarray(
+      np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)), jnp.float32)
+  looped = VisionTransformer(**TINY, **ALL)
+  params = looped.init(jax.random.key(0), images)["params"]
+  scanned = VisionTransformer(**TINY, **ALL, scan_layers=True, remat="dots")
+
+  def loss_and_grad(model, p):
+    loss = lambda p: jnp.sum(jnp.sin(model.apply({"params": p}, images)[0]))
+    return jax.jit(jax.value_and_grad(loss))(p)
+
+  want_loss, want_grads = loss_and_grad(looped, params)
+  loss, grads = loss_and_grad(scanned, scan.stack_layers(params))
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
+  flat = lambda t: flax.traverse_util.flatten_dict(t, sep="/")
+  want, got = flat(want_grads), flat(scan.unstack_layers(grads))
+  assert got.keys() == want.keys()
+  for name in want:
+    np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6,
+                               err_msg=name)
+
+
 # ------------------------------------------- a checkpoint of the other form --
 
 
@@ -321,6 +346,24 @@ def test_a_checkpoint_of_the_other_form_is_refused_in_one_line(
   assert found == {
       k: v for k, v in file_options.items() if not (moot and k == "qkv_bias")
   }
+
+
+def test_other_differences_keep_the_table_and_add_the_block_sentence(tmp_path):
+  """A file that differs by more than its block form (here LayerScale
+  too): the whole table, with the block's sentence among its hints."""
+  path = str(tmp_path / "m.npz")
+  writers.save_npz(
+      init(
+          VisionTransformer(num_classes=5, **TORCH_LIKE, parallel_block=True,
+                            layer_scale=0.1)), path)
+  with pytest.raises(weights.WeightsError) as refused:
+    load_params(path, VisionTransformer(num_classes=5, **TORCH_LIKE),
+                grid=(4, 4))
+  message = str(refused.value)
+  assert message.startswith(f"{path} does not fit this model; nothing was "
+                            "loaded.\n"), message
+  assert "LayerScale_attention/scale" in message  # In the table.
+  assert "set --config.model.parallel_block=True (or name" in message
 
 
 def test_dont_load_still_moves_weights_between_the_forms(tmp_path):

@@ -57,6 +57,8 @@ _CONFIG = {
     "flexi_p8_run_at_4": dict(patch_size=4),
 }
 _BIG_VISION = {  # Built only here: (model options, reference = ours).
+    # ViT-22B's finer form that both libraries have (their qkv_bias=False).
+    "no_qkv_bias": dict(qkv_bias=False),
     "plain_gap_sincos": dict(posemb="sincos2d", class_token=False,
                              classifier="gap"),
     "siglip_map": dict(class_token=False, classifier="map"),
@@ -75,6 +77,7 @@ MODELS = {
     **dict.fromkeys(_TIMM_FAMILIES, (_TIMM_DIR, None)),
     "timm_vit": (None, None),
     "hf_vit": (None, None),
+    "no_qkv_bias": (None, None),
     # timm's functions build Mixer-S/B/L only (a smaller one is refused).
     "mixer_s32": (_TIMM_DIR, None),
     "tiny_mixer": (_TIMM_DIR, "--format=timm "),

@@ -11,59 +11,110 @@ import sys
 import pytest
 
 from tests.helpers import processes
+from vit_jax.errors import UserError
+from vit_jax.performance import speed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "sweep_table", os.path.join(REPO, "benchmarks", "sweep_table.py"))
-sweep_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sweep_table)
+
+
+def _module(name: str):
+  """A script of benchmarks/ as a module."""
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(REPO, "benchmarks", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+sweep_table, sweep = _module("sweep_table"), _module("sweep")
 
 
 def test_dry_sweep_runs_every_candidate_into_one_table(tmp_path):
-  env = processes.command_env(PYTHON=sys.executable, OUT=str(tmp_path))
+  # A budget no slow machine spends: every candidate runs.
+  env = processes.command_env(PYTHON=sys.executable, OUT=str(tmp_path),
+                              BUDGET="3000")
   done = subprocess.run(
       [os.path.join(REPO, "benchmarks", "gpu_sweep.sh"), "--dry"], cwd=REPO,
-      env=env, capture_output=True, text=True, timeout=600)
+      env=env, capture_output=True, text=True, timeout=900)
   assert done.returncode == 0, done.stderr[-3000:]
   lines = done.stdout.splitlines()
   assert lines[0].startswith("gpu_sweep: device cpu, jax "), lines
-  assert lines[1].split()[:4] == ["model", "run", "batch", "images/s"]
-  assert not [line for line in lines if "failed" in line], done.stdout
+  assert lines[1].split()[:5] == ["model", "run", "batch", "steps", "images/s"]
   rows = json.loads((tmp_path / "sweep.json").read_text())
-  # Every flag the sweep passes ran: the XLA options (which XLA would
-  # refuse, unknown), the optimizer's, the model's.
-  for name in ("B.no_triton_gemm", "B.cudnn_gemm_fusion", "B.latency_hiding",
-               "B.cudnn_layer_norm", "B.exhaustive_tiling", "B.no_cuda_graphs",
-               "B.mu_bf16", "B.parallel_block", "B.no_bias", "B.qk_norm",
-               "B.gelu_erf", "B.remat_dots", "B.batch_2x", "L.parallel_no_bias",
-               "L.fp8"):
-    assert "result" in rows[name], (name, rows[name])
-  assert rows["B.default"]["verdict"] == "default"
-  assert rows["B.mu_bf16"]["result"]["mu_dtype"] == "bfloat16"
-  assert "--xla_gpu_enable_triton_gemm=false" in (
-      rows["B.no_triton_gemm"]["result"]["xla_flags"])
-  assert rows["B.parallel_no_bias" if "B.parallel_no_bias" in
-              rows else "L.parallel_no_bias"]["verdict"].startswith(
-                  "model differs (parallel_block, use_bias)")
+  names = [c.name for c in sweep.candidates()]
+  assert list(rows) == names
+  # Every candidate ran (XLA's options too: an unknown one fails its
+  # compilation), except `best` where no setting won.
+  failed = {n: r["failed"] for n, r in rows.items() if "failed" in r}
+  assert set(failed) <= {"B.best", "L.best"}, failed
+  assert all("no setting was faster" in why for why in failed.values())
+  for name, row in rows.items():
+    if name in failed:
+      continue
+    candidate = next(c for c in sweep.candidates() if c.name == name)
+    result = row["result"]
+    assert result["compiler_options"] == candidate.xla, name
+    assert result["mu_dtype"] == candidate.mu_dtype, name
+    assert all(result[k] == v for k, v in candidate.model.items()), name
+    assert result["batch"] == 8 * candidate.batch_scale, name
+  assert rows["B.default"]["verdict"] == "baseline"
+  assert rows["L.parallel_no_bias"]["verdict"] == (
+      "model differs (parallel_block, use_bias)")
   # FP8 against bf16 over the long run: the loss after its last step.
-  assert rows["L.fp8"]["steps"] == 25 and "after 25 steps" in (
-      rows["L.fp8"]["verdict"])
+  assert rows["L.long_fp8"]["steps"] == 25
+  assert "after 25 steps" in rows["L.long_fp8"]["verdict"]
   assert rows["B.default"]["result"]["profile"]["share_by_kind"]
   assert lines[-1] == f"(results and logs: {tmp_path})"
 
 
-def _result(**changes):
+def test_a_process_that_dies_in_a_candidate_is_followed_by_another(tmp_path):
+  """A hard crash (here: the first candidate's log says it started, as a
+  dead process leaves it) costs that candidate alone."""
+  names = [c.name for c in sweep.candidates()]
+  for name in names[1:]:  # All done but the first, which "died".
+    (tmp_path / f"{name}.log").write_text("not run: test\n")
+  (tmp_path / f"{names[0]}.log").write_text("started\n")
+  env = processes.command_env(PYTHON=sys.executable, OUT=str(tmp_path))
+  done = subprocess.run(
+      [os.path.join(REPO, "benchmarks", "gpu_sweep.sh"), "--dry"], cwd=REPO,
+      env=env, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  rows = json.loads((tmp_path / "sweep.json").read_text())
+  assert rows[names[0]] == {"failed": "failed: started"}
+  assert rows[names[1]] == {"failed": "failed: not run: test"}
+
+
+def test_xla_options_reach_the_compiler():
+  """An option XLA does not have fails the run's compilation: the options
+  are given to it, not dropped on the way."""
+  assert speed.xla_options("xla_gpu_enable_triton_gemm=false,"
+                           "xla_gpu_cudnn_gemm_fusion_level=2,"
+                           "xla_gpu_enable_command_buffer=") == {
+                               "xla_gpu_enable_triton_gemm": False,
+                               "xla_gpu_cudnn_gemm_fusion_level": 2,
+                               "xla_gpu_enable_command_buffer": ""
+                           }
+  with pytest.raises(UserError, match="no option named"):
+    speed.run("testing", batch=8, image_size=32, num_steps=1,
+              compiler_options={"xla_no_such_option": True})
+  with pytest.raises(UserError, match="NAME=VALUE"):
+    speed.xla_options("triton=false")
+
+
+def _result(name="B.x", **changes):
   result = {
       "variant": "ViT-B/16",
       "batch": 256,
       "images_per_sec": 1000.0,
       "mfu": 0.4,
-      "peak_device_memory_gib": 20.0,
+      "compiled_memory": {
+          "total_bytes": 20 * 2**30
+      },
       "final_loss": 5.0,
       "losses": [6.0] * 19 + [5.0],
       "device": "NVIDIA H200",
       "jax_version": "0.11.2",
-      "xla_flags": "",
+      "compiler_options": {},
       "mu_dtype": "float32",
       "attention": "auto",
       "remat": "none",
@@ -72,32 +123,25 @@ def _result(**changes):
       "qkv_bias": True,
       "qk_norm": False,
       "gelu_approximate": True,
-      "fp8": False
+      "fp8": False,
+      "sweep": {
+          "name": name
+      }
   }
   return {**result, **changes}
 
 
 @pytest.mark.parametrize("changes, verdict", [
-    ({
-        "images_per_sec": 1100.0
-    }, "faster, same loss"),
-    ({
-        "images_per_sec": 1100.0,
-        "losses": [6.0] * 19 + [5.2]
-    }, "faster, other loss"),
-    ({
-        "images_per_sec": 1005.0
-    }, "not faster"),
-    ({
-        "images_per_sec": 1200.0,
-        "parallel_block": True
-    }, "model differs (parallel_block)"),
-    ({
-        "images_per_sec": 1200.0,
-        "batch": 512
-    }, "faster at another batch"),
+    (dict(images_per_sec=1100.0), "faster, same loss"),
+    (dict(images_per_sec=1100.0,
+          losses=[6.0] * 19 + [5.2]), "faster, other loss"),
+    (dict(images_per_sec=1005.0), "not faster"),
+    (dict(images_per_sec=1200.0,
+          parallel_block=True), "model differs (parallel_block)"),
+    (dict(images_per_sec=1200.0, batch=512), "another batch"),
+    (dict(images_per_sec=1200.0, losses=[6.0] * 30), "faster, another length"),
 ])
-def test_each_run_is_judged_against_the_default(changes, verdict):
+def test_each_run_is_judged_against_its_baseline(changes, verdict):
   row = sweep_table.compare(_result(**changes), _result())
   assert row["verdict"] == verdict
   assert row["speed_ratio"] == pytest.approx(changes["images_per_sec"] / 1000)
@@ -112,51 +156,59 @@ def test_a_long_run_compares_its_last_loss_too():
                             "against 0.500")
 
 
-def test_the_winners_flags_combine_and_failures_show_their_log(tmp_path):
-  runs = {
-      "B.default": _result(),
-      "B.no_triton": _result(images_per_sec=1100.0,
-                             xla_flags="--xla_gpu_enable_triton_gemm=false"),
-      "B.lhs": _result(
-          images_per_sec=1050.0,
-          xla_flags="--xla_gpu_enable_latency_hiding_scheduler=true"),
-      "B.mu_bf16": _result(images_per_sec=1020.0, mu_dtype="bfloat16"),
-      "B.slow": _result(images_per_sec=900.0, attention="xla"),
-  }
+def _write(folder, runs: dict):
   for name, result in runs.items():
-    (tmp_path / f"{name}.json").write_text(json.dumps(result))
-  (tmp_path / "B.broken.log").write_text("Traceback\nOOM: out of memory\n")
-  assert sweep_table.winners(
-      str(tmp_path), "B",
-      list(runs)[1:]).split("\n") == [
-          "--mu_dtype=bfloat16",
-          "--xla_flags=--xla_gpu_enable_triton_gemm=false "
-          "--xla_gpu_enable_latency_hiding_scheduler=true"
-      ]
-  text = sweep_table.table(str(tmp_path), list(runs) + ["B.broken"])
-  assert text.splitlines()[0] == "gpu_sweep: device NVIDIA H200, jax 0.11.2"
-  assert text.splitlines()[-1].split() == [
-      "B", "broken", "failed:", "OOM:", "out", "of", "memory"
+    (folder / f"{name}.json").write_text(json.dumps(result))
+
+
+def test_the_winners_combine_and_must_beat_both_runs_of_the_default(tmp_path):
+  triton = {"xla_gpu_enable_triton_gemm": False}
+  hiding = {"xla_gpu_enable_latency_hiding_scheduler": True}
+  _write(
+      tmp_path, {
+          "B.default": _result(),
+          "B.default_again": _result(images_per_sec=1005.0),
+          "B.no_triton": _result(images_per_sec=1100.0,
+                                 compiler_options=triton),
+          "B.lhs": _result(images_per_sec=1050.0, compiler_options=hiding),
+          "B.mu_bf16": _result(images_per_sec=1020.0, mu_dtype="bfloat16"),
+          "B.slow": _result(images_per_sec=900.0, attention="xla"),
+          "B.xla": _result(images_per_sec=1030.0, attention="xla"),
+      })
+  settings = ["B.no_triton", "B.lhs", "B.mu_bf16", "B.slow", "B.xla"]
+  assert sweep_table.winners(str(tmp_path), "B", settings) == {
+      "xla": {
+          **triton,
+          **hiding
+      },
+      "model": {
+          "attention": "xla"
+      },
+      "mu_dtype": "bfloat16"
+  }
+  # A second run of the default at 1,060 images/s: only 1.1x still wins.
+  _write(tmp_path, {"B.default_again": _result(images_per_sec=1060.0)})
+  assert sweep_table.winners(str(tmp_path), "B", settings) == {
+      "xla": triton,
+      "model": {},
+      "mu_dtype": "float32"
+  }
+  _write(tmp_path, {"B.default_again": _result(images_per_sec=2000.0)})
+  assert sweep_table.winners(str(tmp_path), "B", settings) == {}
+
+
+def test_the_table_shows_each_failure_and_what_did_not_run(tmp_path):
+  _write(tmp_path, {"B.default": _result("B.default"), "B.x": _result()})
+  (tmp_path / "B.broken.log").write_text("started\nOOM: out of memory\n")
+  text = sweep_table.table(str(tmp_path),
+                           ["B.default", "B.x", "B.broken", "B.later"])
+  lines = text.splitlines()
+  assert lines[0] == "gpu_sweep: device NVIDIA H200, jax 0.11.2"
+  assert lines[2].split()[-1] == "baseline"
+  assert lines[3].endswith("not faster")  # Its own speed: 1.000x.
+  assert lines[4].split() == [
+      "B", "B.broken", "failed:", "OOM:", "out", "of", "memory"
   ]
-
-
-def test_a_setting_must_beat_both_runs_of_the_default(tmp_path):
-  runs = {
-      "B.default": _result(),
-      "B.default_again": _result(images_per_sec=1060.0),
-      "B.no_triton": _result(images_per_sec=1100.0,
-                             xla_flags="--xla_gpu_enable_triton_gemm=false"),
-      "B.lhs": _result(
-          images_per_sec=1050.0,
-          xla_flags="--xla_gpu_enable_latency_hiding_scheduler=true"),
-  }
-  for name, result in runs.items():
-    (tmp_path / f"{name}.json").write_text(json.dumps(result))
-  assert sweep_table.winners(
-      str(tmp_path), "B",
-      ["B.no_triton", "B.lhs"
-      ]) == ("--xla_flags=--xla_gpu_enable_triton_gemm=false")
-  sweep_table.table(str(tmp_path), list(runs))
-  rows = json.loads((tmp_path / "sweep.json").read_text())
-  assert rows["B.default_again"]["verdict"] == "default"
-  assert rows["B.lhs"]["speed_ratio"] == pytest.approx(1050 / 1060)
+  assert lines[5].split() == [
+      "B", "B.later", "not", "run:", "the", "budget", "ran", "out"
+  ]

@@ -5,14 +5,13 @@
         --out=bench.json
 
 Needs only jax/flax/optax (no TensorFlow), so it runs on any accelerator
-host. Every speed candidate is a flag, so one sitting on a GPU compares
-them without editing code (benchmarks/gpu_sweep.sh): the XLA options
-(`--xla_flags`), the optimizer's first moment in bf16 (`--mu_dtype`), remat,
-batch, attention, the GELU form, FP8 and ViT-22B's block options.
+host. Every speed candidate of benchmarks/gpu_sweep.sh is a flag: XLA's
+options (`--xla_options`, given to this step's compilation alone), the
+optimizer's first moment in bf16 (`--mu_dtype`), remat, batch, attention,
+the GELU form, FP8 and ViT-22B's block options.
 """
 
 import json
-import os
 
 from absl import flags
 
@@ -44,8 +43,8 @@ flags.DEFINE_bool("qk_norm", False, "config.model.qk_norm.")
 flags.DEFINE_enum("mu_dtype", "float32", list(optim.MOMENTUM_DTYPES),
                   "Adam's first moment (config.mu_dtype).")
 flags.DEFINE_string(
-    "xla_flags", "", "XLA options for this run, added to $XLA_FLAGS "
-    "(e.g. --xla_gpu_enable_triton_gemm=false).")
+    "xla_options", "", "XLA options of the compiled step, NAME=VALUE,... "
+    "(e.g. xla_gpu_enable_triton_gemm=false); JAX's compiler_options.")
 flags.DEFINE_integer(
     "profile_steps", 0, "Also trace this many steps and "
     "report where the device time goes.", lower_bound=0)
@@ -58,9 +57,6 @@ cli.check_flag("peak_tflops", lambda tflops: tflops > 0,
 def main(argv):
   del argv
   f = flags.FLAGS
-  if f.xla_flags:  # Read when the backend starts, which has not happened yet.
-    os.environ["XLA_FLAGS"] = " ".join(
-        filter(None, (os.environ.get("XLA_FLAGS"), f.xla_flags)))
   model_options = {
       name: f[name].value
       for name in ("dtype", "remat", "scan_layers", "attention", "fp8",
@@ -68,8 +64,8 @@ def main(argv):
   }
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
                      model_options, mu_dtype=f.mu_dtype,
-                     peak_tflops=f.peak_tflops, profile_steps=f.profile_steps)
-  result["xla_flags"] = f.xla_flags
+                     peak_tflops=f.peak_tflops, profile_steps=f.profile_steps,
+                     compiler_options=speed.xla_options(f.xla_options))
   text = json.dumps(result, indent=2)
   print(text)
   if f.out:

@@ -18,6 +18,7 @@ from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax.config import defaults
+from vit_jax.errors import UserError
 from vit_jax.loop import preflight
 from vit_jax.performance import flops
 from vit_jax.performance import profiling
@@ -78,11 +79,31 @@ def _bytes_accessed(compiled):
   return int(value) if value is not None else None
 
 
+def xla_options(text: str) -> dict:
+  """`NAME=VALUE,...` as the compiler options of one compiled step:
+  true/false as booleans, integers as integers, the rest as strings."""
+  options = {}
+  for item in filter(None, text.split(",")):
+    name, sep, value = item.partition("=")
+    if not sep or not name.startswith("xla_"):
+      raise UserError(f"--xla_options: {item!r} is not NAME=VALUE with an "
+                      "XLA option's name (xla_...).")
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+      options[name] = lowered == "true"
+    else:
+      options[name] = int(value) if value.lstrip("-").isdigit() else value
+  return options
+
+
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, model_options=None, mu_dtype: str = "float32",
-        peak_tflops=None, profile_steps: int = 0) -> dict:
+        peak_tflops=None, profile_steps: int = 0,
+        compiler_options=None) -> dict:
   """`model_options`: config.model fields beside the variant (dtype, remat,
-  attention, fp8, ViT-22B's block options...); GELU tanh as released."""
+  attention, fp8, ViT-22B's block options...); GELU tanh as released.
+  `compiler_options`: XLA options of this step's compilation alone (e.g.
+  {"xla_gpu_enable_triton_gemm": False}), so one process compares many."""
   model_config = defaults.get_model_config()
   model_config.update({
       "variant": variant,
@@ -104,7 +125,14 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
                             schedule, mesh), state_sharding, mesh)
   batch_data = _synthetic_batch(batch, image_size, num_classes, mesh)
   start = time.perf_counter()
-  compiled = train_step.lower(state, batch_data).compile()
+  try:
+    compiled = train_step.lower(
+        state, batch_data).compile(compiler_options=compiler_options or None)
+  except jax.errors.JaxRuntimeError as error:
+    if "No such compile option" not in str(error):
+      raise
+    raise UserError(f"This XLA has no option named in {compiler_options}: "
+                    f"{error}") from None
   compile_s = time.perf_counter() - start
   state, losses, times = _timed_steps(compiled, state, batch_data, num_steps)
   profile = (profiling.device_time_by_op(lambda s: compiled(s, batch_data),
@@ -137,6 +165,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
           k: model_config[k] for k in _REPORTED_OPTIONS
       },
       "mu_dtype": mu_dtype,
+      "compiler_options": compiler_options or {},
       "device": device.device_kind,
       "num_devices": jax.device_count(),
       "jax_version": jax.__version__,

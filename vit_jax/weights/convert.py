@@ -507,8 +507,8 @@ def to_timm(params: dict[str, np.ndarray],
   block = families.block_options(params)
   if block.get("parallel_block") or block.get("use_bias") is False:
     raise WeightsError(
-        "The model has ViT-22B's parallel block or no LayerNorm biases "
-        "(config.model.parallel_block, use_bias), which timm's "
+        "The model has ViT-22B's parallel block or no encoder LayerNorm "
+        "biases (config.model.parallel_block, use_bias), which timm's "
         "VisionTransformer block does not have; use --format=npz.")
   if not with_config and ("cls" not in params or "MAPHead_0/probe" in params):
     raise WeightsError(

@@ -10,14 +10,13 @@ shows), and timm's global-average-pooled ViTs with `fc_norm`. What the
 weights cannot show (LayerScale's init value, QuickGELU) keeps its default.
 
 ViT-22B's block options (`models.BLOCK_OPTIONS`) show in any origin's
-parameters: no `LayerNorm_2` (parallel_block), no LayerNorm biases
+parameters: no `LayerNorm_2` (parallel_block), no encoder LayerNorm biases
 (use_bias=False), no query/key/value biases beside LayerNorm biases
 (qkv_bias=False, timm's form) and `query_ln`/`key_ln` (qk_norm).
 """
 
+import re
 from typing import Any
-
-import ml_collections
 
 from vit_jax import models
 
@@ -28,7 +27,7 @@ _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
 # What each block option's value other than the default means, for reports.
 _BLOCK_WORDS = {
     "parallel_block": "ViT-22B's parallel block",
-    "use_bias": "no attention or LayerNorm biases",
+    "use_bias": "no attention or encoder LayerNorm biases",
     "qkv_bias": "no query/key/value biases",
     "qk_norm": "query/key LayerNorms",
 }
@@ -50,10 +49,33 @@ def block_options(params) -> dict:
   }
 
 
+# The parameters a block option adds or removes: LayerNorm_2 (parallel
+# blocks), LayerNorm and projection biases, the query/key LayerNorms.
+BLOCK_OPTION_NAMES = re.compile(
+    r"(/LayerNorm_2/|LayerNorm_\d/bias$|encoder_norm/bias$|pre_norm/bias$|"
+    r"/(query|key|value|out)/bias$|/(query|key)_ln/)")
+
+
+def other_block(path: str, file_params, target_flat) -> str:
+  """A sentence where the file's blocks have other block options than the
+  model's, naming the flags that fit the file; "" where they agree."""
+  theirs, ours = block_options(file_params), block_options(target_flat)
+  differ = [n for n in theirs if n in ours and theirs[n] != ours[n]]
+  if not differ:
+    return ""
+
+  def said(options):
+    return ", ".join(f"{n}={options[n]}" for n in differ)
+
+  return (f"{path} has blocks with {said(theirs)} but the model's have "
+          f"{said(ours)}; set {config_fix({n: theirs[n] for n in differ})} "
+          "(or name the parameters to re-initialise and the file entries "
+          "to ignore in config.init.dont_load).")
+
+
 def block_defaults() -> dict:
   """The block options' defaults (what an older config meant)."""
-  empty = ml_collections.ConfigDict()
-  return {n: models.model_field(empty, n) for n in models.BLOCK_OPTIONS}
+  return {n: models.model_field({}, n) for n in models.BLOCK_OPTIONS}
 
 
 def options(params: dict[str, Any], posemb_prefix_tokens: int) -> dict:
@@ -91,10 +113,13 @@ def name(found: dict) -> str:
 
 
 def _family(found: dict) -> str:
+  if "layer_scale" in found and found.get("qkv_bias") is False:
+    registers = found.get("num_registers")
+    return ("ViT with LayerScale" +
+            (f" and {registers} registers" if registers else "") +
+            " (timm's vit_medium_*, vit_betwixt_*)")
   if found.get("num_registers"):
     return f"DINOv2 with {found['num_registers']} registers"
-  if "layer_scale" in found and found.get("qkv_bias") is False:
-    return "ViT with LayerScale (timm's vit_medium_patch16_gap_*)"
   if "layer_scale" in found:
     return "DeiT III" if found.get("posemb_covers_prefix") is False else (
         "DINOv2")

@@ -66,7 +66,8 @@ def write(directory: str, params: dict, model_config, image_size: int,
       "image_size": grid * variant.patch_size,
       "patch_size": variant.patch_size,
       "num_channels": 3,
-      "qkv_bias": True,
+      # ViTConfig's own field: projections without biases load as such.
+      "qkv_bias": families.block_options(params).get("qkv_bias", True),
       "encoder_stride": variant.patch_size,
       "dtype": "float32",
   }
@@ -106,7 +107,8 @@ def _check(params, model_config):
   found = families.options(params, convert.posemb_prefix(params))
   # A zero entry stands for the class token's missing position embedding;
   # the epsilon is a config.json field.
-  lacking = sorted(set(found) - {"posemb_covers_prefix", "layer_norm_eps"})
+  lacking = sorted(
+      set(found) - {"posemb_covers_prefix", "layer_norm_eps", "qkv_bias"})
   if lacking:
     raise WeightsError(
         f"transformers' ViT has no place for this model's "

@@ -358,32 +358,22 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       report.unexpected.append(name)
   _warn_zero_head(loaded, report)
   if not report.ok:
-    _refuse_other_block(path, source.params, target_flat)
+    other_block = families.other_block(path, source.params, target_flat)
+    if other_block and all(
+        families.BLOCK_OPTION_NAMES.search(name)
+        for name in report.missing + report.unexpected +
+        [m[0] for m in report.mismatched]):  # Nothing else differs.
+      raise WeightsError(other_block)
     raise WeightsError(
         f"{path} does not fit this model; nothing was loaded.\n"
-        f"{report.table()}\n{_hint(source.params, target_flat)}Name the "
+        f"{report.table()}\n{other_block + chr(10) if other_block else ''}"
+        f"{_hint(source.params, target_flat)}Name the "
         "parameters to re-initialise (and file entries to ignore) in "
         "config.init.dont_load, or pick the config.model that wrote the file.")
   loaded = {
       k: np.asarray(v, dtype=target_flat[k].dtype) for k, v in loaded.items()
   }
   return loaded, report
-
-
-def _refuse_other_block(path: str, file_params, target_flat):
-  """One line where the file's blocks have other block options
-  (`models.BLOCK_OPTIONS`) than the model's, naming the flags that fit."""
-  theirs = families.block_options(file_params)
-  ours = families.block_options(target_flat)
-  differ = [n for n in theirs if n in ours and theirs[n] != ours[n]]
-  if not differ:
-    return
-  said = lambda options: ", ".join(f"{n}={options[n]}" for n in differ)
-  fix = families.config_fix({n: theirs[n] for n in differ})
-  raise WeightsError(
-      f"{path} has blocks with {said(theirs)} but the model's have "
-      f"{said(ours)}; set {fix} (or name the parameters to re-initialise "
-      "and the file entries to ignore in config.init.dont_load).")
 
 
 def _resize(value, shape, source, num_prefix_tokens, grid, method, source_grid,
