@@ -2,6 +2,7 @@
 flags (XLA's options too), and its table judges each run against the
 default of the same sitting."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -48,10 +49,16 @@ def test_dry_sweep_runs_every_candidate_into_one_table(tmp_path):
   failed = {n: r["failed"] for n, r in rows.items() if "failed" in r}
   assert set(failed) <= {"B.best", "L.best"}, failed
   assert all("no setting was faster" in why for why in failed.values())
+  settings = [c.name for c in sweep.SETTINGS]
+  won = sweep_table.winners(str(tmp_path), "B", settings)
   for name, row in rows.items():
     if name in failed:
       continue
     candidate = next(c for c in sweep.candidates() if c.name == name)
+    if candidate.best:  # The settings that won, together.
+      candidate = dataclasses.replace(candidate, xla=won["xla"],
+                                      model=won["model"],
+                                      mu_dtype=won["mu_dtype"])
     result = row["result"]
     assert result["compiler_options"] == candidate.xla, name
     assert result["mu_dtype"] == candidate.mu_dtype, name
