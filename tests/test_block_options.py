@@ -1,7 +1,8 @@
 """ViT-22B's block options (config.model.parallel_block, use_bias, qkv_bias,
 qk_norm): each against an independent float64 numpy forward, timm's forms
-(qkv_bias=False, qk_norm) loading with timm's logits, a checkpoint of the
-other form refused in one line, and a short run on digits that resumes.
+(qkv_bias=False, qk_norm, the fused ParallelScalingBlock) loading with timm's
+logits, a checkpoint of the other form refused in one line, and a short
+run on digits that resumes.
 
 The numpy forward below is written from the options' definitions (Dehghani
 et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
@@ -18,6 +19,7 @@ Section 2; timm's `Attention(qk_norm=True)`), never from `vit_jax`:
 """
 
 import functools
+import json
 import math
 import os
 import subprocess
@@ -245,14 +247,91 @@ def test_timms_forms_load_from_the_file_alone_with_timms_logits(name, tmp_path):
       "config.init.dont_load).")
 
 
-def test_timms_fused_parallel_block_is_refused_in_one_line():
-  state = dict(stored.tiny_family_state("medium_gap"))
-  state["blocks.0.in_proj.weight"] = np.zeros((224, 32), np.float32)
+# timm's ParallelScalingBlock (vit_pwee_patch16_reg1_gap_256's), tiny: the
+# default (qkv_bias: MLP and query/key/value biases in in_proj's) and
+# qkv_bias=False (a separate mlp_bias), qk_norm, proj_bias=False.
+_PWEE = dict(embed_dim=32, depth=2, num_heads=4, mlp_ratio=4, patch_size=8,
+             img_size=32, num_classes=10)
+_QK = dict(qkv_bias=False, qk_norm=True)  # The options that case reads.
+_PWEE_CASES = {
+    "qkv_bias": ({}, {}),
+    "mlp_bias, qk_norm, no proj_bias": (dict(qkv_bias=False, qk_norm=True,
+                                             proj_bias=False), _QK),
+}
+
+
+def _fuse_out_proj(state):
+  """`state` with each block's attn_out_proj and mlp_out_proj as timm's
+  fuse_out_proj=True `out_proj` (columns [attention, MLP], one bias)."""
+  state, fused = dict(state), {}
+  for name in [n for n in state if n.endswith(".attn_out_proj.weight")]:
+    pre = name[:-len("attn_out_proj.weight")]
+    mlp_weight = state.pop(pre + "mlp_out_proj.weight")
+    fused[pre + "out_proj.weight"] = np.concatenate(
+        [state.pop(name), mlp_weight], axis=1)
+    fused[pre + "out_proj.bias"] = (
+        state.pop(pre + "attn_out_proj.bias", 0) +
+        state.pop(pre + "mlp_out_proj.bias", np.zeros(32, np.float32)))
+  return {**state, **fused}
+
+
+@pytest.mark.parametrize("case", _PWEE_CASES)
+def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
+  """timm's fused ParallelScalingBlock (in_norm; in_proj = [MLP hidden, q,
+  k, v]; one LayerScale `ls` on the sum of the branches), built and run by
+  timm with random weights at trained scales: read from the file alone as
+  config.model.parallel_block (no LayerNorm_2), `ls` both branches'
+  LayerScales, timm's logits; its fuse_out_proj form the same model; its
+  differential attention (vit_dpwee) refused in one line."""
+  if not os.path.exists(TORCH_PYTHON):
+    pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
+  kwargs, options = _PWEE_CASES[case]
+  _register_tiny_timm()
+  images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3))
+  np.save(tmp_path / "images.npy", images.astype(np.float32))
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+  done = subprocess.run([
+      TORCH_PYTHON, "-m", "tests.helpers.timm_built",
+      "vit_pwee_patch16_reg1_gap_256",
+      str(tmp_path / "images.npy"),
+      str(tmp_path),
+      json.dumps(dict(_PWEE, **kwargs))
+  ], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  path = str(tmp_path / "model.safetensors")
+  state = st_numpy.load_file(path)
+  assert "blocks.0.in_proj.weight" in state
+  assert ("blocks.0.mlp_bias" in state) == (kwargs.get("qkv_bias") is False)
+  converted = convert.from_timm(state, 4, path)
+  gamma = state["blocks.1.ls.gamma"]
+  for branch in ("attention", "mlp"):
+    np.testing.assert_array_equal(
+        converted.params[f"Transformer/encoderblock_1/LayerScale_{branch}/"
+                         "scale"], gamma)
+  arch = architecture.read(path)
+  assert arch.variant == "tiny-timm" and arch.classifier == "gap"
+  assert not arch.class_token
+  assert dict(arch.options) == dict(num_registers=1, posemb_covers_prefix=False,
+                                    layer_scale=1e-5, pooled_norm=True,
+                                    parallel_block=True, **options)
+  want = np.load(tmp_path / "logits.npy")
+  assert np.abs(want).max() > 0.5
+  for form in ("separate", "fuse_out_proj"):
+    if form == "fuse_out_proj":
+      st_numpy.save_file(_fuse_out_proj(state), path)
+    loaded = inference.load(path, image_size=32)
+    assert loaded.config.model.parallel_block is True
+    logits = compiled.logits(loaded.model, jax.device_get(loaded.params),
+                             images.astype(np.float32))
+    assert np.abs(logits - want).max() < 2e-5, (form,
+                                                np.abs(logits - want).max())
+
+  state["blocks.0.sub_norm.weight"] = np.ones(16, np.float32)
   with pytest.raises(
       weights.WeightsError,
-      match=r"^vit_pwee.pt has timm's ParallelScalingBlock "
-      r"[^\n]*names yet.$"):
-    convert.from_timm(state, 4, "vit_pwee.pt")
+      match=r"^vit_dpwee.pt: timm's parallel block blocks.0 has "
+      r"\['sub_norm.weight'\], [^\n]*not converted.$"):
+    convert.from_timm(state, 4, "vit_dpwee.pt")
 
 
 def test_timms_vit_medium_patch16_gap_256_predicts_timms_logits(tmp_path):

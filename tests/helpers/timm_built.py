@@ -1,14 +1,17 @@
 """A timm model built by its registered name, with random weights at
 trained scales, in the PyTorch environment (.venv-torch, which has no JAX):
 
-    .venv-torch/bin/python -m tests.helpers.timm_built MODEL IMAGES.npy OUT
+    .venv-torch/bin/python -m tests.helpers.timm_built MODEL IMAGES.npy OUT \
+        [KWARGS_JSON]
 
 writes OUT/model.safetensors (its state dict, as timm's files hold it) and
-OUT/logits.npy (its logits of the NHWC images). Nothing is downloaded
-(pretrained=False); the weights are `stored.trained_like_state` of its
-parameters (seed 0).
+OUT/logits.npy (its logits of the NHWC images); KWARGS_JSON: a JSON object
+of timm.create_model's keyword arguments (e.g. a tiny width). Nothing is
+downloaded (pretrained=False); the weights are `stored.trained_like_state`
+of its parameters (seed 0).
 """
 
+import json
 import os
 import sys
 
@@ -18,10 +21,11 @@ from tests.helpers import torch_reference
 from tests.references import stored
 
 
-def main(name: str, images: str, out: str):
+def main(name: str, images: str, out: str, kwargs: str = "{}"):
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
-  model = torch_reference.import_timm().create_model(name, pretrained=False)
+  model = torch_reference.import_timm().create_model(name, pretrained=False,
+                                                     **json.loads(kwargs))
   parameters = [[n, list(p.shape)] for n, p in model.named_parameters()]
   # The parameters are the whole state: nothing else would be loaded.
   assert sorted(model.state_dict()) == sorted(n for n, _ in parameters)
