@@ -202,12 +202,14 @@ _TIMM_OPTIONS = {
     "qk_norm": dict(qk_norm=True),
 }
 
+# The tiny timm models' size. Another test may have registered the same
+# size under another name first: the variant read is compared by size.
+TINY_TIMM = variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4,
+                             num_layers=2, patch_size=8)
+
 
 def _register_tiny_timm():
-  variants.register(
-      "tiny-timm",
-      variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
-                       patch_size=8))
+  variants.register("tiny-timm", TINY_TIMM)
 
 
 @pytest.mark.parametrize("name", stored.TINY_BLOCK_FAMILIES)
@@ -226,7 +228,8 @@ def test_timms_forms_load_from_the_file_alone_with_timms_logits(name, tmp_path):
   assert found == _TIMM_OPTIONS[name]
   assert converted.notes[0].endswith(f"it needs {families.config_fix(found)}")
   arch = architecture.read(path)
-  assert arch.variant == "tiny-timm" and dict(arch.options) == found
+  assert variants.get_variant(arch.variant) == TINY_TIMM
+  assert dict(arch.options) == found
   loaded = inference.load(path, image_size=32)
   assert loaded.config.model.gelu_approximate is False  # timm's erf.
   logits = compiled.logits(loaded.model, jax.device_get(loaded.params),
@@ -309,7 +312,8 @@ def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
         converted.params[f"Transformer/encoderblock_1/LayerScale_{branch}/"
                          "scale"], gamma)
   arch = architecture.read(path)
-  assert arch.variant == "tiny-timm" and arch.classifier == "gap"
+  assert variants.get_variant(arch.variant) == TINY_TIMM
+  assert arch.classifier == "gap"
   assert not arch.class_token
   assert dict(arch.options) == dict(num_registers=1, posemb_covers_prefix=False,
                                     layer_scale=1e-5, pooled_norm=True,
