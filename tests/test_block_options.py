@@ -278,6 +278,23 @@ def _fuse_out_proj(state):
   return {**state, **fused}
 
 
+def _built_by_timm(name: str, images, folder, kwargs=None):
+  """(the safetensors file of timm's `name` built with random weights at
+  trained scales in .venv-torch, timm's logits of `images`)."""
+  np.save(folder / "images.npy", images.astype(np.float32))
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+  done = subprocess.run([
+      TORCH_PYTHON, "-m", "tests.helpers.timm_built", name,
+      str(folder / "images.npy"),
+      str(folder)
+  ] + ([json.dumps(kwargs)] if kwargs else []), cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  want = np.load(folder / "logits.npy")
+  assert np.abs(want).max() > 0.5  # Logits that say something.
+  return str(folder / "model.safetensors"), want
+
+
 @pytest.mark.parametrize("case", _PWEE_CASES)
 def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
   """timm's fused ParallelScalingBlock (in_norm; in_proj = [MLP hidden, q,
@@ -291,17 +308,8 @@ def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
   kwargs, options = _PWEE_CASES[case]
   _register_tiny_timm()
   images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3))
-  np.save(tmp_path / "images.npy", images.astype(np.float32))
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-  done = subprocess.run([
-      TORCH_PYTHON, "-m", "tests.helpers.timm_built",
-      "vit_pwee_patch16_reg1_gap_256",
-      str(tmp_path / "images.npy"),
-      str(tmp_path),
-      json.dumps(dict(_PWEE, **kwargs))
-  ], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
-  path = str(tmp_path / "model.safetensors")
+  path, want = _built_by_timm("vit_pwee_patch16_reg1_gap_256", images, tmp_path,
+                              dict(_PWEE, **kwargs))
   state = st_numpy.load_file(path)
   assert "blocks.0.in_proj.weight" in state
   assert ("blocks.0.mlp_bias" in state) == (kwargs.get("qkv_bias") is False)
@@ -318,8 +326,6 @@ def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
   assert dict(arch.options) == dict(num_registers=1, posemb_covers_prefix=False,
                                     layer_scale=1e-5, pooled_norm=True,
                                     parallel_block=True, **options)
-  want = np.load(tmp_path / "logits.npy")
-  assert np.abs(want).max() > 0.5
   for form in ("separate", "fuse_out_proj"):
     if form == "fuse_out_proj":
       st_numpy.save_file(_fuse_out_proj(state), path)
@@ -346,16 +352,7 @@ def test_timms_vit_medium_patch16_gap_256_predicts_timms_logits(tmp_path):
   if not os.path.exists(TORCH_PYTHON):
     pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
   images = np.random.default_rng(0).uniform(-1, 1, (1, 256, 256, 3))
-  np.save(tmp_path / "images.npy", images.astype(np.float32))
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-  done = subprocess.run([
-      TORCH_PYTHON, "-m", "tests.helpers.timm_built",
-      "vit_medium_patch16_gap_256",
-      str(tmp_path / "images.npy"),
-      str(tmp_path)
-  ], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-  assert done.returncode == 0, done.stderr[-3000:]
-  path = str(tmp_path / "model.safetensors")
+  path, want = _built_by_timm("vit_medium_patch16_gap_256", images, tmp_path)
   arch = architecture.read(path)
   assert (arch.variant, arch.classifier, arch.class_token,
           arch.image_size) == ("ViT-M/16", "gap", False, 256)
@@ -363,8 +360,6 @@ def test_timms_vit_medium_patch16_gap_256_predicts_timms_logits(tmp_path):
   loaded = inference.load(path)
   logits = compiled.logits(loaded.model, jax.device_get(loaded.params),
                            images.astype(np.float32))
-  want = np.load(tmp_path / "logits.npy")
-  assert np.abs(want).max() > 0.5
   assert np.abs(logits - want).max() < 2e-5, np.abs(logits - want).max()
 
 
