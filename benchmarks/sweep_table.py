@@ -123,8 +123,8 @@ def winners(folder: str, model: str, names: list) -> dict:
     won["xla"].update(result.get("compiler_options") or {})
     won["model"].update(
         {f: result[f] for f in SETTING_FIELDS if result.get(f) != base.get(f)})
-    won["mu_dtype"] = (result["mu_dtype"] if result.get("mu_dtype")
-                       != base.get("mu_dtype") else won["mu_dtype"])
+    if result.get("mu_dtype") != base.get("mu_dtype"):
+      won["mu_dtype"] = result["mu_dtype"]
   return won if (won["xla"] or won["model"] or
                  won["mu_dtype"] != "float32") else {}
 
