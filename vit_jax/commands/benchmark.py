@@ -57,11 +57,7 @@ cli.check_flag("peak_tflops", lambda tflops: tflops > 0,
 def main(argv):
   del argv
   f = flags.FLAGS
-  model_options = {
-      name: f[name].value
-      for name in ("dtype", "remat", "scan_layers", "attention", "fp8",
-                   "gelu_approximate") + models.BLOCK_OPTIONS
-  }
+  model_options = {name: f[name].value for name in speed.MODEL_OPTIONS}
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
                      model_options, mu_dtype=f.mu_dtype,
                      peak_tflops=f.peak_tflops, profile_steps=f.profile_steps,

@@ -65,9 +65,10 @@ def _timed_steps(compiled, state, batch_data, num_steps: int):
   return state, losses, times
 
 
-# The config.model fields the result reports.
-_REPORTED_OPTIONS = ("dtype", "fp8", "remat", "scan_layers", "attention",
-                     "gelu_approximate") + models.BLOCK_OPTIONS
+# The config.model fields a run may set (`vit-jax benchmark`'s flags) and
+# its result reports.
+MODEL_OPTIONS = ("dtype", "fp8", "remat", "scan_layers", "attention",
+                 "gelu_approximate") + models.BLOCK_OPTIONS
 
 
 def _bytes_accessed(compiled):
@@ -162,7 +163,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "image_size": image_size,
       # The model's options (fp8: MFU stays relative to the dtype's peak).
       **{
-          k: model_config[k] for k in _REPORTED_OPTIONS
+          k: model_config[k] for k in MODEL_OPTIONS
       },
       "mu_dtype": mu_dtype,
       "compiler_options": compiler_options or {},
