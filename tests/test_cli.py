@@ -100,6 +100,16 @@ MISTAKES = {
         "vit_jax", "train", "--config=configs/distill.py:digits,runlocal",
         "--workdir=/tmp/unused", "--config.distill.teachers=('/no/teacher',)"
     ], "error: config.distill.teachers[0]: no checkpoint at /no/teacher."),
+    "main: a missing image folder": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir={tmp}/run", "--config.dataset=folder:{tmp}/no_images"
+    ], "error: Image folder {tmp}/no_images does not exist."),
+    "benchmark-input: a start past the stream": ([
+        "vit_jax", "benchmark-input", "--config=configs/digits.py:runlocal",
+        "--batches=1", "--start_step=100000000000000000000"
+    ], "error: start_step=100000000000000000000 with the 3 batches read "
+                                                 "from it goes past the "
+                                                 "stream's last step"),
     "main: a broken config.json beside the weights": ([
         "vit_jax", "train", "--config=configs/digits.py:runlocal",
         "--workdir={tmp}/run", "--config.init.checkpoint={tmp}/timm_dir"
@@ -154,6 +164,23 @@ def test_a_user_mistake_is_one_line_and_status_2(case, tmp_path):
   assert done.stderr.splitlines()[-1] == "loaded: ", done.stderr[-2000:]
   assert sorted(tmp_path.rglob("*")) == before  # Nothing written.
   assert (tmp_path / "a_file").read_text() == "kept"
+
+
+def test_an_unknown_dataset_leaves_the_new_workdir_unmade(tmp_path):
+  """Found in TFDS's registry (TensorFlow is not loaded for it): one line,
+  status 2, and nothing written (the workdir is made once every check has
+  passed)."""
+  done = _run([
+      "vit_jax", "train", "--config=configs/digits.py:runlocal",
+      f"--workdir={tmp_path / 'run'}", "--config.dataset=no_such_dataset"
+  ])
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines() == [
+      "error: Unknown dataset 'no_such_dataset': TFDS has no builder of that "
+      "name. Use a TFDS name (e.g. 'cifar10'), the built-in 'digits', or "
+      "'folder:/path/to/images' for an image folder."
+  ]
+  assert not os.listdir(tmp_path)
 
 
 @pytest.mark.parametrize("args, level", [([], "2"), (["--verbose"], "0")])

@@ -5,6 +5,8 @@ TFRecord datasets read in sequence still, and `vit-jax convert-data`."""
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import types
@@ -13,11 +15,13 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from tests.helpers import processes
 from vit_jax.data import global_order
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.data import throughput
+from vit_jax.data import to_array_record
 from vit_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,9 +162,29 @@ def test_convert_data_rewrites_tfrecord_files_as_array_record(
   for a, b in zip(before, after, strict=True):  # The same split, in order.
     for key in a:
       np.testing.assert_array_equal(a[key], b[key])
-  info = tfds.builder("digits", data_dir=tfrecord_digits).info
-  assert info.file_format.value == "array_record"
-  assert list(info.as_proto.alternative_file_formats) == ["tfrecord"]
+  builder = tfds.builder("digits", data_dir=tfrecord_digits)
+  assert builder.info.file_format.value == "array_record"
+  assert list(builder.info.as_proto.alternative_file_formats) == ["tfrecord"]
+  # A shard damaged since: named, with the fix, which writes it again.
+  shard = next(pathlib.Path(builder.data_dir).glob("*-test.array_record-*"))
+  os.truncate(shard, shard.stat().st_size // 2)
+  fix = ("Its TFRecord files are kept beside it: delete the file and run "
+         "`vit-jax convert-data --dataset=digits "
+         f"--data_dir={tfrecord_digits}`, which writes it again.")
+  source = input_pipeline.make_source(spec)
+  with pytest.raises(UserError) as raised:
+    list(input_pipeline.numpy_eval_batches(spec, source))
+  said = str(raised.value)
+  assert said.startswith(f"{shard} cannot be read") and said.endswith(fix)
+  shard.unlink()
+  assert to_array_record.convert(builder) == {
+      "dataset": "digits/1.0.0",
+      "converted": 1,
+      "records": 360
+  }
+  again = list(
+      input_pipeline.numpy_eval_batches(spec, input_pipeline.make_source(spec)))
+  np.testing.assert_array_equal(again[0]["image"], after[0]["image"])
   unprepared = _run("convert-data", "--dataset=digits",
                     f"--data_dir={tmp_path}")
   assert unprepared.returncode != 0
@@ -173,6 +197,44 @@ def test_the_benchmark_times_the_first_batch_of_a_late_start(digits_config):
   result = throughput.measure(digits_config, num_batches=2, start_step=10**6)
   assert result["read_by_index"] and result["start_step"] == 10**6
   assert 0 < result["first_batch_s"] and result["images_per_sec"] > 0
+  # Its positions are int64: a start past the last step is refused at once
+  # (the stream would end before its batches).
+  refused = (
+      r"^start_step=200000000000000000 with the 4 batches read from it "
+      r"goes past the stream's last step, 144115188075855871 \(batches "
+      r"of 32 images; .*give a start step from 0 to 144115188075855868.$")
+  with pytest.raises(UserError, match=refused):
+    throughput.measure(digits_config, num_batches=2, start_step=2 * 10**17)
+
+
+def test_a_damaged_shard_ends_the_command_with_one_line(tfds_data_dir,
+                                                        tmp_path):
+  """ArrayRecord's reader fails in tf.data's threads, on a shard with bytes
+  overwritten (one cut short fails alike, as it is opened): `vit-jax train`
+  names the shard and the fix in one line and exits with status 2 at once
+  (its input pipeline stopped, not left to hang the exit), its new workdir
+  unmade."""
+  data_dir = tmp_path / "tfds"
+  shutil.copytree(tfds_data_dir, data_dir)
+  shard = next(data_dir.glob("digits/*/digits-train.array_record-*"))
+  size = shard.stat().st_size
+  with open(shard, "r+b") as f:  # Most records' chunks: the first read.
+    f.seek(size // 8)
+    f.write(b"\xff" * (size * 3 // 4))
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "train",
+      "--config=configs/digits.py:runlocal", f"--config.data_dir={data_dir}",
+      f"--workdir={tmp_path / 'run'}"
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=120)
+  assert done.returncode == 2, done.stderr[-3000:]
+  error, = done.stderr.strip().splitlines()
+  assert error.startswith(f"error: {shard} cannot be read (Corrupted "
+                          "Riegeli/records file"), error
+  assert error.endswith(
+      f"the file is damaged or gone. Delete the dataset's folder "
+      f"{shard.parent} and run again: the dataset is prepared anew."), error
+  assert not (tmp_path / "run").exists()
 
 
 def test_array_record_files_on_object_storage_ask_for_a_mount():

@@ -9,20 +9,18 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 from tests.helpers import processes
+from tests.helpers import torch_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Python 3.11 with torch's CPU build and timm (tests/references/torch_env.sh).
-TORCH_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
+TORCH_PYTHON = torch_env.TORCH_PYTHON
 WHEEL = os.path.join(REPO, "benchmarks", "wheels",
                      "ml_collections-1.1.0-py3-none-any.whl")
 
 
 def test_dry_run_prints_ours_and_timms_rows_for_the_same_model(tmp_path):
-  if not os.path.exists(TORCH_PYTHON):
-    pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
+  torch_env.require()
   env = {
       **processes.command_env(), "PYTHON": sys.executable,
       "TORCH_PYTHON": TORCH_PYTHON,

@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -171,6 +172,23 @@ def test_manual_download_missing_is_explained(digits_config, tmp_path):
   digits_config.data_dir = str(tmp_path)
   with pytest.raises(ValueError, match="needs a manual download"):
     input_pipeline.make_source(specs.training(digits_config))
+
+
+def test_a_damaged_dataset_info_is_named_with_the_fix(digits_config,
+                                                      tfds_data_dir, tmp_path):
+  data_dir = tmp_path / "tfds"
+  shutil.copytree(tfds_data_dir, data_dir)
+  info = next(data_dir.glob("digits/*/dataset_info.json"))
+  info.write_text(info.read_text()[:20])  # Cut short.
+  digits_config.data_dir = str(data_dir)
+  with pytest.raises(UserError) as raised:
+    input_pipeline.make_source(specs.training(digits_config))
+  said = str(raised.value)
+  assert said.startswith(f"{info} cannot be read (Failed to load JSON: "
+                         "Unterminated string"), said
+  assert said.endswith(
+      "): the dataset's metadata is damaged. Delete the dataset's folder "
+      f"{info.parent} and run again: the dataset is prepared anew."), said
 
 
 def test_label_out_of_range_is_an_error(digits_config, image_folder):

@@ -46,6 +46,8 @@ def test_train_and_evaluate_learns_digits(trained_digits_run):
         ("log_every_steps", 0, "log_every_steps=0 must be positive"),
         ("checkpoint_every_steps", 0, "checkpoint_every_steps=0 must be posit"),
         ("weight_decay", -0.1, "weight_decay=-0.1 must be zero or positive"),
+        ("sequence_length", 0, "sequence_length=0 must be a positive number "
+         "of patches"),
     ])
 def test_bad_config_fails_before_compiling(digits_config, field, value,
                                            message):

@@ -32,6 +32,8 @@ def main(argv):
                     "--data_dir.")
   try:
     builder = sources._builder(FLAGS.dataset, FLAGS.data_dir)  # pylint: disable=protected-access
+  except UserError:  # Already one line (an unknown name, damaged metadata).
+    raise
   except Exception as e:  # pylint: disable=broad-except  # TFDS's many kinds.
     raise UserError(f"No TFDS dataset {FLAGS.dataset!r}: "
                     f"{str(e).splitlines()[0]}") from e

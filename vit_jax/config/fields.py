@@ -44,6 +44,11 @@ def check_numbers(config: ml_collections.ConfigDict):
     if not 0.0 <= _get(config, field) < 1.0:
       raise UserError(f"config.{field}={_get(config, field)} must be in "
                       "[0, 1).")
+  length = config.sequence_length
+  if length is not None and not length > 0:
+    raise UserError(f"config.sequence_length={length} must be a positive "
+                    "number of patches per image (or unset: images resized "
+                    "to config.image_size).")
   if not 0.0 <= config.mixup.p <= 1.0:
     raise UserError(f"config.mixup.p={config.mixup.p} is a probability: "
                     "use a value in [0, 1].")

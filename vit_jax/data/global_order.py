@@ -19,6 +19,15 @@ import threading
 
 import numpy as np
 
+# The stream's positions are int64 and stay below END (each process's
+# example numbers too): a start past it is refused (`input_pipeline`).
+END = 2**62
+
+
+def last_step(batch_size: int) -> int:
+  """The last step whose batch of `batch_size` the stream holds."""
+  return END // batch_size - 1
+
 
 def position(local_example, local_batch: int, process_index: int,
              process_count: int):

@@ -100,6 +100,7 @@ def _index_path(index_dir: str, root: str):
 
 
 def _write_index(path, root: str, listing: Listing):
+  path.parent.mkdir(parents=True, exist_ok=True)  # A new run's workdir.
   path.write_bytes(
       gzip.compress(json.dumps({
           "root": root,

@@ -234,9 +234,26 @@ def make_train_dataset(spec: specs.DataSpec, source, process_index=None,
                         labels, collector)[0]
 
 
+def check_start(spec: specs.DataSpec, start_step: int, steps: int = 1):
+  """`steps` batches from `start_step` on are within the stream: its
+  positions are int64 (`global_order.END`)."""
+  batch = spec.batch_size
+  if spec.sequence_lengths:  # The largest of the schedule's batches.
+    batch = spec.token_budget // min(spec.sequence_lengths)
+  last = global_order.last_step(batch)
+  if 0 <= start_step <= last - steps + 1:
+    return
+  read = f" with the {steps} batches read from it" if steps > 1 else ""
+  raise UserError(
+      f"start_step={start_step}{read} goes past the stream's last step, "
+      f"{last} (batches of {batch} images; positions are 64-bit integers): "
+      f"give a start step from 0 to {max(last - steps + 1, 0)}.")
+
+
 def _train_dataset(spec, source, process_index, process_count, start_step,
                    labels, collector):
   """`make_train_dataset`'s dataset, and its unreadable files' log."""
+  check_start(spec, start_step)
   hide_accelerators_from_tf()
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
@@ -258,7 +275,8 @@ def _train_dataset(spec, source, process_index, process_count, start_step,
     return positions, tf.numpy_function(order.records, [positions], tf.int64)
 
   first = start_step * local_batch  # A seek: nothing before it is read.
-  ds = _read_by_index(tf.data.Dataset.range(first, 2**62), reader, records_at)
+  ds = _read_by_index(tf.data.Dataset.range(first, global_order.END), reader,
+                      records_at)
   # The augmentation folds in the stream position: the same for any number
   # of processes.
   ds = _examples(ds, spec, source, tf.constant([spec.seed, 0], tf.int64),

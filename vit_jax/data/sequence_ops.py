@@ -51,13 +51,14 @@ def sequence_grid(height, width, patch: int, length: int):
 def _patch_and_length(patch, length, patch_size, sequence_length):
   patch = patch_size if patch is None else int(patch)
   length = sequence_length if length is None else int(length)
-  if not patch or not length:
+  if not patch or length is None:
     raise ValueError("it needs the patch size and the sequence length: set "
                      "config.sequence_length (or give both, e.g. "
                      "resize_to_sequence(16, 256)).")
   if patch < 1 or length < 1:
-    raise ValueError(f"patch size {patch} and length {length} must be "
-                     "positive.")
+    raise ValueError(f"patch size {patch} and sequence length {length} must "
+                     "be positive (a length is a number of patches per "
+                     "image).")
   return patch, length
 
 

@@ -18,6 +18,8 @@ files (read by index, `global_order.py`).
 
 from __future__ import annotations
 
+import re
+
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
@@ -28,6 +30,7 @@ from vit_jax.config import imports
 from vit_jax.data import image_folder
 from vit_jax.data import preprocess
 from vit_jax.data import specs
+from vit_jax.data import unreadable
 from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
 
@@ -43,9 +46,61 @@ FILE_FORMAT = "array_record"  # Of the datasets TFDS prepares for us.
 def _builder(name: str, data_dir, **kwargs):
   """TFDS's builder of dataset `name`, the built-in `digits` and the
   benchmarks' `synthetic_images` among them."""
+  # TFDS alone, before TensorFlow loads (TFDS loads it only to build a
+  # dataset; `tfds` loads it first, quietly): an unknown name is said at once.
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds_alone  # pylint: disable=g-import-not-at-top
+
   from vit_jax.data import digits  # noqa: F401  # Registers its builder.
   from vit_jax.data import synthetic  # noqa: F401  # Registers its builder.
-  return tfds.builder(name, data_dir=data_dir, **kwargs)
+  not_found = tfds_alone.core.registered.DatasetNotFoundError
+  try:
+    parsed, _ = tfds_alone.core.naming.parse_builder_name_kwargs(name)
+    if parsed.namespace is None:  # Community datasets: TFDS looks them up.
+      tfds_alone.builder_cls(parsed.name)
+  except (not_found, ValueError) as e:
+    raise _unknown(name) from e
+  try:
+    return tfds.builder(name, data_dir=data_dir, **kwargs)
+  except not_found as e:
+    raise _unknown(name) from e
+  except json_format.ParseError as e:  # TFDS's metadata.
+    raise UserError(_damaged_info(parsed.name, data_dir, e)) from None
+
+
+def _unknown(name: str) -> UserError:
+  return UserError(
+      f"Unknown dataset {name!r}: TFDS has no builder of that name. Use a "
+      "TFDS name (e.g. 'cifar10'), the built-in 'digits', or "
+      "'folder:/path/to/images' for an image folder.")
+
+
+def _damaged_info(name: str, data_dir, error) -> str:
+  """Which dataset_info.json of dataset `name` (less its config and
+  version) cannot be read, and the fix."""
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
+  root = paths.resolve(data_dir or tfds.core.constants.get_default_data_dir())
+  root = root / name
+
+  def parses(info) -> bool:
+    try:
+      tfds.core.dataset_info.read_from_json(info)
+    except json_format.ParseError:
+      return False
+    return True
+
+  infos = [
+      *root.glob("*/dataset_info.json"),  # VERSION/, CONFIG/VERSION/
+      *root.glob("*/*/dataset_info.json")
+  ]
+  broken = [info for info in sorted(infos) if not parses(info)]
+  where = broken[0] if broken else root / "*" / "dataset_info.json"
+  # TFDS puts the dataset's name before the parser's words.
+  why = re.sub(r"^Failed to construct dataset .*?builder_kwargs \".*?\": ", "",
+               str(error).strip().splitlines()[0]).rstrip(".")
+  return (f"{where} cannot be read ({why}): the dataset's metadata is "
+          f"damaged. Delete the dataset's folder {where.parent} and run "
+          "again: the dataset is prepared anew.")
 
 
 def _writes_array_record() -> bool:
@@ -61,6 +116,16 @@ def convert_command(builder) -> str:
   name = builder.info.full_name.rsplit("/", 1)[0]  # Less the version.
   return (f"vit-jax convert-data --dataset={name} "
           f"--data_dir={builder.data_dir_root}")
+
+
+def repair(builder) -> str:
+  """How to write a prepared dataset's damaged files again."""
+  formats = builder.info.as_proto.alternative_file_formats
+  if tfds.core.FileFormat.TFRECORD.value in formats:  # Converted.
+    return ("Its TFRecord files are kept beside it: delete the file and run "
+            f"`{convert_command(builder)}`, which writes it again.")
+  return (f"Delete the dataset's folder {builder.data_dir} and run again: "
+          "the dataset is prepared anew.")
 
 
 class TfdsIndexReader:
@@ -79,11 +144,32 @@ class TfdsIndexReader:
           "docs/training.md) and set config.data_dir to the mount point.")
     self._source = builder.as_data_source(
         split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    self._builder, self._split = builder, split
     self._features = builder.info.features
     self.size = len(self._source)
 
   def _read(self, indices: np.ndarray) -> np.ndarray:
-    return np.array(self._source.__getitems__(indices.tolist()), dtype=object)
+    try:
+      return np.array(self._source.__getitems__(indices.tolist()), dtype=object)
+    except RuntimeError as e:  # ArrayRecord's: a file damaged or gone.
+      raise unreadable.PipelineError(self._damaged(indices, e)) from None
+
+  def _damaged(self, indices: np.ndarray, error: RuntimeError) -> str:
+    """Which file of the records at `indices` cannot be read (each file's
+    records read again on their own), and the fix."""
+    files = self._builder.info.splits[self._split].file_instructions
+    of_file = np.searchsorted(np.cumsum([f.take for f in files]), indices,
+                              side="right")
+    touched = np.unique(of_file)
+    name = ", ".join(files[i].filename for i in touched)
+    for i in touched:
+      try:
+        self._source.__getitems__(indices[of_file == i].tolist())
+      except RuntimeError as e:
+        name, error = files[i].filename, e
+        break
+    return (f"{name} cannot be read ({str(error).splitlines()[0]}): the "
+            f"file is damaged or gone. {repair(self._builder)}")
 
   def read(self, indices) -> dict:
     data = tf.numpy_function(self._read, [indices], tf.string, stateful=False)
@@ -108,13 +194,7 @@ class TfdsSource:
   """
 
   def __init__(self, name: str, data_dir, manual_dir, label_key=None):
-    try:
-      self._builder = _builder(name, data_dir)
-    except tfds.core.registered.DatasetNotFoundError as e:
-      raise UserError(
-          f"Unknown dataset {name!r}: TFDS has no builder of that name. Use a "
-          "TFDS name (e.g. 'cifar10'), the built-in 'digits', or "
-          "'folder:/path/to/images' for an image folder.") from e
+    self._builder = _builder(name, data_dir)
     self._tfds_name, self._data_dir = name, data_dir
     if jax.process_count() > 1:
       # Process 0 downloads and prepares; the others wait for it rather

@@ -55,14 +55,6 @@ class DataSpec:
   sequence_lengths: tuple = ()
   token_budget: int = 0
 
-  @property
-  def is_sequence(self) -> bool:
-    """Whether batches are patch sequences (the pipeline ends with
-    patchify), not square images."""
-    ops = preprocess.parse(self.pp, self.image_size, self.crop_antialias,
-                           self.patch_size, self.sequence_length)
-    return bool(ops) and ops[-1].name == "patchify"
-
 
 def _checked(spec: DataSpec, where: str) -> DataSpec:
   if not spec.dataset:

@@ -7,6 +7,7 @@ import os
 import tempfile
 import time
 
+from vit_jax.config import imports
 from vit_jax.data import image_folder
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
@@ -17,9 +18,12 @@ def measure(config, num_batches: int, start_step: int = 0) -> dict:
   """Training images/s after two warm-up batches, and the seconds from
   opening the source to the first batch of a run at `start_step`."""
   data = specs.training(config)
-  # Loading TensorFlow is not part of the pipeline's start: done first.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_datasets  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+  # Its batches and the two warm-up ones; said before TensorFlow loads.
+  input_pipeline.check_start(data, start_step, num_batches + 2)
+  # Loading TensorFlow (quietly, as the pipeline does) is not part of the
+  # pipeline's start: done first.
+  tf = imports.import_quietly("tensorflow")
+  imports.import_quietly("tensorflow_datasets")
   tf.constant(0)  # Its runtime, too.
   start = time.perf_counter()
   source = input_pipeline.make_source(data)

@@ -8,7 +8,9 @@ a temporary name and renamed when complete. Only then does the dataset's
 `dataset_info.json` name ArrayRecord its format (TFRecord stays listed as
 an alternative, and its files are kept), written whole and renamed: a
 conversion that is stopped leaves the dataset as it was, and running it
-again starts over. Convert a dataset while no run reads it.
+again starts over. On a converted dataset it writes again the ArrayRecord
+files deleted since (a damaged one). Convert a dataset while no run reads
+it.
 
 TFDS's own converter (`tfds convert_format`, 4.9.10) needs Apache Beam and
 mlcroissant to start, and on this dataset layout stops at its metadata
@@ -51,7 +53,7 @@ def shards(builder) -> list[tuple[str, str, int]]:
   out = []
   for split in builder.info.splits.values():
     for path, length in zip(split.filepaths, split.shard_lengths):
-      path = str(path)
+      path = str(path).replace(".array_record-", ".tfrecord-")  # Converted.
       if ".tfrecord-" not in path:
         raise UserError(f"{path} is not a TFRecord shard of "
                         f"{builder.info.full_name}.")
@@ -59,11 +61,44 @@ def shards(builder) -> list[tuple[str, str, int]]:
   return out
 
 
+def _copy_shards(builder, todo) -> list[int]:
+  with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+    counts = list(
+        console.progress(pool.map(lambda s: _copy_shard(s[0], s[1]), todo),
+                         len(todo), f"Converting {builder.info.full_name}"))
+  for (source, _, expected), count in zip(todo, counts):
+    if count != expected:
+      raise UserError(f"{source} holds {count} records; its dataset_info "
+                      f"says {expected}. The dataset is damaged: prepare "
+                      "it again.")
+  return counts
+
+
+def _rewrite_deleted(builder) -> dict:
+  """A converted dataset's ArrayRecord files that were deleted (a damaged
+  one: `sources.repair`) written again from the TFRecord files kept."""
+  kept = (tfds.core.FileFormat.TFRECORD.value
+          in builder.info.as_proto.alternative_file_formats)
+  todo = [s for s in shards(builder) if not paths.resolve(s[1]).exists()]
+  gone = [s[1] for s in todo if not kept or not paths.resolve(s[0]).exists()]
+  if gone:
+    raise UserError(f"{gone[0]} is missing, and no TFRecord file is kept to "
+                    f"write it from: delete {builder.data_dir} and run again "
+                    "(the dataset is prepared anew).")
+  counts = _copy_shards(builder, todo) if todo else []
+  return {
+      "dataset": builder.info.full_name,
+      "converted": len(todo),
+      "records": sum(counts)
+  }
+
+
 def convert(builder) -> dict:
-  """Rewrites the prepared `builder`'s TFRecord files as ArrayRecord."""
+  """Rewrites the prepared `builder`'s TFRecord files as ArrayRecord (of a
+  converted dataset, those deleted since)."""
   formats = tfds.core.FileFormat
   if builder.info.file_format == formats.ARRAY_RECORD:
-    return {"dataset": builder.info.full_name, "converted": 0}
+    return _rewrite_deleted(builder)
   if builder.info.file_format != formats.TFRECORD:
     raise UserError(f"{builder.info.full_name} is stored as "
                     f"{builder.info.file_format.value}; only TFRecord files "
@@ -74,15 +109,7 @@ def convert(builder) -> dict:
         "written and read on local paths only. Copy the dataset to a local "
         "disk (or a gcsfuse mount, docs/training.md) and convert it there.")
   todo = shards(builder)
-  with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-    counts = list(
-        console.progress(pool.map(lambda s: _copy_shard(s[0], s[1]), todo),
-                         len(todo), f"Converting {builder.info.full_name}"))
-  for (source, _, expected), count in zip(todo, counts):
-    if count != expected:
-      raise UserError(f"{source} holds {count} records; its dataset_info "
-                      f"says {expected}. The dataset is damaged: prepare "
-                      "it again.")
+  counts = _copy_shards(builder, todo)
   info = builder.info.as_proto
   info.file_format = formats.ARRAY_RECORD.value
   if formats.TFRECORD.value not in info.alternative_file_formats:

@@ -209,31 +209,56 @@ def why_unreadable(path: str, image_fn) -> str:
   return "readable now"
 
 
+class PipelineError(RuntimeError):
+  """A user's mistake met in tf.data's Python functions (a data file that
+  cannot be read: `sources.TfdsIndexReader`). TensorFlow passes on only an
+  error's text; `numpy_batches` finds the message in it and raises it as a
+  `UserError`."""
+
+  _MARK = "<vit_jax user error>"
+
+  def __init__(self, message: str):
+    super().__init__(f"{self._MARK}{message}{self._MARK}")
+
+  @classmethod
+  def message_in(cls, text: str) -> Optional[str]:
+    found = re.search(f"{cls._MARK}(.*?){cls._MARK}", text, re.DOTALL)
+    return found[1] if found else None
+
+
 def numpy_batches(dataset: tf.data.Dataset, log: Unreadable):
   """The dataset's numpy batches; past the log's allowance, a one-line error,
-  as for a file listed but gone.
+  as for a file listed but gone, or a `PipelineError`.
 
   The pipeline stops when this generator ends, however it ends (exhausted,
   closed, failed or collected): left running, its threads would still call
   Python (`note`) while the interpreter exits, which ends them mid-call, and
   the pipeline's teardown then waits for them forever."""
   batches = dataset.as_numpy_iterator()
-  gone = None
+  failed = None  # (TensorFlow's error type, its message)
   try:
     for batch in batches:
       if log.exceeded:
         break
       yield batch
-  except tf.errors.NotFoundError as e:
-    gone = e.message.strip().splitlines()[0]
+  except tf.errors.OpError as e:
+    failed = (type(e), e.message)
   finally:
     del batches  # Its threads stop here.
   # Raised here, not in the except clause: TensorFlow's error would hold
-  # the iterator's frames, and with them the pipeline.
+  # the iterator's frames, and with them the pipeline (whose teardown at
+  # interpreter exit then hangs or aborts).
   if log.exceeded:
     raise UserError(log.error_message())
-  if gone is not None:
-    raise FileNotFoundError(gone)
+  if failed is None:
+    return
+  kind, message = failed
+  said = PipelineError.message_in(message)
+  if said is not None:
+    raise UserError(said)
+  if issubclass(kind, tf.errors.NotFoundError):  # A file listed but gone.
+    raise FileNotFoundError(message.strip().splitlines()[0])
+  raise kind(None, None, message)  # A bug: TensorFlow's own error.
 
 
 def left_out(batches, images: float) -> dict[str, float]:

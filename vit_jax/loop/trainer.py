@@ -104,15 +104,16 @@ def _record(config, workdir):
 
 def _starting_state(config, manager, model, tx, mesh):
   """(state, its shardings) to train from: a resumed run's latest
-  checkpoint (restored into the state's shapes: nothing is initialised),
-  else config.init.checkpoint's weights, else random init."""
+  checkpoint (`manager`'s, restored into the state's shapes: nothing is
+  initialised), else config.init.checkpoint's weights, else random init."""
   abstract, state_sharding = train_state.abstract_train_state(
       model, tx, config.image_size, mesh, config.sharding, ema=config.ema_decay
       > 0)
   optim.check_param_rules(config, abstract.params)
-  restored = checkpoint.restore_latest(manager, abstract, state_sharding)
-  if restored is not abstract:
-    return restored, state_sharding
+  if manager is not None:
+    restored = checkpoint.restore_latest(manager, abstract, state_sharding)
+    if restored is not abstract:
+      return restored, state_sharding
   state = train_state.initialise(model, tx, config.image_size, config.seed,
                                  state_sharding, ema=config.ema_decay > 0)
   if config.init.checkpoint:
@@ -142,17 +143,38 @@ def _close(manager):
   manager.close()
 
 
+def _manager(workdir, config, started: contextlib.ExitStack):
+  manager = checkpoint.make_manager(workdir, config)
+  started.callback(_close, manager)
+  return manager
+
+
+def _open_workdir(config, workdir, manager, teachers, resumed: bool,
+                  started: contextlib.ExitStack):
+  """(checkpoint manager, outputs), once every check has passed: nothing is
+  written into the workdir before (a mistake leaves it as it was). A new
+  run records its config and teachers there."""
+  workdir = paths.make_workdir(workdir)
+  if manager is None:
+    manager = _manager(workdir, config, started)
+  if teachers and not resumed:
+    teachers_lib.check_recorded(workdir, teachers, resumed)
+  _record(config, workdir)
+  outputs = started.enter_context(contextlib.closing(_Outputs(workdir)))
+  return manager, outputs
+
+
 def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   checks.check_fields(config)  # Before JAX starts its devices: at once.
   mesh = sharding.mesh_from_config(config)
   checks.check_batches(config, mesh)
+  if paths.resolve(workdir).exists():  # A file in its place: said now.
+    paths.make_workdir(workdir)
   resumed = checkpoint.has_saved_steps(workdir)
   config = _decided(config, workdir, resumed)
-  workdir = paths.make_workdir(workdir)
-  manager = checkpoint.make_manager(workdir, config)
-  started.callback(_close, manager)
-  _record(config, workdir)
-  outputs = started.enter_context(contextlib.closing(_Outputs(workdir)))
+  # Only a resumed run's workdir is read before the checks have passed (its
+  # checkpoints and teachers' record); nothing is written into it until then.
+  manager = _manager(workdir, config, started) if resumed else None
 
   data = specs.training(config)
   found = unreadable.Collector(workdir)  # The streams' unreadable images.
@@ -167,7 +189,8 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   teachers = ()  # Distillation's: loaded again on every start.
   if config.objective == "distill":
     teachers = teachers_lib.load(config, mesh, info.num_classes)
-    teachers_lib.check_recorded(workdir, teachers, resumed)
+    if resumed:  # Compared with those it started with.
+      teachers_lib.check_recorded(paths.resolve(workdir), teachers, resumed)
 
   state, state_sharding = _starting_state(config, manager, model, tx, mesh)
   start_step = int(state.step)
@@ -192,6 +215,8 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   first_batch = next(train_iter)
   preflight.check_fit(train_step, state, first_batch)
   train_iter = itertools.chain([first_batch], train_iter)
+  manager, outputs = _open_workdir(config, workdir, manager, teachers, resumed,
+                                   started)
 
   learns = {
       "supervised": f"{info.num_classes} classes",

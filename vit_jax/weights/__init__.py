@@ -1,21 +1,111 @@
-"""Weights from any supported file: formats, conversion, resizing, loading.
+"""Weights from any supported file: read, convert, load, describe, write.
 
-Imports no TensorFlow: converting and loading run on accelerator hosts.
-`decide(config, ...)` settles what a config leaves open (the GELU form)
-before a model is built; `init_params(config, path, params, shardings)` is
-what training calls to start from a checkpoint (`config.init.checkpoint`).
+A core, and a room per origin (what another code base names and lays out):
+
+  names, origins      this project's parameter names; which code base wrote
+                      a file, and its room's converter
+  loader, load_steps, loading: each parameter through named steps (resize,
+  report, posemb      re-initialise, drop) with a report; position
+                      embeddings resized in 2D
+  families,           the options a file's parameters show (the family
+  unsupported         table); the families recognised but not computed
+  architecture,       the model a file holds; a config's open choices
+  decisions,          decided; the config a checkpoint runs with alone;
+  standalone,         `inspect`'s text
+  describe
+  writers,            export: npz and timm state dicts; the evaluation
+  eval_preprocessing  preprocessing in other libraries' words
+  torch_layout        PyTorch's arrays as ours, by a room's table
+  files/              formats (npz, safetensors, pickles read without
+                      torch, Orbax), the released names, the download cache,
+                      timm's and transformers' directories
+  big_vision/         Google's Flax files (released, current Flax,
+                      big_vision, NaFlex's layout), two-tower files, the
+                      Mixer's architecture
+  timm/               timm's names and families (NaFlexViT, parallel block,
+                      attention pool, ResNetV2 stem, MlpMixer), its
+                      directories
+  transformers/       transformers' names (ViT, DINOv2), its directories
+
+Modules outside `weights/` import only this face. Imports no TensorFlow:
+converting and loading run on accelerator hosts. `decide(config, ...)`
+settles what a config leaves open (the GELU form) before a model is built;
+`init_params(config, path, params, shardings)` is what training calls to
+start from a checkpoint (`config.init.checkpoint`).
 """
 
 from vit_jax.errors import WeightsError
+from vit_jax.weights.architecture import Architecture
+from vit_jax.weights.architecture import read as read_architecture
+from vit_jax.weights.architecture import \
+    read_with_source as read_architecture_with_source
+from vit_jax.weights.big_vision.mixer_layout import \
+    architecture as mixer_architecture
+from vit_jax.weights.big_vision.mixer_layout import is_mixer
 from vit_jax.weights.decisions import decide
-from vit_jax.weights.loader import Report
+from vit_jax.weights.describe import SEQUENCE_PP_EVAL
+from vit_jax.weights.describe import compare_with_config
+from vit_jax.weights.describe import describe_model
+from vit_jax.weights.describe import report as describe
+from vit_jax.weights.eval_preprocessing import EvalPreprocessing
+from vit_jax.weights.eval_preprocessing import \
+    describe as eval_preprocessing_of
+from vit_jax.weights.families import config_fix
+from vit_jax.weights.families import name as family_name
+from vit_jax.weights.families import options as family_options
+from vit_jax.weights.files.cache import CACHE_VARIABLE
+from vit_jax.weights.files.cache import OFFLINE_VARIABLE
+from vit_jax.weights.files.cache import cache_path
+from vit_jax.weights.files.cache import locate
+from vit_jax.weights.files.directories import class_names
+from vit_jax.weights.files.directories import weights_file
+from vit_jax.weights.files.formats import read as read_file
+from vit_jax.weights.files.released import CHECKPOINTS as RELEASED
+from vit_jax.weights.files.released import describe_table as released_table
+from vit_jax.weights.files.released import lookup as lookup_released
+from vit_jax.weights.loader import check_released_variant
 from vit_jax.weights.loader import file_origin
 from vit_jax.weights.loader import init_params
 from vit_jax.weights.loader import load
 from vit_jax.weights.loader import load_for_config
+from vit_jax.weights.loader import origin_gelu
+from vit_jax.weights.loader import read_converted
+from vit_jax.weights.loader import recorded_config
 from vit_jax.weights.loader import target_grid
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import Converted
+from vit_jax.weights.origins import stated_options
+from vit_jax.weights.origins import words as origin_words
+from vit_jax.weights.posemb import METHODS as POSEMB_RESIZE_METHODS
+from vit_jax.weights.posemb import resize_grid
+from vit_jax.weights.posemb import resize_posemb
+from vit_jax.weights.report import Report
+from vit_jax.weights.standalone import config_for
+from vit_jax.weights.timm.timm_dir import write as write_timm_dir
+from vit_jax.weights.timm.timm_mixer import from_timm_mixer
+from vit_jax.weights.timm.timm_mixer import to_timm_mixer
+from vit_jax.weights.transformers.hf_dir import write as write_hf_dir
+from vit_jax.weights.writers import EXPORT_FORMATS
+from vit_jax.weights.writers import at_patch_size
+from vit_jax.weights.writers import released_params
+from vit_jax.weights.writers import save_npz
+from vit_jax.weights.writers import save_timm
+from vit_jax.weights.writers import with_class_token_entry
+from vit_jax.weights.writers import with_posemb_table
 
 __all__ = [
-    "WeightsError", "Report", "load", "load_for_config", "init_params",
-    "target_grid", "decide", "file_origin"
+    "WeightsError", "Architecture", "read_architecture",
+    "read_architecture_with_source", "mixer_architecture", "is_mixer",
+    "decide", "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
+    "describe", "EvalPreprocessing", "eval_preprocessing_of", "config_fix",
+    "family_name", "family_options", "CACHE_VARIABLE", "OFFLINE_VARIABLE",
+    "cache_path", "locate", "class_names", "weights_file", "read_file",
+    "RELEASED", "released_table", "lookup_released", "check_released_variant",
+    "file_origin", "init_params", "load", "load_for_config", "origin_gelu",
+    "read_converted", "recorded_config", "target_grid", "POSEMB", "Converted",
+    "stated_options", "origin_words", "POSEMB_RESIZE_METHODS", "resize_grid",
+    "resize_posemb", "Report", "config_for", "write_timm_dir",
+    "from_timm_mixer", "to_timm_mixer", "write_hf_dir", "EXPORT_FORMATS",
+    "at_patch_size", "released_params", "save_npz", "save_timm",
+    "with_class_token_entry", "with_posemb_table"
 ]

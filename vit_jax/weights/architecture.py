@@ -28,12 +28,13 @@ from vit_jax.models.variants import VARIANTS
 from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import ResNetSpec
 from vit_jax.models.variants import Variant
-from vit_jax.weights import convert
 from vit_jax.weights import families
-from vit_jax.weights import formats
-from vit_jax.weights import mixer_layout
+from vit_jax.weights.files import formats
+from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights import posemb
-from vit_jax.weights import pytorch_dir
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import Converted
+from vit_jax.weights import origins
 
 _BLOCK = "Transformer/encoderblock_{}/"
 _FACTORIZED_ROWS = "Transformer/posembed_input/pos_embedding_y"
@@ -94,10 +95,11 @@ def read(path: str, num_heads: Optional[int] = None,
 
 
 def read_with_source(path: str, num_heads: Optional[int] = None,
-                     cache_dir=None) -> tuple[Architecture, convert.Converted]:
+                     cache_dir=None) -> tuple[Architecture, Converted]:
   """The architecture, and the file's parameters under the released names
   with where they came from (origin, the tower read)."""
   fmt, tensors = formats.read(path, cache_dir)
+  origins.detect(fmt, list(tensors), path)  # Refuses a family not computed.
   if fmt in ("safetensors", "torch") and not num_heads and (
       not mixer_layout.is_mixer(tensors)):
     widths = [
@@ -109,7 +111,7 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
       raise WeightsError(f"{path} has no patch projection "
                          f"({' or '.join(_TORCH_PATCH_PROJECTION)}).")
     num_heads = heads_for_width(widths[0])
-  converted = convert.convert(fmt, tensors, num_heads or 0, path)
+  converted = origins.convert(fmt, tensors, num_heads or 0, path)
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
   arch = dataclasses.replace(
       arch, sequences=converted.sequences, options=tuple({
@@ -117,7 +119,7 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
           **converted.options
       }.items()))
   # What a transformers or timm directory's config.json says beside.
-  stated = pytorch_dir.model_options(paths.resolve(path))
+  stated = origins.stated_options(path)
   if stated:
     arch = dataclasses.replace(
         arch, options=tuple({
@@ -150,7 +152,7 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
     classifier = "gap"
   pre_logits = params.get("pre_logits/kernel")
   head = params.get("head/kernel")
-  table = params.get(convert.POSEMB)
+  table = params.get(POSEMB)
   rows = params.get(_FACTORIZED_ROWS)  # NaViT's factorized tables.
   image_size = SINCOS_IMAGE_SIZE
   if table is not None:

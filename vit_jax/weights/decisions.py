@@ -23,10 +23,13 @@ from absl import logging
 import ml_collections
 
 from vit_jax import paths
-from vit_jax.weights import convert
+from vit_jax.config import model_form
+from vit_jax.config import recorded
 from vit_jax.weights import loader
-from vit_jax.weights import pytorch_dir
-from vit_jax.weights import released
+from vit_jax.weights import report
+from vit_jax.weights.files import directories
+from vit_jax.weights.files import released
+from vit_jax.weights import origins
 
 
 def _released_name(checkpoint: str) -> bool:
@@ -44,13 +47,10 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     checkpoint = config.init.checkpoint
   if checkpoint:  # Before a released checkpoint is downloaded.
     loader.check_released_variant(checkpoint, config.model.variant)
-  open_fields = [
-      f for f in ("gelu_approximate", "posemb_interpolation")
-      if config.model.get(f, "") is None
-  ]
+  open_fields = [f for f in _DECIDERS if config.model[f] is None]
   if not open_fields:
     return config
-  recorded = (_recorded_model(resumed_workdir)
+  run = (_recorded_model(resumed_workdir)
               if resumed_workdir is not None else None)
 
   @functools.cache
@@ -63,9 +63,9 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
 
   config = config.copy_and_resolve_references()
   for field in open_fields:
-    value, why = _DECIDERS[field](recorded, origin, checkpoint)
+    value, why = _DECIDERS[field](run, origin, checkpoint)
     setattr(config.model, field, value)
-    said = loader.GELU_NAMES[value] if field == "gelu_approximate" else value
+    said = report.GELU_NAMES[value] if field == "gelu_approximate" else value
     logging.info("%s: %s, %s (config.model.%s was unset).", _LABELS[field],
                  said, why, field)
   return config
@@ -76,42 +76,42 @@ def _recorded_model(workdir) -> Optional[dict]:
   path = paths.resolve(workdir) / paths.CONFIG_FILE
   if not path.exists():
     return None
-  return pytorch_dir.read_config_json(path).get("model", {})
+  return recorded.read(path)["model"]
 
 
-def _gelu(recorded, origin, checkpoint):
-  # A run recorded before the option existed computed the exact erf.
-  if recorded is not None and recorded.get("gelu_approximate",
-                                           False) is not None:
+def _gelu(run, origin, checkpoint):
+  if run is not None and run["gelu_approximate"] is not None:
     said = "as the resumed run computed it (its config.json)"
-    return bool(recorded.get("gelu_approximate", False)), said
+    return bool(run["gelu_approximate"]), said
   if origin() == "released":
-    return convert.ORIGIN_GELU_APPROXIMATE["released"], (
+    return origins.ORIGINS["released"].gelu_approximate, (
         "as the released models compute it")
   if origin() is not None:
     approximate = loader.origin_gelu(checkpoint, origin())
     if approximate is not None:
       return approximate, f"as the weights' origin ({origin()}) computes"
-  return True, "the released models' form (random init)"
+  return model_form.defaults()["gelu_approximate"], (
+      "the released models' form (random init)")
 
 
-def _interpolation(recorded, origin, checkpoint):
+def _interpolation(run, origin, checkpoint):
   """How patch sequences resize learned position embeddings: as the
   weights learned them (timm's NaFlexViT: bicubic, its SigLIP 2 ports
   bilinear; big_vision: bilinear)."""
-  if recorded is not None and recorded.get("posemb_interpolation"):
-    return recorded["posemb_interpolation"], (
+  if run is not None and run["posemb_interpolation"]:
+    return run["posemb_interpolation"], (
         "as the resumed run computed it (its config.json)")
   if origin() == "timm":
     stated = {
         **loader.naflex_options(checkpoint, "timm"),
-        **pytorch_dir.model_options(paths.resolve(checkpoint))
+        **origins.stated_options(checkpoint)
     }
     return stated.get("posemb_interpolation",
                       "bicubic"), ("as timm resizes them for this model")
   if origin() is not None:
     return "bilinear", f"as {origin()} weights are resized"
-  return "bilinear", "big_vision's NaFlex form (random init)"
+  return model_form.defaults()["posemb_interpolation"], (
+      "big_vision's NaFlex form (random init)")
 
 
 _LABELS = {

@@ -5,10 +5,10 @@ from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
-from vit_jax.weights import convert
 from vit_jax.weights import decisions
-from vit_jax.weights import formats
+from vit_jax.weights.files import formats
 from vit_jax.weights import loader
+from vit_jax.weights import origins
 
 
 def describe_file(path: str, cache_dir=None, num_heads=None) -> str:
@@ -37,7 +37,7 @@ def describe_model(path: str, cache_dir=None, num_heads=None) -> list[str]:
   mixer = isinstance(models.get_variant(arch.variant), models.MixerVariant)
   # A FlexiViT run: its workdir's config says the patch size it runs at.
   recorded = loader.recorded_config(path) or {}
-  run_patch = recorded.get("model", {}).get("patch_size")
+  run_patch = recorded["model"]["patch_size"] if recorded else None
   image_size = recorded.get("image_size", arch.image_size)
   name = arch.variant
   if not name.startswith(("ViT", "Mixer")):
@@ -56,7 +56,7 @@ def describe_model(path: str, cache_dir=None, num_heads=None) -> list[str]:
     size = (f"{size}, for images at their own shape (up to {length} "
             "patches each by default)")
   where = "; ".join(
-      [f"written by {convert.origin_words(source.origin)}", *source.notes])
+      [f"written by {origins.words(source.origin)}", *source.notes])
   sequence_flags = (f" --config.sequence_length={length} "
                     f"--config.pp_eval='{SEQUENCE_PP_EVAL}'" if length else "")
   return [

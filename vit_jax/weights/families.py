@@ -9,7 +9,7 @@ LayerNorm epsilon 1e-5; OpenAI's also QuickGELU, which no parameter
 shows), and timm's global-average-pooled ViTs with `fc_norm`. What the
 weights cannot show (LayerScale's init value, QuickGELU) keeps its default.
 
-ViT-22B's block options (`models.BLOCK_OPTIONS`) show in any origin's
+ViT-22B's block options (`BLOCK_OPTIONS`) show in any origin's
 parameters: no `LayerNorm_2` (parallel_block), no encoder LayerNorm biases
 (use_bias=False), no query/key/value biases beside LayerNorm biases
 (qkv_bias=False, timm's form) and `query_ln`/`key_ln` (qk_norm).
@@ -18,9 +18,11 @@ parameters: no `LayerNorm_2` (parallel_block), no encoder LayerNorm biases
 import re
 from typing import Any
 
-from vit_jax import models
+from vit_jax.config import model_form
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
+# ViT-22B's block options (config.model fields; models/encoder.py).
+BLOCK_OPTIONS = ("parallel_block", "use_bias", "qkv_bias", "qk_norm")
 _LAYER_SCALE = "/LayerScale_attention/scale"
 _BLOCK = "Transformer/encoderblock_0/"
 _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
@@ -34,7 +36,7 @@ _BLOCK_WORDS = {
 
 
 def block_options(params) -> dict:
-  """The values of every block option (`models.BLOCK_OPTIONS`) that flat
+  """The values of every block option (`BLOCK_OPTIONS`) that flat
   `params` (this project's looped names, arrays or only the names) were
   made with; {} where there are no encoder blocks (an MLP-Mixer)."""
   if _BLOCK + "LayerNorm_0/scale" not in params:
@@ -74,8 +76,9 @@ def other_block(path: str, file_params, target_flat) -> str:
 
 
 def block_defaults() -> dict:
-  """The block options' defaults (what an older config meant)."""
-  return {n: models.model_field({}, n) for n in models.BLOCK_OPTIONS}
+  """The block options' defaults."""
+  defaults = model_form.defaults()
+  return {n: defaults[n] for n in BLOCK_OPTIONS}
 
 
 def options(params: dict[str, Any], posemb_prefix_tokens: int) -> dict:

@@ -17,7 +17,7 @@ from vit_jax import paths
 from vit_jax.config import defaults
 from vit_jax.config import imports
 from vit_jax.weights import architecture
-from vit_jax.weights import cache
+from vit_jax.weights.files import cache
 from vit_jax.weights import describe
 from vit_jax.weights import loader
 from vit_jax.weights.decisions import decide

@@ -12,9 +12,12 @@ import flax
 import numpy as np
 
 from vit_jax import paths
-from vit_jax.weights import convert
 from vit_jax.weights import loader
-from vit_jax.weights import mixer_layout
+from vit_jax.weights.big_vision import mixer_layout
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import is_masked_patch_part
+from vit_jax.weights.timm import timm_names
+from vit_jax.weights.timm import timm_mixer
 
 EXPORT_FORMATS = ("npz", "timm")
 
@@ -30,10 +33,10 @@ def with_class_token_entry(params, posemb_prefix_tokens: int) -> dict:
   a zero one where the table has none (big_vision adds no position
   embedding to the class token; zero is the same model)."""
   params = dict(params)
-  posemb = params.get(convert.POSEMB)
+  posemb = params.get(POSEMB)
   if "cls" in params and posemb is not None and posemb_prefix_tokens == 0:
     zeros = np.zeros_like(posemb[:, :1])
-    params[convert.POSEMB] = np.concatenate([zeros, posemb], axis=1)
+    params[POSEMB] = np.concatenate([zeros, posemb], axis=1)
   return params
 
 
@@ -41,13 +44,13 @@ def with_posemb_table(params, image_size: int) -> dict:
   """`params` with fixed sincos2d position embeddings (none stored) written
   as the table of their values at `image_size`, patches only: the same
   model at that resolution, for formats that only know learned ones."""
-  if convert.POSEMB in params:
+  if POSEMB in params:
     return params
   from vit_jax.models import embeddings  # pylint: disable=g-import-not-at-top
   patch, _, _, width = params["embedding/kernel"].shape
   grid = image_size // patch
   return {
-      **params, convert.POSEMB: np.asarray(
+      **params, POSEMB: np.asarray(
           embeddings.posemb_sincos2d(grid, grid, width), np.float32)
   }
 
@@ -66,9 +69,9 @@ def at_patch_size(params, patch: int, image_size: int) -> dict:
       **params, "embedding/kernel": np.asarray(
           embeddings.kernel_at_patch_size(kernel, patch))
   }
-  if convert.POSEMB in params:
-    out[convert.POSEMB] = np.asarray(
-        embeddings.posemb_at_grid(params[convert.POSEMB],
+  if POSEMB in params:
+    out[POSEMB] = np.asarray(
+        embeddings.posemb_at_grid(params[POSEMB],
                                   (image_size // stored,) * 2,
                                   (image_size // patch,) * 2))
   return out
@@ -90,13 +93,13 @@ def save_timm(params, path: str) -> list[str]:
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
-  left_out = sorted(k for k in params if convert.is_masked_patch_part(k))
+  left_out = sorted(k for k in params if is_masked_patch_part(k))
   flat = {
       k: np.asarray(v, np.float32)
       for k, v in params.items()
       if k not in left_out
   }
-  to_timm = (mixer_layout.to_timm_mixer
-             if mixer_layout.is_mixer(flat) else convert.to_timm)
+  to_timm = (timm_mixer.to_timm_mixer
+             if mixer_layout.is_mixer(flat) else timm_names.to_timm)
   paths.resolve(path).write_bytes(st_numpy.save(to_timm(flat)))
   return left_out

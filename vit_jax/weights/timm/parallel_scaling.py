@@ -1,6 +1,6 @@
 """timm's ParallelScalingBlock (ViT-22B's parallel block, `vit_pwee_*`)
-read in the names of timm's standard block, which `convert.from_timm` then
-reads as config.model.parallel_block's (no norm2).
+read in the names of timm's standard block, which `timm_names.from_timm`
+then reads as config.model.parallel_block's (no norm2).
 """
 
 import re
@@ -21,9 +21,14 @@ _PARALLEL_RENAMES = {
 _PARALLEL_BLOCK = re.compile(r"blocks\.(\d+)\.")
 
 
+def is_parallel(names) -> bool:
+  """Whether a timm state dict has ParallelScalingBlocks (a fused in_proj)."""
+  return any(".in_proj." in n for n in names)
+
+
 def as_standard_blocks(tensors, path) -> dict:
   """timm's ParallelScalingBlock (ViT-22B's parallel block, `vit_pwee_*`)
-  in the names of timm's standard block, which `from_timm` then reads as
+  in the names of timm's standard block, which `timm_names.from_timm` then reads as
   config.model.parallel_block's (no norm2):
 
     in_norm            norm1 (our LayerNorm_0, read by both branches)

@@ -22,16 +22,18 @@ import json
 
 import numpy as np
 
-from vit_jax import models
 from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
-from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import families
-from vit_jax.weights import mixer_layout
-from vit_jax.weights import timm_naflex
+from vit_jax.weights.big_vision import mixer_layout
+from vit_jax.weights.timm import naflexvit
 from vit_jax.weights import writers
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import posemb_prefix
+from vit_jax.weights.timm import timm_names
+from vit_jax.weights.timm import timm_mixer
 
 # timm model function -> the LayerNorm epsilon it builds its ViT with.
 _VIT_BY_EPS = {1e-6: "vit_base_patch16_224", 1e-5: "vit_base_patch16_clip_224"}
@@ -55,14 +57,14 @@ def write(directory: str, params: dict, model_config, image_size: int,
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if mixer_layout.is_mixer(params):
     architecture, model_args = _mixer_args(params, model_config)
-    state, first_conv = mixer_layout.to_timm_mixer(params), "stem.proj"
+    state, first_conv = timm_mixer.to_timm_mixer(params), "stem.proj"
   elif naflex:
     architecture, model_args, state = _naflex(params, model_config, image_size)
     first_conv = "embeds.proj"
   else:
     architecture, model_args, params = _vit_args(params, model_config,
                                                  image_size)
-    state, first_conv = convert.to_timm(params, True), "patch_embed.proj"
+    state, first_conv = timm_names.to_timm(params, True), "patch_embed.proj"
   num_classes = model_args["num_classes"]
   width = params["embedding/kernel" if "embedding/kernel" in
                  params else "stem/kernel"].shape[-1]
@@ -84,7 +86,7 @@ def write(directory: str, params: dict, model_config, image_size: int,
 
 
 def _activation(model_config) -> str:
-  if models.model_field(model_config, "quick_gelu"):
+  if model_config.quick_gelu:
     return "quick_gelu"
   return "gelu_tanh" if model_config.gelu_approximate else "gelu"
 
@@ -92,7 +94,7 @@ def _activation(model_config) -> str:
 def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
   """(timm model function, its model_args, params with a position
   embedding table) of a ViT."""
-  eps = models.model_field(model_config, "layer_norm_eps")
+  eps = model_config.layer_norm_eps
   if eps not in _VIT_BY_EPS:
     raise WeightsError(
         f"timm's ViT functions build LayerNorms with epsilon 1e-6 or 1e-5, "
@@ -108,16 +110,16 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
   prefix = int("cls" in params) + (params["registers"].shape[1]
                                    if "registers" in params else 0)
   table_prefix = (
-      convert.posemb_prefix(params) if convert.POSEMB in params else 0
+      posemb_prefix(params) if POSEMB in params else 0
   )  # sincos2d: patches.
   params = writers.with_posemb_table(params, image_size)
-  grid_tokens = params[convert.POSEMB].shape[1] - table_prefix
+  grid_tokens = params[POSEMB].shape[1] - table_prefix
   if "Transformer/pre_norm/scale" in params:
     # timm's pre-norm patch embedding has no bias: it goes into the patches'
     # position embeddings, to which it is added all the same.
-    table = np.array(params[convert.POSEMB], np.float32)
+    table = np.array(params[POSEMB], np.float32)
     table[:, table_prefix:] += params.pop("embedding/bias")
-    params[convert.POSEMB] = table
+    params[POSEMB] = table
   head = params.get("head/kernel")
   layer_scale = any(k.endswith("/LayerScale_attention/scale") for k in params)
   block = families.block_options(params)
@@ -139,8 +141,8 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
       }[classifier],
       "fc_norm": "pooled_norm/scale" in params,
       "pre_norm": "Transformer/pre_norm/scale" in params,
-      "init_values": (models.model_field(model_config, "layer_scale") or 1e-5
-                      if layer_scale else None),
+      "init_values": (
+          model_config.layer_scale or 1e-5 if layer_scale else None),
       "act_layer": _activation(model_config),
       "num_classes": 0 if head is None else head.shape[-1],
   }
@@ -154,16 +156,16 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
 
 def _naflex(params, model_config, image_size) -> tuple[str, dict, dict]:
   """(timm's NaFlexViT function, its model_args, the state dict): a ViT's
-  arguments and names (`_vit_args`, `convert.to_timm`), the embeddings
-  moved under `embeds.` (`timm_naflex.from_ours`)."""
-  factorized = convert.POSEMB + "_y" in params
+  arguments and names (`_vit_args`, `timm_names.to_timm`), the embeddings
+  moved under `embeds.` (`naflexvit.from_ours`)."""
+  factorized = POSEMB + "_y" in params
   vit_params = dict(params)
   if factorized:  # A learned table's place, which NaFlexViT's file drops.
-    rows = vit_params.pop(convert.POSEMB + "_y")
-    cols = vit_params.pop(convert.POSEMB + "_x")
-    vit_params[convert.POSEMB] = np.zeros(
+    rows = vit_params.pop(POSEMB + "_y")
+    cols = vit_params.pop(POSEMB + "_x")
+    vit_params[POSEMB] = np.zeros(
         (1, rows.shape[1] * cols.shape[1], rows.shape[-1]), np.float32)
-  elif convert.POSEMB in params and convert.posemb_prefix(params):
+  elif POSEMB in params and posemb_prefix(params):
     raise WeightsError("timm's NaFlexViT gives the class token and registers "
                        "no position embedding; this model's table has "
                        "theirs. Use --format=npz.")
@@ -172,17 +174,16 @@ def _naflex(params, model_config, image_size) -> tuple[str, dict, dict]:
     raise WeightsError("A pre-norm (CLIP) model is not a NaFlexViT; use "
                        "--format=npz.")
   args.pop("no_embed_class")
-  keep_aspect = bool(models.model_field(model_config, "posemb_keep_aspect"))
+  keep_aspect = bool(model_config.posemb_keep_aspect)
   side = args["img_size"] // args["patch_size"]
   args.update(
-      pos_embed="factorized" if factorized else "learned",
-      pos_embed_grid_size=[side,
-                           side], pos_embed_interp_mode=models.model_field(
-                               model_config, "posemb_interpolation") or
-      "bilinear", pos_embed_ar_preserving=keep_aspect)
-  function = timm_naflex.function_for("factorized" if factorized else "learned",
+      pos_embed="factorized" if factorized else "learned", pos_embed_grid_size=[
+          side, side
+      ], pos_embed_interp_mode=model_config.posemb_interpolation or "bilinear",
+      pos_embed_ar_preserving=keep_aspect)
+  function = naflexvit.function_for("factorized" if factorized else "learned",
                                       args["global_pool"], keep_aspect)
-  state = timm_naflex.from_ours(convert.to_timm(vit_params, True), params)
+  state = naflexvit.from_ours(timm_names.to_timm(vit_params, True), params)
   if factorized:
     state.pop("embeds.pos_embed")
   return function, args, state

@@ -38,7 +38,7 @@ from vit_jax import console
 from vit_jax import paths
 from vit_jax.errors import DownloadError
 from vit_jax.errors import UserError
-from vit_jax.weights import released
+from vit_jax.weights.files import released
 
 OFFLINE_VARIABLE = "VIT_JAX_OFFLINE"
 CACHE_VARIABLE = "VIT_JAX_CACHE_DIR"

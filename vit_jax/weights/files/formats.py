@@ -8,13 +8,13 @@ The format is decided by what the file is, not by its name:
   npz          a numpy archive: released google-research/vision_transformer
                files and big_vision checkpoints (flat 'a/b/c' keys);
   safetensors  timm or Hugging Face weights, or a directory of theirs
-               (`pytorch_dir.py`: config.json and model.safetensors);
+               (`directories.py`: config.json and model.safetensors);
   torch        a PyTorch pickle (`.bin`, `.pth`): torch.save's zip read
                without PyTorch (`torch_pickle.py`), the legacy format with
                it.
 
 `FILE:TOWER` names one tower of a two-tower file (SigLIP's `FILE:img`); the
-converter (`convert.py`) picks it out. Paths may be local, URLs (`gs://...`,
+converter (`big_vision/towers.py`) picks it out. Paths may be local, URLs (`gs://...`,
 see `vit_jax.paths`) or names of released checkpoints (`ViT-B/16@i21k`): a file
 at a URL or by name is read from its copy in the local cache (`cache.locate`,
 which downloads it once). `cache_dir` is config.init.cache_dir (None: the
@@ -34,10 +34,10 @@ import numpy as np
 
 from vit_jax import paths
 from vit_jax.errors import WeightsError
-from vit_jax.weights import cache
-from vit_jax.weights import pytorch_dir
-from vit_jax.weights import released
-from vit_jax.weights import torch_pickle
+from vit_jax.weights.files import cache
+from vit_jax.weights.files import directories
+from vit_jax.weights.files import released
+from vit_jax.weights.files import torch_pickle
 
 FORMATS = ("orbax", "npz", "safetensors", "torch")
 
@@ -85,7 +85,7 @@ def _existing(path, cache_dir=None) -> epath.Path:
         str(path))
     raise WeightsError(f"No weights at {path}: the path does not exist."
                        f"{' ' + hint if hint else ''}")
-  return pytorch_dir.weights_file(resolved) or resolved
+  return directories.weights_file(resolved) or resolved
 
 
 def _sniff(path: epath.Path) -> str:

@@ -8,7 +8,7 @@ and the load report says so and what it left out.
 from typing import Optional
 
 from vit_jax.errors import WeightsError
-from vit_jax.weights import formats
+from vit_jax.weights.files import formats
 
 
 def select(tensors, path) -> tuple[dict, Optional[str]]:

@@ -110,7 +110,7 @@ def function_options(architecture: str) -> dict:
 
 
 def from_ours(state: dict, params: dict) -> dict:
-  """A timm ViT state dict (`convert.to_timm`) of one of our models as a
+  """A timm ViT state dict (`timm_names.to_timm`) of one of our models as a
   NaFlexViT's: the embeddings under `embeds.` (the inverse of
   `to_timm_vit`)."""
   out = {}

@@ -19,15 +19,16 @@ models are refused in one line naming the format that holds them.
 
 import json
 
-from vit_jax import models
 from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
-from vit_jax.weights import convert
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import families
-from vit_jax.weights import mixer_layout
+from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights import writers
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import posemb_prefix
+from vit_jax.weights.transformers import hf_names
 
 _TIMM_DIR = "use --format=timm-dir (timm builds it) or --format=npz"
 
@@ -38,18 +39,18 @@ def write(directory: str, params: dict, model_config, image_size: int,
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   _check(params, model_config)
   params = writers.with_posemb_table(params, image_size)
-  params = writers.with_class_token_entry(params, convert.posemb_prefix(params))
+  params = writers.with_class_token_entry(params, posemb_prefix(params))
   head = params.get("head/kernel")
   pre_logits = params.get("pre_logits/kernel")
   classify = head is not None
-  state = convert.to_hugging_face(params)
+  state = hf_names.to_hugging_face(params)
   if classify:  # ViTForImageClassification: the encoder under `vit.`.
     state = {
         (k if k.startswith("classifier.") else "vit." + k): v
         for k, v in state.items()
     }
   variant = architecture.variant_of(params, "the model")
-  grid = round((params[convert.POSEMB].shape[1] - 1)**0.5)
+  grid = round((params[POSEMB].shape[1] - 1)**0.5)
   model_class = "ViTForImageClassification" if classify else "ViTModel"
   config = {
       "architectures": [model_class],
@@ -62,7 +63,7 @@ def write(directory: str, params: dict, model_config, image_size: int,
       "hidden_dropout_prob": 0.0,
       "attention_probs_dropout_prob": 0.0,
       "initializer_range": 0.02,
-      "layer_norm_eps": models.model_field(model_config, "layer_norm_eps"),
+      "layer_norm_eps": model_config.layer_norm_eps,
       "image_size": grid * variant.patch_size,
       "patch_size": variant.patch_size,
       "num_channels": 3,
@@ -87,7 +88,7 @@ def write(directory: str, params: dict, model_config, image_size: int,
 
 
 def _activation(model_config) -> str:
-  if models.model_field(model_config, "quick_gelu"):
+  if model_config.quick_gelu:
     return "quick_gelu"
   return "gelu_pytorch_tanh" if model_config.gelu_approximate else "gelu"
 
@@ -104,7 +105,7 @@ def _check(params, model_config):
     raise WeightsError(
         f"transformers' ViT classifies the class token; this model pools "
         f"with {model_config.classifier!r}: {_TIMM_DIR}.")
-  found = families.options(params, convert.posemb_prefix(params))
+  found = families.options(params, posemb_prefix(params))
   # A zero entry stands for the class token's missing position embedding;
   # the epsilon is a config.json field.
   lacking = sorted(

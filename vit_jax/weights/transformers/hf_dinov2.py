@@ -1,5 +1,5 @@
 """transformers' DINOv2 (`Dinov2Model`, `Dinov2WithRegistersModel`) in timm's
-names, which `convert.from_timm` reads.
+names, which `timm_names.from_timm` reads.
 
 Both namings of transformers are read: the Hub files' (`save_pretrained`:
 `attention.attention.query`, `attention.output.dense`) and version 5's

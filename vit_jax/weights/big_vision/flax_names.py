@@ -1,0 +1,158 @@
+"""The Flax files of Google's code bases in this project's names:
+google-research/vision_transformer's released `.npz` files (older Flax
+block names), the same code run with a current Flax, and big_vision's
+checkpoints (current names, a top-level `pos_embedding`, NaFlex's layout);
+which of them wrote a file, by its whole set of names.
+"""
+
+import re
+from typing import Optional
+
+from vit_jax.errors import WeightsError
+from vit_jax.models import scan
+from vit_jax.weights.big_vision import towers
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import Converted
+from vit_jax.weights.names import posemb_prefix
+
+# The block module names of the two Flax generations: older Flax counted
+# modules without parameters (Dropout) in auto-names, current Flax does not.
+_OLD_BLOCK_NAMES = ("MultiHeadDotProductAttention_1", "LayerNorm_2",
+                    "MlpBlock_3")
+_NEW_BLOCK_NAMES = ("MultiHeadDotProductAttention_0", "LayerNorm_1",
+                    "MlpBlock_0")
+_BLOCK_MODULE = re.compile(r"Transformer/encoderblock(?:_\d+)?/([^/]+)/")
+
+
+def origin(names, path: str) -> str:
+  """Which Google code base wrote a Flax file, by its names:
+
+  released               google-research/vision_transformer (older Flax
+                         names: MultiHeadDotProductAttention_1, LayerNorm_2,
+                         MlpBlock_3), and this project's .npz exports;
+  released_current_flax  the same code run with a current Flax
+                         (MultiHeadDotProductAttention_0, LayerNorm_1,
+                         MlpBlock_0) and Transformer/posembed_input;
+  big_vision             current-Flax block names and a top-level
+                         pos_embedding (no class-token entry), or none
+                         (fixed sincos2d position embeddings).
+  """
+  names = list(flax_names(dict.fromkeys(names), path)[0])
+  modules = {m.group(1) for n in names if (m := _BLOCK_MODULE.match(n))}
+  old, new = modules & set(_OLD_BLOCK_NAMES), modules & set(_NEW_BLOCK_NAMES)
+  top_posemb, nested_posemb = "pos_embedding" in names, POSEMB in names
+  if not modules:
+    raise WeightsError(f"{path} has no ViT parameters (names like "
+                       f"'Transformer/encoderblock_0/...'); it holds "
+                       f"{names[:5]}{' ...' if len(names) > 5 else ''}.")
+  if old and new:
+    raise WeightsError(f"{path} mixes two block namings ({sorted(old)} and "
+                       f"{sorted(new)}); it is not a checkpoint of one model.")
+  if old and not top_posemb:
+    return "released"
+  if new and top_posemb and not nested_posemb:
+    return "big_vision"
+  if new and nested_posemb and not top_posemb:
+    return "released_current_flax"
+  if new and not (top_posemb or nested_posemb):
+    return "big_vision"  # Fixed (sincos2d) position embeddings: none stored.
+  raise WeightsError(f"{path} has position embeddings both at "
+                     f"'pos_embedding' and at '{POSEMB}'; it is not a "
+                     "checkpoint of one model.")
+
+
+def convert(origin_name: str, fmt: str, tensors, path: str) -> Converted:
+  """A Flax file of `origin_name` (`origin`) in this project's names."""
+  tensors, note = flax_names(tensors, path)
+  if origin_name == "big_vision":
+    converted = from_big_vision(tensors, path)
+  else:
+    if origin_name == "released_current_flax":
+      tensors = {_rename_block(k): v for k, v in tensors.items()}
+    converted = from_released(tensors, fmt)
+    converted.origin = origin_name
+  converted.notes += [note] if note else []
+  return converted
+
+
+def flax_names(tensors, path) -> tuple[dict, Optional[str]]:
+  """A Flax file's entries without wrappers, of one tower (`towers.py`),
+  and what the report should say about the tower."""
+  return towers.select(_strip_prefixes(tensors), path)
+
+
+def _strip_prefixes(tensors):
+  """Drops optimizer state and the 'params/' or 'opt/target/' wrappers."""
+  out = {}
+  for name, value in tensors.items():
+    for prefix in ("params/", "opt/target/"):
+      if name.startswith(prefix):
+        name = name[len(prefix):]
+        break
+    else:
+      if name.startswith(("opt/", "opt_state/")):
+        continue
+    out[name] = value
+  return out
+
+
+def from_released(tensors, fmt="npz") -> Converted:
+  """google-research/vision_transformer names (and this project's own)."""
+  params = {}
+  for name, value in tensors.items():
+    if re.search(r"(^|/)gn[^/]*/(scale|bias)$", name) and value.ndim == 4:
+      value = value.reshape(-1)  # Older files: GroupNorm params as (1,1,1,C).
+    params[name] = value
+  params = scan.unstack_flat(params)
+  return Converted(params, posemb_prefix(params),
+                   "orbax" if fmt == "orbax" else "released")
+
+
+def _rename_block(name: str) -> str:
+  """Current-Flax block module names -> the released (older Flax) ones."""
+  if name.startswith("Transformer/encoderblock"):
+    for new, old in zip(_NEW_BLOCK_NAMES, _OLD_BLOCK_NAMES):
+      name = name.replace(f"/{new}/", f"/{old}/")
+  return name
+
+
+def from_big_vision(tensors, path) -> Converted:
+  """big_vision: top-level `pos_embedding` without the class token's entry,
+  blocks named `MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`.
+  NaFlex's (SigLIP 2): the table H x W x D, the patch embedding a Dense
+  (P*P*3, D) of flattened patches."""
+  params, naflex = {}, False
+  for name, value in scan.unstack_flat(tensors).items():
+    if name == "pos_embedding":
+      name = POSEMB
+      if value.ndim == 3 and value.shape[0] > 1:  # NaFlex: H x W x D.
+        value, naflex = value.reshape(1, -1, value.shape[-1]), True
+    elif name == "embedding/kernel" and value.ndim == 2:
+      # NaFlex embeds flattened patches (row, column, channel) by a Dense
+      # layer: the conv kernel, reshaped.
+      value, naflex = _conv_kernel(value, path), True
+    elif name.startswith("Transformer/encoderblock"):
+      name = _rename_block(name)
+    elif name.startswith("MAPHead_0/") or name in (
+        "cls", "embedding/kernel", "embedding/bias") or name.startswith(
+            ("head/", "pre_logits/", "Transformer/encoder_norm/")):
+      pass
+    else:
+      raise WeightsError(f"{path}: unknown big_vision parameter {name!r}.")
+    params[name] = value
+  # The class token is added after the position embeddings there: its
+  # position embedding is zero here, which is the same model.
+  notes = [
+      "NaFlex's layout: its Dense patch embedding read as the conv "
+      "kernel, its H x W position table row by row"
+  ] if naflex else []
+  return Converted(params, 0, "big_vision", notes, sequences=naflex)
+
+
+def _conv_kernel(kernel_FxD, path, channels: int = 3):
+  """A Dense patch embedding (P*P*C, D) as the conv kernel (P, P, C, D)."""
+  patch = int(round((kernel_FxD.shape[0] / channels)**0.5))
+  if patch * patch * channels != kernel_FxD.shape[0]:
+    raise WeightsError(f"{path}: a patch embedding of {kernel_FxD.shape[0]} "
+                       f"inputs is not P x P x {channels} pixels.")
+  return kernel_FxD.reshape(patch, patch, channels, kernel_FxD.shape[-1])
