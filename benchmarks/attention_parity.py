@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import optax
 
 from vit_jax import models
-from vit_jax.config import defaults
 
 
 def main():
@@ -33,11 +32,8 @@ def main():
   labels = jax.nn.one_hot(jnp.arange(args.batch) % 10, 10)
 
   def run(attention, params=None):
-    config = defaults.get_model_config()
-    config.update(
-        dict(variant=args.variant, dtype=args.dtype, attention=attention,
-             gelu_approximate=True))
-    model = models.build_model(config, 10)
+    model = models.create_model(args.variant, 10, dtype=args.dtype,
+                                attention=attention)
     if params is None:
       params = model.init(jax.random.key(0), images)["params"]
       # A non-zero head, so gradients reach every layer.

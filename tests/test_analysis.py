@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from tests.helpers import processes
+from tests.helpers import tiny_models
 from vit_jax import inference
 from vit_jax import models
+from vit_jax import weights
 from vit_jax.analysis import figures
 from vit_jax.analysis import measures
 from vit_jax.config import defaults
-from vit_jax.weights import architecture
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -137,16 +137,16 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
   grid is what its ResNet stem outputs, and every map has that shape."""
   config = defaults.get_model_config()
   config.variant, config.gelu_approximate = "testing-hybrid", True
-  model = models.build_model(config, num_classes=5)
+  model = tiny_models.build(config, num_classes=5)
   x = jnp.zeros((1, 32, 32, 3))
   params = jax.jit(model.init)(jax.random.key(0), x)["params"]
   path = str(tmp_path / "hybrid.npz")
-  writers.save_npz(params, path)
-  assert architecture.read(path) == architecture.Architecture(
+  weights.save_npz(params, path)
+  assert weights.read_architecture(path) == weights.Architecture(
       "testing-hybrid", "token", True, "learn", None, 5, 32)
   stem = model.apply({"params": params}, x,
                      return_intermediates=True)[1]["stem"]
-  stem_grid = [s // model.patch_size for s in stem.shape[1:3]]
+  stem_grid = [s // model.size.patch_size for s in stem.shape[1:3]]
 
   loaded = inference.load(path)
   result = measures.run(loaded, _random_batches(32, 2), max_images=7,
@@ -166,14 +166,11 @@ def test_a_hybrids_grid_is_its_stems_grid(tmp_path):
 def test_models_without_a_class_token(tmp_path, classifier):
   """No prefix token: every position embedding is a patch's, and the
   rollout of what the head reads spreads a total of 1 over the patches."""
-  config = defaults.get_model_config()
-  config.variant, config.classifier = "testing", classifier
-  config.gelu_approximate = True
-  model = models.build_model(config, num_classes=3)
+  model = models.create_model("testing", 3, classifier=classifier)
   params = jax.jit(model.init)(jax.random.key(0), jnp.zeros(
       (1, 16, 16, 3)))["params"]
   path = str(tmp_path / f"{classifier}.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   loaded = inference.load(path)
   assert loaded.config.model.classifier == classifier
   result = measures.run(loaded, _random_batches(16, 1), max_images=5)

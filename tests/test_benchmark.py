@@ -5,6 +5,7 @@ import types
 import jax
 import pytest
 
+from tests.helpers import tiny_models
 from vit_jax import models
 from vit_jax.config import defaults
 from vit_jax.performance import flops
@@ -28,7 +29,7 @@ def test_forward_macs_match_the_paper_formula(scan_layers):
   config = defaults.get_model_config()
   config.variant, config.gelu_approximate = "ViT-B/16", True
   config.scan_layers = scan_layers
-  macs = flops.forward_macs(models.build_model(config, 1000), 224)
+  macs = flops.forward_macs(tiny_models.build(config, 1000), 224)
   assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000) == 17_563_828_224
 
 
@@ -42,9 +43,8 @@ def test_forward_macs_match_the_paper_formula(scan_layers):
 def test_vit_22b_block_options_keep_the_papers_matmuls(options):
   """A parallel block reorders the same matmuls; biases and LayerNorms
   are no matmuls: every option's model FLOPs are the formula's."""
-  config = defaults.get_model_config()
-  config.update(dict(variant="ViT-B/16", gelu_approximate=True, **options))
-  macs = flops.forward_macs(models.build_model(config, 1000), 224)
+  model = models.create_model("ViT-B/16", 1000, **options)
+  macs = flops.forward_macs(model, 224)
   assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000)
 
 

@@ -21,17 +21,13 @@ import tensorflow as tf
 from configs import fewshot as fewshot_configs
 from configs import finetune
 from tests.helpers import compiled
+from tests.helpers import tiny_models
 from vit_jax import inference
 from vit_jax import weights
 from vit_jax.commands import export
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
-from vit_jax.models import VisionTransformer
 from vit_jax.models import patch_resize
-from vit_jax.weights import architecture
-from vit_jax.weights import convert
-from vit_jax.weights import describe
-from vit_jax.weights import writers
 
 TINY = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2, patch_size=8)
 _BIG_VISION_BLOCK = {
@@ -65,7 +61,7 @@ def big_vision_file(params, scanned=False, tower=""):
   for name, value in flat.items():
     for ours, theirs in _BIG_VISION_BLOCK.items():
       name = name.replace(f"/{ours}/", f"/{theirs}/")
-    if name == convert.POSEMB:
+    if name == weights.POSEMB:
       if "cls" in flat:
         value[:, 0] = 0.0
         value = value[:, 1:]
@@ -91,7 +87,7 @@ def load(path, model, size=32, **kwargs):
   """Loads `path` into `model`; returns (params, report)."""
   target = jax.eval_shape(lambda: model.init(jax.random.key(
       0), jnp.zeros((1, size, size, 3)))["params"])
-  stride = model.patch_size
+  stride = model.size.patch_size
   loaded, report = weights.load(path, target,
                                 num_prefix_tokens=model.num_prefix_tokens,
                                 grid=(size // stride,) * 2, **kwargs)
@@ -111,9 +107,9 @@ def load(path, model, size=32, **kwargs):
     ])
 def test_big_vision_plain_vits_load_with_the_same_logits(
     tmp_path, classifier, class_token, posemb, representation_size, scanned):
-  model = VisionTransformer(num_classes=5, classifier=classifier,
-                            class_token=class_token, posemb=posemb,
-                            representation_size=representation_size, **TINY)
+  model = tiny_models.vit(num_classes=5, classifier=classifier,
+                          class_token=class_token, posemb=posemb,
+                          representation_size=representation_size, **TINY)
   params = random_params(model)
   path = str(tmp_path / "bv.npz")
   np.savez(path, **big_vision_file(params, scanned))
@@ -125,17 +121,17 @@ def test_big_vision_plain_vits_load_with_the_same_logits(
 
 
 def test_option_mismatches_name_the_config_that_fits(tmp_path):
-  sincos_gap = VisionTransformer(num_classes=5, classifier="gap",
-                                 posemb="sincos2d", **TINY)
+  sincos_gap = tiny_models.vit(num_classes=5, classifier="gap",
+                               posemb="sincos2d", **TINY)
   path = str(tmp_path / "bv.npz")
   np.savez(path, **big_vision_file(random_params(sincos_gap)))
   for model, fix in (
-      (VisionTransformer(num_classes=5, classifier="gap",
-                         **TINY), "config.model.posemb=sincos2d"),
-      (VisionTransformer(num_classes=5, posemb="sincos2d",
-                         **TINY), "config.model.classifier=gap or map"),
-      (VisionTransformer(num_classes=5, classifier="map", posemb="sincos2d",
-                         **TINY), "config.model.classifier=map"),
+      (tiny_models.vit(num_classes=5, classifier="gap",
+                       **TINY), "config.model.posemb=sincos2d"),
+      (tiny_models.vit(num_classes=5, posemb="sincos2d",
+                       **TINY), "config.model.classifier=gap or map"),
+      (tiny_models.vit(num_classes=5, classifier="map", posemb="sincos2d",
+                       **TINY), "config.model.classifier=map"),
   ):
     if fix == "config.model.classifier=map":
       fix = "The file has no MAP head"
@@ -160,7 +156,7 @@ def _siglip_file(tmp_path, tower_params):
 
 
 def test_siglip_image_tower_by_name_or_found_by_itself(tmp_path):
-  tower = VisionTransformer(num_classes=32, classifier="map", **TINY)
+  tower = tiny_models.vit(num_classes=32, classifier="map", **TINY)
   params = random_params(tower)
   path = _siglip_file(tmp_path, params)
   want = logits(tower, params, images())
@@ -177,16 +173,16 @@ def test_siglip_image_tower_by_name_or_found_by_itself(tmp_path):
 
 
 def test_siglip_tower_exports_losslessly_and_its_architecture_is_read(tmp_path):
-  tower = VisionTransformer(num_classes=16, classifier="map", hidden_size=16,
-                            mlp_dim=32, num_heads=2, num_layers=2,
-                            patch_size=4)  # The `testing` variant.
+  tower = tiny_models.vit(num_classes=16, classifier="map", hidden_size=16,
+                          mlp_dim=32, num_heads=2, num_layers=2,
+                          patch_size=4)  # The `testing` variant.
   params = random_params(tower, size=16)
   path = _siglip_file(tmp_path, params)
-  assert architecture.read(path) == architecture.Architecture(
+  assert weights.read_architecture(path) == weights.Architecture(
       variant="testing", classifier="map", class_token=False, posemb="learn",
       representation_size=None, num_classes=16, image_size=16)
   out = str(tmp_path / "tower.npz")
-  writers.save_npz(writers.released_params(f"{path}:img"), out)
+  weights.save_npz(weights.released_params(f"{path}:img"), out)
   loaded, report = load(out, tower, size=16)
   assert report.ok and report.origin == "released"
   np.testing.assert_array_equal(logits(tower, loaded, images(16)),
@@ -194,12 +190,12 @@ def test_siglip_tower_exports_losslessly_and_its_architecture_is_read(tmp_path):
 
 
 def test_sincos2d_architecture_assumes_224_px(tmp_path):
-  model = VisionTransformer(num_classes=None, classifier="gap",
-                            posemb="sincos2d", hidden_size=16, mlp_dim=32,
-                            num_heads=2, num_layers=2, patch_size=4)
+  model = tiny_models.vit(num_classes=None, classifier="gap", posemb="sincos2d",
+                          hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2,
+                          patch_size=4)
   path = str(tmp_path / "bv.npz")
   np.savez(path, **big_vision_file(random_params(model, size=16)))
-  arch = architecture.read(path)
+  arch = weights.read_architecture(path)
   assert (arch.classifier, arch.class_token, arch.posemb,
           arch.image_size) == ("gap", False, "sincos2d", 224)
 
@@ -251,24 +247,24 @@ def test_a_flexivit_file_loads_at_any_patch_size(tmp_path):
   so the position embeddings, follow); the report says PI-resize. At
   patch 16 with each 8 x 8 patch resized to 16 x 16, the patch embeddings
   are the original ones."""
-  flexi = VisionTransformer(num_classes=5, classifier="gap", **TINY)
+  flexi = tiny_models.vit(num_classes=5, classifier="gap", **TINY)
   params = random_params(flexi)
   path = str(tmp_path / "flexivit.npz")
   np.savez(path, **big_vision_file(params))
   for patch, size in ((16, 64), (4, 32)):
-    model = flexi.clone(patch_size=patch)
+    model = tiny_models.with_size(flexi, patch_size=patch)
     loaded, report = load(path, model, size=size)
     resized = {r[0]: r[3] for r in report.resized}
     assert resized["embedding/kernel"] == "PI-resize, as FlexiViT"
     # The same 4 x 4 grid at patch 16; 8 x 8 at patch 4.
-    assert (convert.POSEMB in resized) == (patch == 4)
+    assert (weights.POSEMB in resized) == (patch == 4)
   x = images(32)
   grid = x.reshape(2, 4, 8, 4, 8, 3).transpose(0, 1, 3, 2, 4, 5)
   up = patch_resize.resize_operator((8, 8), (16, 16))
   x16 = np.einsum("ij,bghjc->bghic", up, grid.reshape(2, 4, 4, 64, 3))
   x16 = x16.reshape(2, 4, 4, 16, 16, 3).transpose(0, 1, 3, 2, 4, 5).reshape(
       2, 64, 64, 3).astype(np.float32)
-  big, _ = load(path, flexi.clone(patch_size=16), size=64)
+  big, _ = load(path, tiny_models.with_size(flexi, patch_size=16), size=64)
 
   def embeddings(model, p, inputs):
     seen = []
@@ -276,16 +272,17 @@ def test_a_flexivit_file_loads_at_any_patch_size(tmp_path):
                 patch_embeddings_fn=lambda e: seen.append(e) or e)
     return np.asarray(seen[0])
 
-  np.testing.assert_allclose(embeddings(flexi.clone(patch_size=16), big, x16),
-                             embeddings(flexi, params, x), atol=2e-5)
+  np.testing.assert_allclose(
+      embeddings(tiny_models.with_size(flexi, patch_size=16), big, x16),
+      embeddings(flexi, params, x), atol=2e-5)
 
 
 # ------------------------------------------- end to end on the digits --
 
 
 def _testing_variant(**kwargs):
-  return VisionTransformer(hidden_size=16, mlp_dim=32, num_heads=2,
-                           num_layers=2, patch_size=4, **kwargs)
+  return tiny_models.vit(hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2,
+                         patch_size=4, **kwargs)
 
 
 def _siglip_and_plain_files(tmp_path) -> tuple[str, str]:
@@ -315,7 +312,7 @@ def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
   workdirs predict and export to .npz that loads back with equal logits."""
   siglip, plain = _siglip_and_plain_files(tmp_path)
   paper = str(tmp_path / "paper.npz")
-  writers.save_npz(random_params(_testing_variant(num_classes=10), size=16),
+  weights.save_npz(random_params(_testing_variant(num_classes=10), size=16),
                    paper)
 
   for name, path, model in (("siglip", f"{siglip}:img", dict(classifier="map")),
@@ -338,7 +335,7 @@ def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
     want = np.asarray(
         loaded.model.apply({"params": jax.device_get(loaded.params)}, x)[0])
     exported = str(tmp_path / f"{name}_export.npz")
-    writers.save_npz(writers.released_params(workdir), exported)
+    weights.save_npz(weights.released_params(workdir), exported)
     again = inference.load(exported, config=loaded.config)
     np.testing.assert_allclose(
         np.asarray(
@@ -375,16 +372,16 @@ def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
   assert config.image_size == 32 and 0.0 <= result["test/accuracy"] <= 1.0
 
   loaded = inference.load(workdir)
-  assert loaded.config.model.patch_size == loaded.model.run_patch_size == 8
-  assert describe.describe_model(workdir)[1].endswith(
+  assert loaded.config.model.patch_size == loaded.model.form.patch_size == 8
+  assert weights.describe_model(workdir)[1].endswith(
       "--config.model.patch_size=8 --config.image_size=32")
   assert loaded.params["embedding"]["kernel"].shape[:2] == (4, 4)  # Stored.
   x = images(32, batch=3)
   want = np.asarray(
       loaded.model.apply({"params": jax.device_get(loaded.params)}, x)[0])
   exported = str(tmp_path / "flexi_export.npz")
-  writers.save_npz(writers.released_params(workdir), exported)
-  export._say_stored_patch_size(workdir, writers.released_params(workdir))  # pylint: disable=protected-access
+  weights.save_npz(weights.released_params(workdir), exported)
+  export._say_stored_patch_size(workdir, weights.released_params(workdir))  # pylint: disable=protected-access
   assert ("it ran at patch 8: load it with --config.model.patch_size=8"
           in capsys.readouterr().err)
   again = inference.load(exported, config=loaded.config)
@@ -394,7 +391,7 @@ def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
       want, atol=1e-6)
 
   paper = str(tmp_path / "paper.npz")
-  writers.save_npz(random_params(_testing_variant(num_classes=10), size=32),
+  weights.save_npz(random_params(_testing_variant(num_classes=10), size=32),
                    paper)
   fewshot_config = fewshot_configs.get_config("runlocal")
   fewshot_config.data_dir = tfds_data_dir
@@ -407,16 +404,16 @@ def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
 
 def test_inspect_says_what_each_kind_holds_and_the_config_that_builds_it(
     tmp_path):
-  """`vit-jax inspect FILE` (describe.report without a config) names the
+  """`vit-jax inspect FILE` (weights.describe without a config) names the
   model of a plain ViT, a SigLIP tower and a Mixer, with the fields that
   build it."""
   from tests import test_mixer  # pylint: disable=g-import-not-at-top
   siglip, plain = _siglip_and_plain_files(tmp_path)
   mixer = str(tmp_path / "mixer.npz")
-  mixer_model = test_mixer.MlpMixer(num_classes=10, **test_mixer.TINY)
-  writers.save_npz(test_mixer.random_params(mixer_model, 16), mixer)
+  mixer_model = tiny_models.mixer(num_classes=10, **test_mixer.TINY)
+  weights.save_npz(test_mixer.random_params(mixer_model, 16), mixer)
   said = {
-      path: describe.report(path).splitlines()[1:3]
+      path: weights.describe_weights(path).splitlines()[1:3]
       for path in (plain, siglip, mixer)
   }
   assert said[plain] == [
@@ -436,13 +433,14 @@ def test_inspect_says_what_each_kind_holds_and_the_config_that_builds_it(
   # A PyTorch file does not store its heads: the width's variants', or
   # --num_heads (no variant is 40 wide).
   timm_file = str(tmp_path / "timm.safetensors")
-  writers.save_timm(
+  weights.save_timm(
       random_params(
-          VisionTransformer(num_classes=3, hidden_size=40, mlp_dim=80,
-                            num_heads=5, num_layers=1, patch_size=4), size=16),
+          tiny_models.vit(num_classes=3, hidden_size=40, mlp_dim=80,
+                          num_heads=5, num_layers=1, patch_size=4), size=16),
       timm_file)
-  assert "pass --num_heads" in describe.report(timm_file).splitlines()[1]
-  assert "num_heads=5, num_layers=1" in describe.report(
+  described = weights.describe_weights(timm_file)
+  assert "pass --num_heads" in described.splitlines()[1]
+  assert "num_heads=5, num_layers=1" in weights.describe_weights(
       timm_file, num_heads=5).splitlines()[1]
   assert said[mixer] == [
       "The model: MLP-Mixer testing-mixer, trained at 16 px, written by "

@@ -35,6 +35,8 @@ from safetensors import numpy as st_numpy
 from tests.helpers import compiled
 from tests.helpers import numpy_reference as ref
 from tests.helpers import processes
+from tests.helpers import tiny_models
+from tests.helpers import torch_env
 from tests.references import stored
 from tests.test_weights import TORCH_LIKE
 from tests.test_weights import init
@@ -42,19 +44,12 @@ from tests.test_weights import load_params
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import weights
-from vit_jax.config import defaults
 from vit_jax.loop import trainer
-from vit_jax.models import VisionTransformer
 from vit_jax.models import scan
 from vit_jax.models import variants
-from vit_jax.weights import architecture
-from vit_jax.weights import convert
-from vit_jax.weights import families
-from vit_jax.weights import loader
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TORCH_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
+TORCH_PYTHON = torch_env.TORCH_PYTHON
 TINY = dict(num_classes=7, hidden_size=32, mlp_dim=64, num_heads=4,
             num_layers=2, patch_size=4)
 ALL = dict(parallel_block=True, use_bias=False, qkv_bias=False, qk_norm=True)
@@ -171,8 +166,8 @@ def test_each_option_matches_a_float64_numpy_forward(case):
   options = CASES[case]
   x = np.random.default_rng(0).normal(size=(2, 16, 16, 3))
   with jax.enable_x64(True):
-    model = VisionTransformer(**TINY, **options, dtype=jnp.float64,
-                              param_dtype=jnp.float64)
+    model = tiny_models.vit(**TINY, **options, dtype=jnp.float64,
+                            param_dtype=jnp.float64)
     shapes = jax.eval_shape(model.init, jax.random.key(0), x)["params"]
     params = jax.tree.map(lambda v: v.astype(np.float64),
                           ref.trained_like_params(shapes, seed=2))
@@ -223,11 +218,12 @@ def test_timms_forms_load_from_the_file_alone_with_timms_logits(name, tmp_path):
   state = stored.tiny_family_state(name)
   path = str(tmp_path / f"{name}.safetensors")
   st_numpy.save_file(state, path)
-  converted = convert.from_timm(state, 4, path)
-  found = families.options(converted.params, converted.posemb_prefix_tokens)
+  converted = weights.convert_tensors("safetensors", state, 4, path)
+  found = weights.family_options(converted.params,
+                                 converted.posemb_prefix_tokens)
   assert found == _TIMM_OPTIONS[name]
-  assert converted.notes[0].endswith(f"it needs {families.config_fix(found)}")
-  arch = architecture.read(path)
+  assert converted.notes[0].endswith(f"it needs {weights.config_fix(found)}")
+  arch = weights.read_architecture(path)
   assert variants.get_variant(arch.variant) == TINY_TIMM
   assert dict(arch.options) == found
   loaded = inference.load(path, image_size=32)
@@ -236,16 +232,15 @@ def test_timms_forms_load_from_the_file_alone_with_timms_logits(name, tmp_path):
                            stored.tiny_images())
   assert np.abs(logits - stored.tiny_family_logits(name)).max() < 2e-5
 
-  plain = VisionTransformer(
-      num_classes=10, **dict(TORCH_LIKE, mlp_dim=128),
-      classifier="gap" if name == "medium_gap" else "token",
-      layer_scale=found.get("layer_scale"))
+  plain = tiny_models.vit(num_classes=10, **dict(TORCH_LIKE, mlp_dim=128),
+                          classifier="gap" if name == "medium_gap" else "token",
+                          layer_scale=found.get("layer_scale"))
   block = {k: v for k, v in found.items() if k != "layer_scale"}
   with pytest.raises(weights.WeightsError) as refused:
     load_params(path, plain, grid=(4, 4))
   assert "\n" not in str(refused.value)
   assert str(refused.value).endswith(
-      f"set {families.config_fix(block)} (or name the parameters to "
+      f"set {weights.config_fix(block)} (or name the parameters to "
       "re-initialise and the file entries to ignore in "
       "config.init.dont_load).")
 
@@ -303,8 +298,7 @@ def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
   config.model.parallel_block (no LayerNorm_2), `ls` both branches'
   LayerScales, timm's logits; its fuse_out_proj form the same model; its
   differential attention (vit_dpwee) refused in one line."""
-  if not os.path.exists(TORCH_PYTHON):
-    pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
+  torch_env.require()
   kwargs, options = _PWEE_CASES[case]
   _register_tiny_timm()
   images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3))
@@ -313,13 +307,13 @@ def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
   state = st_numpy.load_file(path)
   assert "blocks.0.in_proj.weight" in state
   assert ("blocks.0.mlp_bias" in state) == (kwargs.get("qkv_bias") is False)
-  converted = convert.from_timm(state, 4, path)
+  converted = weights.convert_tensors("safetensors", state, 4, path)
   gamma = state["blocks.1.ls.gamma"]
   for branch in ("attention", "mlp"):
     np.testing.assert_array_equal(
         converted.params[f"Transformer/encoderblock_1/LayerScale_{branch}/"
                          "scale"], gamma)
-  arch = architecture.read(path)
+  arch = weights.read_architecture(path)
   assert variants.get_variant(arch.variant) == TINY_TIMM
   assert arch.classifier == "gap"
   assert not arch.class_token
@@ -341,7 +335,7 @@ def test_timms_parallel_scaling_block_loads_with_timms_logits(case, tmp_path):
       weights.WeightsError,
       match=r"^vit_dpwee.pt: timm's parallel block blocks.0 has "
       r"\['sub_norm.weight'\], [^\n]*not converted.$"):
-    convert.from_timm(state, 4, "vit_dpwee.pt")
+    weights.convert_tensors("safetensors", state, 4, "vit_dpwee.pt")
 
 
 def test_timms_vit_medium_patch16_gap_256_predicts_timms_logits(tmp_path):
@@ -349,11 +343,10 @@ def test_timms_vit_medium_patch16_gap_256_predicts_timms_logits(tmp_path):
   GAP, LayerScale, qkv_bias=False), built by timm itself by name with
   random weights at trained scales (where .venv-torch is): its file, read
   alone as `predict` reads it, gives timm's logits."""
-  if not os.path.exists(TORCH_PYTHON):
-    pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
+  torch_env.require()
   images = np.random.default_rng(0).uniform(-1, 1, (1, 256, 256, 3))
   path, want = _built_by_timm("vit_medium_patch16_gap_256", images, tmp_path)
-  arch = architecture.read(path)
+  arch = weights.read_architecture(path)
   assert (arch.variant, arch.classifier, arch.class_token,
           arch.image_size) == ("ViT-M/16", "gap", False, 256)
   assert dict(arch.options) == dict(layer_scale=1e-5, qkv_bias=False)
@@ -368,9 +361,9 @@ def test_all_four_scanned_and_rematerialised_compute_the_looped_model():
   options' function: the same loss and gradients as the plain loop."""
   images = jnp.asarray(
       np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)), jnp.float32)
-  looped = VisionTransformer(**TINY, **ALL)
+  looped = tiny_models.vit(**TINY, **ALL)
   params = looped.init(jax.random.key(0), images)["params"]
-  scanned = VisionTransformer(**TINY, **ALL, scan_layers=True, remat="dots")
+  scanned = tiny_models.vit(**TINY, **ALL, scan_layers=True, remat="dots")
 
   def loss_and_grad(model, p):
     loss = lambda p: jnp.sum(jnp.sin(model.apply({"params": p}, images)[0]))
@@ -409,17 +402,17 @@ def test_all_four_scanned_and_rematerialised_compute_the_looped_model():
 def test_a_checkpoint_of_the_other_form_is_refused_in_one_line(
     file_options, model_options, fix, tmp_path):
   path = str(tmp_path / "m.npz")
-  writers.save_npz(
-      init(VisionTransformer(num_classes=5, **TORCH_LIKE, **file_options)),
-      path)
-  model = VisionTransformer(num_classes=5, **TORCH_LIKE, **model_options)
+  weights.save_npz(
+      init(tiny_models.vit(num_classes=5, **TORCH_LIKE, **file_options)), path)
+  model = tiny_models.vit(num_classes=5, **TORCH_LIKE, **model_options)
   with pytest.raises(weights.WeightsError) as refused:
     load_params(path, model, grid=(4, 4))
   message = str(refused.value)
   assert "\n" not in message and f"; set {fix} (or name" in message, message
   # The file says its own form (what `predict` and `inspect` build from).
-  converted = loader.read_converted(path, 4)
-  found = families.options(converted.params, converted.posemb_prefix_tokens)
+  converted = weights.read_converted(path, 4)
+  found = weights.family_options(converted.params,
+                                 converted.posemb_prefix_tokens)
   moot = file_options.get("use_bias") is False  # No qkv biases either way.
   assert found == {
       k: v for k, v in file_options.items() if not (moot and k == "qkv_bias")
@@ -430,13 +423,12 @@ def test_other_differences_keep_the_table_and_add_the_block_sentence(tmp_path):
   """A file that differs by more than its block form (here LayerScale
   too): the whole table, with the block's sentence among its hints."""
   path = str(tmp_path / "m.npz")
-  writers.save_npz(
+  weights.save_npz(
       init(
-          VisionTransformer(num_classes=5, **TORCH_LIKE, parallel_block=True,
-                            layer_scale=0.1)), path)
+          tiny_models.vit(num_classes=5, **TORCH_LIKE, parallel_block=True,
+                          layer_scale=0.1)), path)
   with pytest.raises(weights.WeightsError) as refused:
-    load_params(path, VisionTransformer(num_classes=5, **TORCH_LIKE),
-                grid=(4, 4))
+    load_params(path, tiny_models.vit(num_classes=5, **TORCH_LIKE), grid=(4, 4))
   message = str(refused.value)
   assert message.startswith(f"{path} does not fit this model; nothing was "
                             "loaded.\n"), message
@@ -448,8 +440,8 @@ def test_dont_load_still_moves_weights_between_the_forms(tmp_path):
   """A sequential checkpoint into a parallel-block model, its LayerNorm_2
   named in config.init.dont_load: loaded (the rest matches)."""
   path = str(tmp_path / "m.npz")
-  writers.save_npz(init(VisionTransformer(num_classes=5, **TORCH_LIKE)), path)
-  parallel = VisionTransformer(num_classes=5, **TORCH_LIKE, parallel_block=True)
+  weights.save_npz(init(tiny_models.vit(num_classes=5, **TORCH_LIKE)), path)
+  parallel = tiny_models.vit(num_classes=5, **TORCH_LIKE, parallel_block=True)
   _, report = load_params(path, parallel, grid=(4, 4),
                           dont_load=(".*/LayerNorm_2/.*",))
   assert report.ok and len(report.dropped) == 4
@@ -459,10 +451,8 @@ def test_fine_tuning_from_the_other_form_exits_2_with_one_line(
     tfds_data_dir, tmp_path):
   """`vit-jax train` from a standard checkpoint with parallel blocks:
   status 2, one line naming the flag, before the train step compiles."""
-  config = defaults.get_model_config()
-  config.variant, config.gelu_approximate = "testing", True
   path = str(tmp_path / "standard.npz")
-  writers.save_npz(init(models.build_model(config, 10), size=16), path)
+  weights.save_npz(init(models.create_model("testing", 10), size=16), path)
   done = subprocess.run([
       sys.executable, "-m", "vit_jax", "train",
       "--config=configs/digits.py:runlocal", f"--workdir={tmp_path / 'run'}",

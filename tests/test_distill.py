@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import distill as distill_recipes
+from tests.helpers import tiny_models
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -25,6 +26,7 @@ from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
 from vit_jax.training import distill
+from vit_jax.training import fsdp
 from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
@@ -54,7 +56,7 @@ def _model_config(variant="testing"):
   config.model.gelu_approximate = True  # The released .npz files' form.
   if "mixer" in variant:
     config.model.classifier = "gap"
-  return config.model
+  return weights.decide(config).model
 
 
 def _random_params(model, image_size, seed, scale=0.5):
@@ -187,19 +189,19 @@ def _step_setup(student_rule, teacher_rule, mesh, teacher_size=24):
   config.image_size = 16
   config.sharding.fsdp_min_size = 0
   config.sharding.params = ((".*", student_rule),)
-  model = models.build_model(config.model, 10)
+  model = tiny_models.build(config.model, 10)
   tx, schedule = optim.make_optimizer(config, 3)
   state, state_sharding = train_state.create_train_state(
       model, tx, 16, 0, mesh, config.sharding)
   teacher_config = defaults.get_config()
   teacher_config.model = _model_config()
   teacher_config.image_size = teacher_size
-  teacher_model = models.build_model(teacher_config.model, 10)
+  teacher_model = tiny_models.build(teacher_config.model, 10)
   rules = config.sharding.copy_and_resolve_references()
   rules.params = ((".*", teacher_rule),)
   shapes, shardings = sharding.abstract_params(teacher_model, teacher_size,
                                                mesh, rules)
-  assert sharding.splits_over_data(shardings) == (teacher_rule == "fsdp")
+  assert fsdp.splits_over_data(shardings) == (teacher_rule == "fsdp")
   params = jax.device_put(_random_params(teacher_model, teacher_size, 7),
                           shardings)
   teacher = teachers_lib.Teacher("in memory", teacher_config, teacher_model,
@@ -381,7 +383,7 @@ def test_the_students_rules_shard_a_teacher_of_other_names(
               "sharding.fsdp_min_size": 0
           }))
   (loaded,) = teachers_lib.load(config, sharding.make_mesh(), 10, abstract=True)
-  assert sharding.splits_over_data(loaded.params_sharding)
+  assert fsdp.splits_over_data(loaded.params_sharding)
 
 
 @pytest.mark.parametrize("classes, message", [

@@ -26,21 +26,20 @@ from safetensors import numpy as st_numpy
 
 from tests import test_big_vision
 from tests.helpers import compiled
+from tests.helpers import tiny_models
+from tests.helpers import torch_env
 from tests.references import stored
 from vit_jax import inference
 from vit_jax import models
+from vit_jax import weights
 from vit_jax.commands import export
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.fewshot import sweep
-from vit_jax.models import VisionTransformer
 from vit_jax.models import variants
-from vit_jax.weights import pytorch_dir
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TORCH_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
-NO_TORCH = "no .venv-torch: `tests/references/torch_env.sh` says why"
+TORCH_PYTHON = torch_env.TORCH_PYTHON
 _SIZES = {
     "tiny-families": variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4,
                                       num_layers=2, patch_size=8),
@@ -101,15 +100,13 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
   if name == "tiny_mixer":
     return stored.path("tiny_mixer.safetensors"), stored.tiny_mixer_logits()
   if name == "mixer_s32":  # At 32 px: one token. Random, head included.
-    config = defaults.get_config()
-    config.model.update(variant="Mixer-S/32", classifier="gap")
-    config.model.gelu_approximate = False  # timm's MlpMixer computes erf.
-    model = models.build_model(config.model, 10)
+    model = models.create_model(  # timm's MlpMixer computes erf.
+        "Mixer-S/32", 10, classifier="gap", gelu_approximate=False)
     params = test_big_vision.random_params(model, scale=0.05)
     flat = flax.traverse_util.flatten_dict(params, sep="/")
-    writers.save_npz(flat, path + ".npz")
+    weights.save_npz(flat, path + ".npz")
     return path + ".npz", compiled.logits(model, params, stored.tiny_images())
-  model = VisionTransformer(
+  model = tiny_models.vit(
       num_classes=None if name == "pre_logits_no_head" else 10,
       **test_big_vision.TINY, **_BIG_VISION[name])
   params = test_big_vision.random_params(model, seed=len(name))
@@ -138,8 +135,7 @@ def _logits(checkpoint: str, images=None) -> np.ndarray:
 def _their_logits(directories: dict, images, folder) -> dict:
   """{(name, format): logits} that transformers / timm compute from
   {(name, format): directory}, in one run of the PyTorch environment."""
-  if not os.path.exists(TORCH_PYTHON):
-    pytest.skip(NO_TORCH)
+  torch_env.require()
   np.save(folder / "images.npy", images)
   requests = [
       f"{name}@{fmt}={fmt}:{directory}"
@@ -354,5 +350,5 @@ def test_a_hub_directory_says_what_its_weights_cannot(config, options,
   often without model_args; transformers': hidden_act, layer_norm_eps)."""
   (tmp_path / "config.json").write_text(json.dumps(config))
   (tmp_path / "model.safetensors").write_bytes(b"")
-  assert pytorch_dir.model_options(epath.Path(tmp_path)) == options
-  assert pytorch_dir.model_options(epath.Path(tmp_path / "elsewhere")) == {}
+  assert weights.stated_options(epath.Path(tmp_path)) == options
+  assert weights.stated_options(epath.Path(tmp_path / "elsewhere")) == {}

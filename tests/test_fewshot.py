@@ -10,6 +10,7 @@ from PIL import Image
 import pytest
 
 from configs import fewshot as fewshot_configs
+from tests.helpers import tiny_models
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -20,7 +21,6 @@ from vit_jax.fewshot import sweep
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
 from vit_jax.training import train_state
-from vit_jax.weights import writers
 
 
 def _data(n, d, k=4, seed=0):
@@ -221,7 +221,7 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
   model = models.build_model(weights.decide(config).model, 10)
   random_init = jax.jit(model.init)(jax.random.key(3), np.zeros((1, 16, 16, 3)))
   random_path = str(tmp_path / "random.npz")
-  writers.save_npz(random_init["params"], random_path)
+  weights.save_npz(random_init["params"], random_path)
   folder = _image_folder(tmp_path / "images")
   table, notes = sweep.sweep(config, [trained_digits, random_path],
                              ["digits", folder])
@@ -250,12 +250,12 @@ def test_sweep_of_two_checkpoints_and_two_datasets(trained_digits,
 
 def test_checkpoint_of_another_model_is_refused(tfds_data_dir, tmp_path):
   config = _config(tfds_data_dir)
-  other = models.build_model(weights.decide(config).model,
-                             10).clone(hidden_size=32)
+  other = tiny_models.with_size(
+      models.build_model(weights.decide(config).model, 10), hidden_size=32)
   params = jax.jit(other.init)(jax.random.key(0), np.zeros(
       (1, 16, 16, 3)))["params"]
   path = str(tmp_path / "wide.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   with pytest.raises(weights.WeightsError,
                      match="no entry of models/variants.py describes"):
     sweep.sweep(config, [path])

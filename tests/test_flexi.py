@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from configs import digits
+from tests.helpers import tiny_models
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
-from vit_jax.models import VisionTransformer
 from vit_jax.models import patch_resize
 from vit_jax.training import flexi
 
@@ -42,9 +42,9 @@ def _random(model, size=24):
 @pytest.mark.parametrize("classifier", ["token", "gap"])
 def test_a_model_run_at_another_patch_size_is_the_resized_plain_vit(
     run, classifier):
-  stored = VisionTransformer(classifier=classifier, **TINY)
+  stored = tiny_models.vit(classifier=classifier, **TINY)
   params = _random(stored)  # Patch 8 on 24 px: a 3 x 3 grid.
-  flexible = stored.clone(run_patch_size=run)
+  flexible = tiny_models.with_form(stored, patch_size=run)
   shapes = jax.eval_shape(flexible.init, jax.random.key(0),
                           jnp.zeros((1, 24, 24, 3)))["params"]
   assert jax.tree.map(np.shape, shapes) == jax.tree.map(np.shape, params)
@@ -61,7 +61,7 @@ def test_a_model_run_at_another_patch_size_is_the_resized_plain_vit(
   plain["Transformer/posembed_input/pos_embedding"] = np.concatenate(
       [posemb[:, :prefix],
        np.asarray(resized).reshape(1, -1, 32)], axis=1)
-  want = stored.clone(patch_size=run).apply(
+  want = tiny_models.with_size(stored, patch_size=run).apply(
       {"params": flax.traverse_util.unflatten_dict(plain, sep="/")},
       _images())[0]
   got = flexible.apply({"params": params}, _images())[0]
@@ -69,14 +69,15 @@ def test_a_model_run_at_another_patch_size_is_the_resized_plain_vit(
 
 
 def test_the_stored_size_is_the_plain_model_and_init_does_not_depend_on_it():
-  stored = VisionTransformer(**TINY)
+  stored = tiny_models.vit(**TINY)
   params = _random(stored)
   np.testing.assert_array_equal(
-      stored.clone(run_patch_size=8).apply({"params": params}, _images())[0],
+      tiny_models.with_form(stored, patch_size=8).apply({"params": params},
+                                                        _images())[0],
       stored.apply({"params": params}, _images())[0])
   a = stored.init(jax.random.key(3), jnp.zeros((1, 24, 24, 3)))
-  b = stored.clone(run_patch_size=6).init(jax.random.key(3),
-                                          jnp.zeros((1, 24, 24, 3)))
+  b = tiny_models.with_form(stored, patch_size=6).init(
+      jax.random.key(3), jnp.zeros((1, 24, 24, 3)))
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
 
@@ -120,8 +121,8 @@ def test_each_step_runs_at_its_drawn_size_from_where_the_run_starts():
   """A run resumed at step 100 draws what an uninterrupted one draws there."""
   config = defaults.get_config()
   config.flexi.patch_sizes = (4, 8, 16)
-  step = flexi.FlexiTrainStep(config, VisionTransformer(**TINY), lambda m:
-                              (lambda s, b: m.run_patch_size), 100)
+  step = flexi.FlexiTrainStep(config, tiny_models.vit(**TINY), lambda m:
+                              (lambda s, b: m.form.patch_size), 100)
   assert sorted(step.steps) == [4, 8, 16]
   assert [step(None, None) for _ in range(50)] == [
       flexi.patch_size_of_step(config, s) for s in range(100, 150)

@@ -14,6 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests import test_steps
+from tests.helpers import tiny_models
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -54,7 +55,7 @@ def _train(config, batches, mesh=None, sharding_config=None):
   """(per-step losses, final state, the compiled step's HLO text)."""
   mesh = mesh or sharding.make_mesh(devices=jax.devices()[:1])
   sharding_config = sharding_config or config.sharding
-  model = models.build_model(config.model, 10)
+  model = tiny_models.build(config.model, 10)
   # One schedule for every test: the same config compiles the same step,
   # which the compilation cache then holds once.
   tx, schedule = optim.make_optimizer(config, STEPS)
@@ -105,9 +106,9 @@ def test_evaluation_and_exports_read_the_same_params_without_fp8(digits_config):
   """FP8 is a training computation: evaluation (train=False) computes in
   the config's dtype, and a model without FP8 takes the same parameters."""
   config = _config(digits_config, True)
-  model = models.build_model(config.model, 10)
+  model = tiny_models.build(config.model, 10)
   params = models.init_on_zeros(model, jax.random.key(0), config.image_size)
-  plain = models.build_model(
+  plain = tiny_models.build(
       _config(digits_config.copy_and_resolve_references(), False).model, 10)
   images = np.zeros((2, config.image_size, config.image_size, 3), np.float32)
   np.testing.assert_array_equal(

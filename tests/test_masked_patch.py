@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from tests.helpers import tiny_models
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -15,13 +16,11 @@ from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.models import masked_patch as mp
-from vit_jax.models.vit import VisionTransformer
 from vit_jax.performance import planning
 from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
-from vit_jax.weights import writers
 
 MASKED_PARTS = {"mask_token"} | {
     f"masked_patch_head/{p}"
@@ -163,7 +162,7 @@ def test_the_mask_token_and_patch_head_are_composed_around_the_vit():
   """The ViT has neither; `MaskedPatchViT` adds both beside the ViT's own
   parameters (the names of the checkpoints written before it existed)."""
   images = jnp.zeros((2, 16, 16, 3))
-  plain = VisionTransformer(num_classes=None, **TINY)
+  plain = tiny_models.vit(num_classes=None, **TINY)
   model = mp.MaskedPatchViT(plain, 512)
   params = model.init(jax.random.key(0), images)["params"]
   plain_params = plain.init(jax.random.key(0), images)["params"]
@@ -265,7 +264,7 @@ def test_released_weights_start_self_supervised_pre_training(
   config = selfsup_config
   supervised = models.build_model(weights.decide(config).model, 10)
   path = str(tmp_path / "supervised.npz")
-  writers.save_npz(models.init_on_zeros(supervised, jax.random.key(0), 16),
+  weights.save_npz(models.init_on_zeros(supervised, jax.random.key(0), 16),
                    path)
   model = models.from_config(weights.decide(config), None)
   params = models.param_shapes(model, 16)
@@ -273,7 +272,7 @@ def test_released_weights_start_self_supervised_pre_training(
   assert {name for name, _ in report.reinitialised} == MASKED_PARTS
   assert {name for name, _ in report.dropped} == {"head/kernel", "head/bias"}
   timm_path = str(tmp_path / "timm.safetensors")
-  left_out = writers.save_timm(
+  left_out = weights.save_timm(
       models.init_on_zeros(model, jax.random.key(0), 16), timm_path)
   assert set(left_out) == MASKED_PARTS
   timm = safetensors.numpy.load_file(timm_path)

@@ -12,13 +12,13 @@ import pytest
 
 from tests.helpers import numpy_mixer
 from tests.helpers import numpy_reference
+from tests.helpers.tiny_models import mixer
 from tests.references import stored
+from vit_jax import weights
 from vit_jax.errors import WeightsError
 from vit_jax.models import VARIANTS
 from vit_jax.models import MixerVariant
 from vit_jax.models.mixer import MixerBlock
-from vit_jax.models.mixer import MlpMixer
-from vit_jax.weights import mixer_layout
 
 # models/variants.py's Mixer rows, as MlpMixer's fields.
 MIXER_VARIANTS = {
@@ -67,15 +67,14 @@ def abstract_params(model, size):
 
 @pytest.mark.parametrize("name", sorted(MIXER_VARIANTS))
 def test_golden_parameter_counts(name):
-  shapes = abstract_params(MlpMixer(num_classes=1000, **MIXER_VARIANTS[name]),
-                           224)
+  shapes = abstract_params(mixer(num_classes=1000, **MIXER_VARIANTS[name]), 224)
   count = sum(leaf.size for leaf in jax.tree.leaves(shapes))
   assert count == GOLDEN_PARAM_COUNTS[name]
   assert count == closed_form_count(**MIXER_VARIANTS[name])
 
 
 def test_parameter_names_are_the_released_mixers():
-  shapes = abstract_params(MlpMixer(num_classes=10, **TINY), 16)
+  shapes = abstract_params(mixer(num_classes=10, **TINY), 16)
   names = set(flax.traverse_util.flatten_dict(shapes, sep="/"))
   block = {
       f"{module}/{p}" for module in ("LayerNorm_0", "LayerNorm_1")
@@ -118,8 +117,8 @@ def test_one_block_matches_the_papers_equation(approximate):
 @pytest.mark.parametrize("representation_size", [None, 12])
 def test_matches_an_independent_float64_forward(approximate,
                                                 representation_size):
-  model = MlpMixer(num_classes=10, representation_size=representation_size,
-                   gelu_approximate=approximate, **TINY)
+  model = mixer(num_classes=10, representation_size=representation_size,
+                gelu_approximate=approximate, **TINY)
   params = random_params(model, 16)
   x = np.random.default_rng(1).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
   logits, out = model.apply({"params": params}, x, return_intermediates=True)
@@ -136,8 +135,8 @@ def test_matches_an_independent_float64_forward(approximate,
 
 
 def test_outputs_without_a_head_and_with_changed_patch_embeddings():
-  model = MlpMixer(num_classes=None, **TINY)
-  params = random_params(MlpMixer(num_classes=10, **TINY), 16)
+  model = mixer(num_classes=None, **TINY)
+  params = random_params(mixer(num_classes=10, **TINY), 16)
   del params["head"]
   x = np.random.default_rng(2).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
   features, out = model.apply({"params": params}, x)
@@ -155,18 +154,18 @@ def test_outputs_without_a_head_and_with_changed_patch_embeddings():
 
 def test_remat_stochastic_depth_and_bfloat16():
   x = np.random.default_rng(3).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
-  params = random_params(MlpMixer(num_classes=10, **TINY), 16)
-  plain = MlpMixer(num_classes=10, **TINY).apply({"params": params}, x)[0]
+  params = random_params(mixer(num_classes=10, **TINY), 16)
+  plain = mixer(num_classes=10, **TINY).apply({"params": params}, x)[0]
   for remat in ("full", "dots"):
-    model = MlpMixer(num_classes=10, remat=remat, **TINY)
+    model = mixer(num_classes=10, remat=remat, **TINY)
     np.testing.assert_allclose(
         model.apply({"params": params}, x)[0], plain, atol=1e-6)
-  dropped = MlpMixer(num_classes=10, drop_path_rate=0.5, **TINY)
+  dropped = mixer(num_classes=10, drop_path_rate=0.5, **TINY)
   assert np.array_equal(dropped.apply({"params": params}, x)[0], plain)
   trained = dropped.apply({"params": params}, x, train=True,
                           rngs={"dropout": jax.random.key(0)})[0]
   assert not np.allclose(trained, plain)
-  low = MlpMixer(num_classes=10, dtype=jnp.bfloat16, **TINY)
+  low = mixer(num_classes=10, dtype=jnp.bfloat16, **TINY)
   logits, out = low.apply({"params": params}, x)
   assert logits.dtype == jnp.float32 and out["encoded"].dtype == jnp.bfloat16
   assert np.abs(logits - plain).max() < 0.1 * np.abs(plain).max()
@@ -177,20 +176,20 @@ def test_timm_weights_give_timm_logits():
   them), through from_timm_mixer, with timm's exact-erf GELU."""
   from safetensors import numpy as st_numpy
   state = st_numpy.load_file(stored.path("tiny_mixer.safetensors"))
-  flat = mixer_layout.from_timm_mixer(state)
-  arch = mixer_layout.architecture(flat)
-  assert arch == mixer_layout.MixerArchitecture(
+  flat = weights.from_timm_mixer(state)
+  arch = weights.mixer_architecture(flat)
+  assert arch == weights.MixerArchitecture(
       hidden_size=32, tokens_mlp_dim=16, channels_mlp_dim=128, num_layers=2,
       patch_size=8, num_tokens=16, num_classes=10, representation_size=None)
   assert arch.image_size == stored.TINY_IMAGE_SIZE
-  model = MlpMixer(num_classes=10, gelu_approximate=False, **TIMM_LIKE)
+  model = mixer(num_classes=10, gelu_approximate=False, **TIMM_LIKE)
   params = flax.traverse_util.unflatten_dict(flat, sep="/")
   want = jax.tree.map(np.shape, abstract_params(model, 32))
   assert jax.tree.map(np.shape, params) == want
   logits = model.apply({"params": params}, stored.tiny_images())[0]
   error = np.abs(np.asarray(logits) - stored.tiny_mixer_logits()).max()
   assert error < 1e-5, error
-  tanh = MlpMixer(num_classes=10, **TIMM_LIKE)  # The released weights' GELU.
+  tanh = mixer(num_classes=10, **TIMM_LIKE)  # The released weights' GELU.
   tanh_logits = tanh.apply({"params": params}, stored.tiny_images())[0]
   assert np.abs(tanh_logits - stored.tiny_mixer_logits()).max() > 1e-4
 
@@ -198,8 +197,8 @@ def test_timm_weights_give_timm_logits():
 def test_timm_layout_round_trips_exactly():
   from safetensors import numpy as st_numpy
   state = st_numpy.load_file(stored.path("tiny_mixer.safetensors"))
-  assert mixer_layout.is_mixer(state)
-  back = mixer_layout.to_timm_mixer(mixer_layout.from_timm_mixer(state))
+  assert weights.is_mixer(state)
+  back = weights.to_timm_mixer(weights.from_timm_mixer(state))
   assert sorted(back) == sorted(state)
   for name, value in state.items():
     assert back[name].dtype == value.dtype and back[name].flags.c_contiguous
@@ -208,24 +207,24 @@ def test_timm_layout_round_trips_exactly():
 
 def test_unknown_or_misshapen_parameters_are_refused_by_name():
   flat = flax.traverse_util.flatten_dict(
-      random_params(MlpMixer(num_classes=10, representation_size=12, **TINY),
-                    16), sep="/")
-  assert mixer_layout.is_mixer(flat)
-  assert not mixer_layout.is_mixer(["Transformer/encoderblock_0/x"])
-  assert mixer_layout.architecture(flat).representation_size == 12
+      random_params(mixer(num_classes=10, representation_size=12, **TINY), 16),
+      sep="/")
+  assert weights.is_mixer(flat)
+  assert not weights.is_mixer(["Transformer/encoderblock_0/x"])
+  assert weights.mixer_architecture(flat).representation_size == 12
   with pytest.raises(
       WeightsError, match=r"^pre_logits/bias, pre_logits/kernel "
       r"have no counterpart in timm's MlpMixer"):
-    mixer_layout.to_timm_mixer(flat)
+    weights.to_timm_mixer(flat)
   with pytest.raises(WeightsError, match=r"stem\.norm\.weight has no "
                      "counterpart"):
-    mixer_layout.from_timm_mixer({"stem.norm.weight": np.ones(4)})
+    weights.from_timm_mixer({"stem.norm.weight": np.ones(4)})
   with pytest.raises(WeightsError, match=r"head\.weight has shape \(4,\)"):
-    mixer_layout.from_timm_mixer({"head.weight": np.ones(4)})
+    weights.from_timm_mixer({"head.weight": np.ones(4)})
   del flat["MixerBlock_1/LayerNorm_0/scale"]
   del flat["MixerBlock_0/token_mixing/Dense_0/kernel"]
   with pytest.raises(WeightsError, match="no MixerBlock_0/token_mixing"):
-    mixer_layout.architecture(flat)
+    weights.mixer_architecture(flat)
   flat = {k: v for k, v in flat.items() if not k.startswith("MixerBlock_0/")}
   with pytest.raises(WeightsError, match=r"MixerBlock_0\.\.N-1"):
-    mixer_layout.architecture(flat)
+    weights.mixer_architecture(flat)

@@ -19,6 +19,7 @@ from configs import fewshot as fewshot_configs
 from configs import finetune
 from tests.helpers import numpy_reference
 from tests.helpers import processes
+from tests.helpers import tiny_models
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import sharding
@@ -26,9 +27,6 @@ from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
-from vit_jax.weights import architecture
-from vit_jax.weights import describe
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,12 +41,12 @@ def _mixer_config(gelu=True):
 def _released_mixer(tmp_path, num_classes=10):
   """A `testing-mixer` at 16 px with trained-like random weights, as a
   released-layout .npz; returns (path, model, params)."""
-  model = models.build_model(_mixer_config(), num_classes)
+  model = tiny_models.build(_mixer_config(), num_classes)
   shapes = jax.eval_shape(model.init, jax.random.key(0),
                           jnp.zeros((1, 16, 16, 3)))["params"]
   params = numpy_reference.trained_like_params(shapes, seed=5)
   path = str(tmp_path / "mixer.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   return path, model, params
 
 
@@ -60,7 +58,7 @@ def _images(size=16, batch=3):
 def test_released_and_timm_layouts_load_with_the_same_logits(tmp_path):
   path, model, params = _released_mixer(tmp_path)
   timm_path = str(tmp_path / "mixer.safetensors")
-  writers.save_timm(params, timm_path)
+  weights.save_timm(params, timm_path)
   want = np.asarray(model.apply({"params": params}, _images())[0])
   target = jax.eval_shape(model.init, jax.random.key(0),
                           jnp.zeros((1, 16, 16, 3)))["params"]
@@ -73,9 +71,9 @@ def test_released_and_timm_layouts_load_with_the_same_logits(tmp_path):
         _images())[0]
     np.testing.assert_array_equal(np.asarray(got), want)
   for file in (path, timm_path):
-    assert architecture.read(file) == architecture.Architecture(
+    assert weights.read_architecture(file) == weights.Architecture(
         "testing-mixer", "gap", False, "learn", None, 10, 16)
-  text = describe.report(path)
+  text = weights.describe_weights(path)
   assert "MixerBlock_1/token_mixing/Dense_0/kernel" in text
 
 
@@ -89,7 +87,7 @@ def test_at_k_times_the_resolution_it_starts_as_the_checkpoint_on_each_tile(
   path, model, params = _released_mixer(tmp_path)
   config = _mixer_config()
   config.mixer_tiles = k
-  wide = models.build_model(config, 10)
+  wide = tiny_models.build(config, 10)
   target = models.param_shapes(wide, 16 * k)
   loaded, report = weights.load(path, target, num_prefix_tokens=0,
                                 grid=(4 * k,) * 2)
@@ -110,18 +108,18 @@ def test_a_vit_config_and_a_mixer_file_or_the_reverse_are_refused(tmp_path):
   path, _, _ = _released_mixer(tmp_path)
   config = defaults.get_config()
   config.model.variant, config.model.gelu_approximate = "testing", True
-  target = models.param_shapes(models.build_model(config.model, 10), 16)
+  target = models.param_shapes(tiny_models.build(config.model, 10), 16)
   with pytest.raises(
       weights.WeightsError, match="holds an MLP-Mixer but the "
       "config's model is a ViT"):
     weights.load(path, target, num_prefix_tokens=1, grid=(4, 4))
   with pytest.raises(Exception, match="is an MLP-Mixer: it pools by the mean"):
     config.model.variant = "testing-mixer"
-    models.build_model(config.model, 10)  # classifier=token.
+    tiny_models.build(config.model, 10)  # classifier=token.
 
 
 def test_sharding_rules_split_both_mlps_by_their_hidden_units():
-  shapes = models.param_shapes(models.build_model(_mixer_config(), 10), 16)
+  shapes = models.param_shapes(tiny_models.build(_mixer_config(), 10), 16)
   rules = defaults.get_config().sharding
   with rules.unlocked():
     rules.params = ((".*", "fsdp+tp"),)
@@ -161,20 +159,20 @@ def test_fine_tune_sweep_export_and_analyze(tfds_data_dir, tmp_path):
   want = np.asarray(
       loaded.model.apply({"params": jax.device_get(loaded.params)},
                          _images(32))[0])
-  for save, name in ((writers.save_npz, "m.npz"), (writers.save_timm,
+  for save, name in ((weights.save_npz, "m.npz"), (weights.save_timm,
                                                    "m.safetensors")):
     out = str(tmp_path / name)
-    save(writers.released_params(workdir), out)
+    save(weights.released_params(workdir), out)
     # Its architecture read from the file (the widened token MLP says 2).
-    assert architecture.read(out).mixer_tiles == 2
+    assert weights.read_architecture(out).mixer_tiles == 2
     again = inference.load(out, config=loaded.config)  # timm's: erf GELU.
     got = again.model.apply({"params": jax.device_get(again.params)},
                             _images(32))[0]
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
 
   vit = str(tmp_path / "vit.npz")
-  vit_model = models.build_model(_vit_config(), 10)
-  writers.save_npz(models.init_on_zeros(vit_model, jax.random.key(0), 16), vit)
+  vit_model = tiny_models.build(_vit_config(), 10)
+  weights.save_npz(models.init_on_zeros(vit_model, jax.random.key(0), 16), vit)
   fewshot_config = fewshot_configs.get_config("runlocal")
   fewshot_config.data_dir = tfds_data_dir
   fewshot_config.image_size = 32

@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 from tests.helpers import numpy_reference as ref
+from tests.helpers import tiny_models
 from tests.test_variants import flat
 from tests.test_variants import variant_model
 from vit_jax import models
+from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
-from vit_jax.models import VisionTransformer
 from vit_jax.models import attention
 from vit_jax.models import scan
 
@@ -37,8 +38,8 @@ B = IMAGE_SHAPE[0]
 # ----------------------------------------------------------------- helpers --
 
 
-def tiny_model(**kwargs) -> VisionTransformer:
-  return VisionTransformer(**{**TINY, **kwargs})
+def tiny_model(**kwargs) -> models.VisionTransformer:
+  return tiny_models.vit(**{**TINY, **kwargs})
 
 
 def images(seed: int = 0, shape=IMAGE_SHAPE) -> np.ndarray:
@@ -305,7 +306,7 @@ def test_return_intermediates_keyword_reaches_call():
 
 def test_call_keywords_do_not_collide_with_module_apply():
   """`apply` keeps keywords named like its own parameters from `__call__`."""
-  call = set(inspect.signature(VisionTransformer.__call__).parameters)
+  call = set(inspect.signature(models.VisionTransformer.__call__).parameters)
   apply = set(inspect.signature(nn.Module.apply).parameters)
   assert call & apply == {"self"}
 
@@ -372,14 +373,9 @@ def test_unknown_variant_lists_known_ones():
 
 
 def model_config(**overrides) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict({
-      "variant": "testing",
-      "classifier": "token",
-      "remat": "none",
-      "dtype": "float32",
-      "param_dtype": "float32",
-      **overrides
-  })
+  config = defaults.get_model_config()
+  config.update(variant="testing", **overrides)
+  return config
 
 
 def test_check_model_config_accepts_good_config():
@@ -397,7 +393,7 @@ def test_check_model_config_names_bad_field(field, value):
 
 
 def _attention_model(attention):
-  return VisionTransformer(**{**TINY, "patch_size": 4}, attention=attention)
+  return tiny_models.vit(**{**TINY, "patch_size": 4}, attention=attention)
 
 
 def test_fused_attention_paths_equal_the_explicit_one():
@@ -439,8 +435,8 @@ def test_padded_attention_masks_its_padding():
 
 def test_attention_weights_only_where_asked():
   x = jnp.ones((2, 5, 8))
-  layer = attention.MultiHeadDotProductAttention(num_heads=2,
-                                                 implementation="xla")
+  layer = attention.MultiHeadDotProductAttention(
+      num_heads=2, form=models.ModelForm(attention="xla"))
   params = layer.init(jax.random.key(0), x, x, True)
   out, weights = layer.apply(params, x, x, True)
   assert weights is None
@@ -451,8 +447,6 @@ def test_attention_weights_only_where_asked():
 
 
 def test_an_unknown_attention_is_refused():
-  config = ml_collections.ConfigDict(
-      dict(variant="testing", classifier="token", remat="none", dtype="float32",
-           param_dtype="float32", attention="flash"))
+  config = model_config(attention="flash")
   with pytest.raises(UserError, match="config.model.attention='flash'"):
     models.check_model_config(config)

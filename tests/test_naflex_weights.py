@@ -14,11 +14,12 @@ import pytest
 import tensorflow as tf
 
 from tests.helpers import processes
+from tests.helpers import torch_env
 from vit_jax import inference
+from vit_jax import weights
 from vit_jax.commands import export
 from vit_jax.data import image_files
 from vit_jax.models import sequences
-from vit_jax.weights import architecture
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCES = os.path.join(REPO, "tests", "references")
@@ -56,7 +57,7 @@ def two_tower_file(tmp_path_factory):
 
 def test_big_visions_naflex_tower_loads_and_gives_its_logits(two_tower_file):
   checkpoint = f"{two_tower_file}:img"
-  arch = architecture.read(checkpoint)
+  arch = weights.read_architecture(checkpoint)
   assert (arch.variant, arch.classifier, arch.class_token, arch.image_size,
           arch.sequences) == ("testing", "map", False, 16, True)
   loaded = inference.load(checkpoint)
@@ -170,7 +171,7 @@ def test_timms_naflexvits_load_and_give_timms_logits(name, options, form,
   np.testing.assert_allclose(logits, io[f"logits_{name}"], rtol=2e-5, atol=2e-5)
 
 
-TORCH_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
+TORCH_PYTHON = torch_env.TORCH_PYTHON
 
 
 @pytest.mark.parametrize("name", ["gap", "parfac", "siglip"])
@@ -187,8 +188,7 @@ def test_a_naflex_model_exports_to_a_timm_directory_timm_loads(name, tmp_path):
   loaded = inference.load(out)
   logits, _ = loaded.model.apply({"params": loaded.params}, seq)
   np.testing.assert_allclose(logits, io[f"logits_{name}"], rtol=2e-5, atol=2e-5)
-  if not os.path.exists(TORCH_PYTHON):
-    pytest.skip("no .venv-torch: `tests/references/torch_env.sh` says why")
+  torch_env.require()
   np.savez(tmp_path / "sequences.npz", patches=np.asarray(seq.patches),
            coords=np.asarray(seq.coords), valid=np.asarray(seq.segments) > 0)
   env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}

@@ -15,6 +15,7 @@ and last checkpoint (TensorBoard files left out):
 import os
 import shutil
 
+from etils import epath
 import numpy as np
 
 from configs import digits
@@ -22,10 +23,13 @@ from configs import fewshot as fewshot_configs
 from configs import finetune
 from configs import selfsup
 from vit_jax import inference
+from vit_jax import models
+from vit_jax import weights
+from vit_jax.config import defaults
+from vit_jax.config import recorded
 from vit_jax.data import image_files
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
-from vit_jax.weights import describe
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "workdirs_v0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +70,8 @@ def test_an_old_selfsup_run_resumes_with_a_fewshot_entry(
 def test_an_old_selfsup_checkpoint_is_described():
   """`vit-jax inspect CHECKPOINT --config=configs/selfsup.py:...`."""
   checkpoint = os.path.join(FIXTURES, "selfsup", "checkpoints", "4")
-  text = describe.report(checkpoint, selfsup.get_config("digits,runlocal"))
+  text = weights.describe_weights(checkpoint,
+                                  selfsup.get_config("digits,runlocal"))
   assert "Loads into testing at 16 px with config.objective=masked_patch" in (
       text), text
 
@@ -97,3 +102,18 @@ def test_old_runs_are_swept(tmp_path, tfds_data_dir):
   table, _ = sweep.sweep(config, [supervised, selfsup])
   for workdir in (supervised, selfsup):
     assert set(table[workdir]["digits"]) >= {"1shot", "5shot", "full"}
+
+
+def test_recorded_configs_of_earlier_layouts_are_upgraded_where_read():
+  """Each fixture's config.json, written before most of the model's form
+  existed, reads with every field (`config/recorded.py`, once), and the
+  form it gives is the one the run computed; a run recorded before the
+  GELU was an option computed the exact erf."""
+  for name in ("supervised", "selfsup"):
+    run = recorded.read(epath.Path(FIXTURES) / name / "config.json")
+    assert set(run["model"]) == set(defaults.get_model_config())
+    assert models.ModelForm.from_config(run["model"]) == models.ModelForm(
+        gelu_approximate=True)  # As recorded.
+  older = recorded.upgrade({"model": {"variant": "testing"}})
+  form = models.ModelForm.from_config(older["model"])
+  assert form == models.ModelForm(gelu_approximate=False)

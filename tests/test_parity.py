@@ -9,20 +9,18 @@ import zipfile
 import numpy as np
 import pytest
 
+from tests.helpers import tiny_models
 from tests.references import stored
 from tests.test_weights import ERF
 from tests.test_weights import TORCH_LIKE
 from tests.test_weights import load_params
 from tests.test_weights import logits
 from vit_jax import weights
-from vit_jax.models import VisionTransformer
-from vit_jax.weights import formats
-from vit_jax.weights import writers
 
 
 def test_timm_weights_give_timm_logits():
   """timm's own state dict (tests/references: what timm computed)."""
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
+  model = tiny_models.vit(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(stored.path("tiny_timm.safetensors"), model,
                                grid=(4, 4), gelu_approximate=False)
   assert report.origin == "timm" and not report.reinitialised
@@ -38,7 +36,7 @@ def test_a_pytorch_pickle_is_read_without_torch():
   (`torch_pickle.py`; the suite's Python has no CPU build of torch):
   timm's logits."""
   path = stored.path("tiny_timm.pth")
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
+  model = tiny_models.vit(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
   assert report.origin == "timm" and not report.warnings
   error = np.abs(
@@ -56,15 +54,15 @@ def test_a_pickle_that_is_not_a_state_dict_is_refused_not_run(tmp_path):
   path = tmp_path / "evil.pth"
   path.write_bytes(buffer.getvalue())
   with pytest.raises(weights.WeightsError, match="os.system is not part of"):
-    formats.read(str(path))
+    weights.read_file(str(path))
   assert not (tmp_path / "pwned").exists()
 
 
 def test_timm_hybrid_weights_give_timm_logits():
   from vit_jax.models.variants import ResNetSpec
-  model = VisionTransformer(num_classes=5, hidden_size=16, mlp_dim=32,
-                            num_heads=2, num_layers=1, patch_size=1,
-                            resnet=ResNetSpec(num_layers=(1, 1)), **ERF)
+  model = tiny_models.vit(num_classes=5, hidden_size=16, mlp_dim=32,
+                          num_heads=2, num_layers=1, patch_size=1,
+                          resnet=ResNetSpec(num_layers=(1, 1)), **ERF)
   params, report = load_params(stored.path("tiny_hybrid.safetensors"), model,
                                grid=(4, 4))
   assert report.ok and not report.reinitialised
@@ -95,7 +93,7 @@ def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
       state = {k.replace(old, new): v for k, v in state.items()}
   path = str(tmp_path / "hf.safetensors")
   st_numpy.save_file(state, path)
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
+  model = tiny_models.vit(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
   assert report.origin == "hugging_face" and report.ok and not report.warnings
   error = np.abs(
@@ -111,10 +109,10 @@ def test_export_to_timm_is_timms_own_state_dict(tmp_path):
   `load_state_dict` takes strictly and which gave timm's logits."""
   from safetensors import numpy as st_numpy
   timm_file = stored.path("tiny_timm.safetensors")
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE, **ERF)
+  model = tiny_models.vit(num_classes=10, **TORCH_LIKE, **ERF)
   params, _ = load_params(timm_file, model, grid=(4, 4), gelu_approximate=False)
   path = str(tmp_path / "ours.safetensors")
-  writers.save_timm(params, path)
+  weights.save_timm(params, path)
   exported, theirs = st_numpy.load_file(path), st_numpy.load_file(timm_file)
   assert sorted(exported) == sorted(theirs)
   for name, value in theirs.items():

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from tests.helpers import numpy_reference as ref
+from tests.helpers import tiny_models
 from tests.test_models import TINY
 from tests.test_models import images
 from tests.test_models import random_params
 from tests.test_models import run
 from tests.test_models import tiny_model
-from vit_jax import models
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.models import embeddings
@@ -75,10 +75,10 @@ def test_token_pooling_without_a_class_token_is_refused_before_tracing():
   config.variant, config.gelu_approximate = "testing", True
   config.class_token = False
   with pytest.raises(UserError, match="classifier=token reads the class"):
-    models.build_model(config, 3)
+    tiny_models.build(config, 3)
   config.class_token, config.posemb = None, "sincos2d"
   config.variant = "testing"
-  models.build_model(config, 3)  # Width 16: fine.
+  tiny_models.build(config, 3)  # Width 16: fine.
   config.posemb = "fixed"
   with pytest.raises(UserError, match="posemb='fixed' is not one of"):
-    models.build_model(config, 3)
+    tiny_models.build(config, 3)

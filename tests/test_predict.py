@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 from tests.helpers import processes
 from vit_jax import inference
 from vit_jax import models
-from vit_jax.config import defaults
+from vit_jax import weights
 from vit_jax.data import image_files
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
@@ -26,8 +26,6 @@ from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
 from vit_jax.training import objectives
-from vit_jax.weights import architecture
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -129,10 +127,7 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
 
 
 def _testing_model(num_classes, classifier="token"):
-  config = defaults.get_model_config()
-  config.variant, config.classifier = "testing", classifier
-  config.gelu_approximate = True
-  model = models.build_model(config, num_classes)
+  model = models.create_model("testing", num_classes, classifier=classifier)
   return model, jax.jit(model.init)(jax.random.key(0), jnp.zeros(
       (1, 24, 24, 3)))["params"]
 
@@ -141,8 +136,8 @@ def _testing_model(num_classes, classifier="token"):
 def test_the_architecture_is_read_from_the_file(tmp_path, save):
   model, params = _testing_model(7)
   path = str(tmp_path / ("w.npz" if save == "npz" else "w.safetensors"))
-  (writers.save_npz if save == "npz" else writers.save_timm)(params, path)
-  assert architecture.read(path) == architecture.Architecture(
+  (weights.save_npz if save == "npz" else weights.save_timm)(params, path)
+  assert weights.read_architecture(path) == weights.Architecture(
       variant="testing", classifier="token", class_token=True, posemb="learn",
       representation_size=None, num_classes=7, image_size=24)
   config, trained_here, _ = inference.config_for(path, image_size=32)
@@ -153,8 +148,8 @@ def test_the_architecture_is_read_from_the_file(tmp_path, save):
 def test_a_gap_model_without_a_head_is_read_and_refused_by_predict(tmp_path):
   model, params = _testing_model(0, classifier="gap")
   path = str(tmp_path / "features.npz")
-  writers.save_npz(params, path)
-  assert architecture.read(path).classifier == "gap"
+  weights.save_npz(params, path)
+  assert weights.read_architecture(path).classifier == "gap"
   loaded = inference.load(path)
   assert not loaded.num_classes
   for refused in (lambda: inference.class_names(loaded),
@@ -166,7 +161,7 @@ def test_a_gap_model_without_a_head_is_read_and_refused_by_predict(tmp_path):
 def test_class_names_from_a_file_and_for_imagenet(tmp_path):
   model, params = _testing_model(3)
   path = str(tmp_path / "w.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   loaded = inference.load(path)
   assert inference.class_names(loaded) == (["0", "1", "2"], "class indices")
   labels = tmp_path / "labels.txt"

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import gcs_server
+from tests.helpers import tiny_models
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import paths
@@ -27,11 +28,6 @@ from vit_jax.config import defaults
 from vit_jax.errors import DownloadError
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
-from vit_jax.weights import cache
-from vit_jax.weights import describe
-from vit_jax.weights import formats
-from vit_jax.weights import released
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "vit_models"
@@ -55,10 +51,10 @@ def tiny(tmp_path_factory) -> tuple[bytes, dict]:
   """(the .npz bytes, its flat params) of a `testing` model with a head."""
   model_config = defaults.get_model_config()
   model_config.variant, model_config.gelu_approximate = "testing", True
-  model = models.build_model(model_config, num_classes=7)
+  model = tiny_models.build(model_config, num_classes=7)
   params = models.init_on_zeros(model, jax.random.key(0), 16)
   path = str(tmp_path_factory.mktemp("tiny") / "testing.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   with open(path, "rb") as f:
     data = f.read()
   return data, dict(np.load(path))
@@ -80,9 +76,9 @@ def delete(url: str):
 @pytest.fixture(autouse=True)
 def fresh_process_state(monkeypatch, tmp_path):
   """Each test announces afresh and caches in its own directory."""
-  monkeypatch.setattr(cache, "_announced", set())
-  monkeypatch.setenv(cache.CACHE_VARIABLE, str(tmp_path / "cache"))
-  monkeypatch.delenv(cache.OFFLINE_VARIABLE, raising=False)
+  weights.forget_announced()
+  monkeypatch.setenv(weights.CACHE_VARIABLE, str(tmp_path / "cache"))
+  monkeypatch.delenv(weights.OFFLINE_VARIABLE, raising=False)
 
 
 @pytest.fixture
@@ -90,8 +86,8 @@ def named(gcs, tiny, monkeypatch, request):
   """NAME in the released table, pointing at a fresh object; its URL."""
   url = upload(tiny[0], f"imagenet21k/{request.node.name}/testing.npz")
   monkeypatch.setitem(
-      released.CHECKPOINTS, NAME,
-      released.Released(url, "testing", "a tiny model for tests"))
+      weights.RELEASED, NAME,
+      weights.Released(url, "testing", "a tiny model for tests"))
   return url
 
 
@@ -108,7 +104,7 @@ def downloads(capsys) -> int:
 def test_a_url_is_downloaded_once_then_read_from_the_cache(
     gcs, tiny, tmp_path, capsys):
   url = upload(tiny[0], "imagenet21k/url/testing.npz")
-  fmt, tensors = formats.read(url)
+  fmt, tensors = weights.read_file(url)
   assert fmt == "npz" and downloads(capsys) == 1
   assert_same(tensors, tiny[1])
   # The copy mirrors the bucket's path (its origin is read from content).
@@ -116,8 +112,8 @@ def test_a_url_is_downloaded_once_then_read_from_the_cache(
   assert copy.read_bytes() == tiny[0]
   assert weights.file_origin(url) == ("released", True)
 
-  cache._announced.clear()  # As a new process would.
-  _, again = formats.read(url)
+  weights.forget_announced()  # As a new process would.
+  _, again = weights.read_file(url)
   err = capsys.readouterr().err
   assert "Downloading" not in err and "Using cached" in err
   assert_same(again, tiny[1])
@@ -126,16 +122,16 @@ def test_a_url_is_downloaded_once_then_read_from_the_cache(
 def test_a_changed_object_is_downloaded_again_and_a_gone_one_is_not_needed(
     gcs, tiny, capsys):
   url = upload(tiny[0], "imagenet21k/changed/testing.npz")
-  formats.read(url)
+  weights.read_file(url)
   changed = {k: v + 1 for k, v in tiny[1].items()}
-  writers.save_npz(changed, url)
-  _, tensors = formats.read(url)
+  weights.save_npz(changed, url)
+  _, tensors = weights.read_file(url)
   assert downloads(capsys) == 2
   assert_same(tensors, changed)
 
   delete(url)  # Unreachable: the cached copy is used, with a warning.
-  cache._announced.clear()
-  _, tensors = formats.read(url)
+  weights.forget_announced()
+  _, tensors = weights.read_file(url)
   err = capsys.readouterr().err
   assert "Could not check" in err and "Downloading" not in err
   assert_same(tensors, changed)
@@ -169,7 +165,7 @@ def test_a_name_for_another_variant_is_refused_before_downloading(
   config = weights.decide(config)  # A released name: tanh, not downloaded.
   assert config.model.gelu_approximate is True
   assert not os.path.exists(config.init.cache_dir)
-  model = models.build_model(config.model, num_classes=7)
+  model = tiny_models.build(config.model, num_classes=7)
   loaded, report = weights.load_for_config(config, NAME,
                                            models.param_shapes(model, 16))
   assert report.ok and report.path == NAME
@@ -178,20 +174,20 @@ def test_a_name_for_another_variant_is_refused_before_downloading(
 
 def test_offline_mode_refuses_to_download_but_reads_the_cache(
     named, tiny, tmp_path, monkeypatch):
-  monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
-  target = cache.cache_path(named)
+  monkeypatch.setenv(weights.OFFLINE_VARIABLE, "1")
+  target = weights.cache_path(named)
   with pytest.raises(DownloadError) as error:
-    formats.read(NAME)
+    weights.read_file(NAME)
   message = str(error.value)
   for part in ("Offline mode is on", NAME, named, target,
                "unset VIT_JAX_OFFLINE"):
     assert part in message
 
-  monkeypatch.delenv(cache.OFFLINE_VARIABLE)
-  formats.read(NAME)  # Online: downloaded.
+  monkeypatch.delenv(weights.OFFLINE_VARIABLE)
+  weights.read_file(NAME)  # Online: downloaded.
   delete(named)
-  monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
-  assert_same(formats.read(NAME)[1], tiny[1])
+  monkeypatch.setenv(weights.OFFLINE_VARIABLE, "1")
+  assert_same(weights.read_file(NAME)[1], tiny[1])
 
 
 def test_the_offline_flag_reaches_the_command(gcs, tiny, tmp_path):
@@ -199,7 +195,7 @@ def test_the_offline_flag_reaches_the_command(gcs, tiny, tmp_path):
   result = subprocess.run(
       [sys.executable, "-m", "vit_jax", "inspect", "--offline", url], cwd=REPO,
       capture_output=True, text=True, timeout=120, env={
-          **gcs.env(), cache.CACHE_VARIABLE: str(tmp_path / "cache")
+          **gcs.env(), weights.CACHE_VARIABLE: str(tmp_path / "cache")
       })
   assert result.returncode == 2, result.stderr[-2000:]
   assert "error: Offline mode is on" in result.stderr
@@ -212,7 +208,7 @@ def test_concurrent_loaders_on_one_host_download_once(gcs, tiny, capsys):
 
   def load():  # Its own lock file handle: as another process would.
     start.wait()
-    results.append(cache.locate(url))
+    results.append(weights.locate(url))
 
   threads = [threading.Thread(target=load) for _ in range(3)]
   for thread in threads:
@@ -231,27 +227,27 @@ def test_concurrent_loaders_on_one_host_download_once(gcs, tiny, capsys):
 
 def test_a_directory_at_a_url_is_read_in_place(gcs, tiny, tmp_path):
   upload(tiny[0], "workdir/checkpoints/1/default/_METADATA")
-  assert cache.locate(f"gs://{BUCKET}/workdir") == f"gs://{BUCKET}/workdir"
+  assert weights.locate(f"gs://{BUCKET}/workdir") == f"gs://{BUCKET}/workdir"
   assert not os.path.exists(tmp_path / "cache")
   # Never cached, so a cache that could not hold files does not matter.
   remote_cache = f"gs://{BUCKET}/cache"
-  assert cache.locate(f"gs://{BUCKET}/workdir",
-                      remote_cache) == (f"gs://{BUCKET}/workdir")
+  assert weights.locate(f"gs://{BUCKET}/workdir",
+                        remote_cache) == (f"gs://{BUCKET}/workdir")
   url = upload(tiny[0], "imagenet21k/remote_cache/testing.npz")
   with pytest.raises(UserError, match="must be a local directory"):
-    cache.locate(url, remote_cache)
+    weights.locate(url, remote_cache)
 
 
 def test_offline_mode_says_a_url_may_be_an_orbax_directory(
     monkeypatch, tmp_path):
   """Offline, nothing asks the storage whether the URL is a file (to put
   into the cache) or a workdir (read in place, so not offline)."""
-  monkeypatch.setenv(cache.OFFLINE_VARIABLE, "1")
+  monkeypatch.setenv(weights.OFFLINE_VARIABLE, "1")
   url = "gs://some-bucket/workdirs/run/checkpoints"
   with pytest.raises(DownloadError) as error:
-    cache.locate(url)
+    weights.locate(url)
   message = str(error.value)
-  for part in (f"no cached copy at {cache.cache_path(url)}",
+  for part in (f"no cached copy at {weights.cache_path(url)}",
                "If it is a weights file, put it at that path",
                "if it is an Orbax checkpoint directory, it is always read in "
                "place from the storage, never cached, so it cannot be read "
@@ -266,8 +262,7 @@ def no_downloads(monkeypatch):
   def fetch(url, *args):
     raise AssertionError(f"tried to fetch {url}")
 
-  monkeypatch.setattr(cache, "_local_copy", fetch)
-  monkeypatch.setattr(fsspec.core, "url_to_fs", fetch)
+  monkeypatch.setattr(fsspec.core, "url_to_fs", fetch)  # Every download's.
 
 
 def test_commands_refuse_a_name_for_another_variant_before_downloading(
@@ -279,47 +274,47 @@ def test_commands_refuse_a_name_for_another_variant_before_downloading(
              "is testing; set --config.model.variant=ViT-L/16")
   for read in (lambda: inference.config_for("ViT-L/16@i21k", config),
                lambda: inference.load("ViT-L/16@i21k", config),
-               lambda: describe.report("ViT-L/16@i21k", config),
-               lambda: describe.compare_with_config("ViT-L/16@i21k", config)):
+               lambda: weights.describe_weights("ViT-L/16@i21k", config),
+               lambda: weights.compare_with_config("ViT-L/16@i21k", config)):
     with pytest.raises(weights.WeightsError, match=re.escape(refused)):
       read()
 
 
 def test_an_unknown_name_lists_close_matches_and_how_to_pass_a_path():
   with pytest.raises(weights.WeightsError) as error:
-    formats.read("ViT-B/16@in21k")
+    weights.read_file("ViT-B/16@in21k")
   message = str(error.value)
   assert message.startswith("No weights at ViT-B/16@in21k: the path does not "
                             "exist. It is not the name of a released")
   assert "ViT-B/16@i21k" in message and "Pass the path" in message
   with pytest.raises(weights.WeightsError) as error:  # A plain missing file.
-    formats.read("/nonexistent/dir/model.npz")
+    weights.read_file("/nonexistent/dir/model.npz")
   assert str(error.value) == ("No weights at /nonexistent/dir/model.npz: the "
                               "path does not exist.")
 
 
 def test_the_table_names_variants_and_the_bucket_layout():
-  for name, entry in released.CHECKPOINTS.items():
+  for name, entry in weights.RELEASED.items():
     assert entry.variant in VARIANTS, name
     assert name.startswith(entry.variant + "@"), name
     assert entry.url.startswith(
         ("gs://vit_models/", "gs://big_vision/",
          "gs://mixer_models/")) and entry.url.endswith(".npz"), name
-  assert released.lookup("ViT-B/16@i21k").url == (
+  assert weights.lookup_released("ViT-B/16@i21k").url == (
       "gs://vit_models/imagenet21k/ViT-B_16.npz")
-  assert released.lookup("R50+ViT-B/16@i21k-ft-i1k").url == (
+  assert weights.lookup_released("R50+ViT-B/16@i21k-ft-i1k").url == (
       "gs://vit_models/imagenet21k+imagenet2012/R50+ViT-B_16.npz")
-  assert released.lookup("ViT-B/16@augreg-i21k").url == (
+  assert weights.lookup_released("ViT-B/16@augreg-i21k").url == (
       "gs://vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-"
       "do_0.0-sd_0.0.npz")
   stem = ("R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--"
           "oxford_iiit_pet-steps_0k-lr_0.003-res_384")
   for given in (stem, stem + ".npz"):
-    entry = released.lookup(given)
+    entry = weights.lookup_released(given)
     assert entry.url == f"gs://vit_models/augreg/{stem}.npz"
     assert entry.variant == "R+ViT-Ti/16"
-  assert released.lookup("B_16") is None
-  assert released.lookup("ViT-B/16") is None
-  assert cache.cache_path(
+  assert weights.lookup_released("B_16") is None
+  assert weights.lookup_released("ViT-B/16") is None
+  assert weights.cache_path(
       "gs://vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz",
       "/c") == "/c/gs/vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz"

@@ -20,8 +20,6 @@ from vit_jax.data import specs
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
 from vit_jax.training import train_state
-from vit_jax.weights import convert
-from vit_jax.weights import writers
 
 # The module's tests share the pre-trained workdir on one xdist worker.
 pytestmark = pytest.mark.xdist_group("selfsup")
@@ -85,7 +83,7 @@ def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(
   assert {name for name, _ in report.reinitialised} == {
       "head/kernel", "head/bias"
   }
-  assert [r[0] for r in report.resized] == [convert.POSEMB]  # 16 -> 32 px.
+  assert [r[0] for r in report.resized] == [weights.POSEMB]  # 16 -> 32 px.
   result = trainer.train_and_evaluate(config, str(tmp_path))
   assert 0.0 <= result["test/accuracy"] <= 1.0
 
@@ -101,7 +99,7 @@ def test_fewshot_of_the_checkpoint_and_of_random_init(pretrained, tfds_data_dir,
   state, _ = train_state.create_train_state(model, optax.identity(), 16,
                                             config.seed, sharding.make_mesh())
   init_path = str(tmp_path / "init.npz")
-  writers.save_npz(state.params, init_path)
+  weights.save_npz(state.params, init_path)
   table, _ = sweep.sweep(config, [workdir, sweep.RANDOM_INIT, init_path])
   assert table[sweep.RANDOM_INIT] == table[init_path]
   assert set(table[workdir]["digits"]) >= {"1shot", "5shot", "full"}

@@ -15,6 +15,7 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.performance import communication
+from vit_jax.training import fsdp
 from vit_jax.training import optim
 from vit_jax.training import train_state
 
@@ -255,10 +256,10 @@ def test_the_fsdp_gather_is_exact_and_reduce_scatters_the_gradient():
 
   def local_loss(params, batch, rng):
     del rng
-    full = sharding.gather_over_data(params, shard)
+    full = fsdp.gather_over_data(params, shard)
     return jnp.sum(full**2) * jnp.mean(batch), {"total": jnp.sum(full)}
 
-  loss = sharding.over_data_shards(local_loss, mesh, shard)
+  loss = fsdp.over_data_shards(local_loss, mesh, shard)
   step = jax.jit(jax.value_and_grad(loss, has_aux=True))
   (value, metrics), grad = step(p, batch, jax.random.key(0))
   squares = np.sum(np.arange(64.0)**2)

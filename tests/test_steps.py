@@ -10,7 +10,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
 
-from vit_jax import models
+from tests.helpers import tiny_models
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.data import input_pipeline
@@ -36,7 +36,7 @@ def setup(digits_config):
   batches = input_pipeline.make_train_iterator(specs.training(digits_config),
                                                source)
   batches = [next(batches) for _ in range(3)]
-  model = models.build_model(
+  model = tiny_models.build(
       weights.decide(digits_config).model, source.num_classes)
   tx, schedule = optim.make_optimizer(digits_config, 3)
   return digits_config, model, tx, schedule, batches
@@ -146,7 +146,7 @@ def test_fsdp_with_scanned_layers_equals_single_device(setup, layout):
   the scan): the same training as one device. The leading layer axis, which
   the scan slices, is never split."""
   config, model, *rest = setup
-  scanned = (config, model.clone(scan_layers=True), *rest)
+  scanned = (config, tiny_models.with_form(model, scan_layers=True), *rest)
   state = _sharded_state_after_training_like_one_device(scanned, layout)
   blocks = state.params["Transformer"]["encoderblock"]
   specs = [tuple(p.sharding.spec) for p in jax.tree.leaves(blocks)]

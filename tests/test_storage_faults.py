@@ -22,7 +22,7 @@ from tests.helpers import faulty_proxy
 from tests.helpers import gcs_server
 from tests.helpers import processes
 from vit_jax import paths
-from vit_jax.weights import formats
+from vit_jax import weights
 
 pytestmark = pytest.mark.xdist_group("gcs")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,7 +135,7 @@ def test_a_run_killed_on_flaky_storage_resumes_from_the_bucket_bit_identically(
   assert len(events) == 2, events
 
   # Fine-tuning from the bucket reads the parameters' average, nothing else.
-  fmt, tensors = formats.read("gs://bucket/whole")
+  fmt, tensors = weights.read_file("gs://bucket/whole")
   assert fmt == "orbax"
   ema = _state("gs://bucket/whole")[1]
   np.testing.assert_array_equal(tensors["head/kernel"], ema["head"]["kernel"])
@@ -162,8 +162,8 @@ def test_weights_by_url_load_through_flaky_storage(gcs, tmp_path):
     done = subprocess.run(
         [
             sys.executable, "-c", "import sys; from vit_jax import paths; "
-            "paths.configure_storage(); from vit_jax.weights import formats; "
-            "fmt, t = formats.read(sys.argv[1]); "
+            "paths.configure_storage(); from vit_jax import weights; "
+            "fmt, t = weights.read_file(sys.argv[1]); "
             "print(fmt, sorted((k, float(v.sum())) for k, v in t.items()))",
             "gs://bucket/weights/w.npz"
         ], cwd=REPO, env={

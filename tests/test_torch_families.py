@@ -15,9 +15,9 @@ from safetensors import numpy as st_numpy
 from configs import fewshot as fewshot_configs
 from configs import finetune
 from tests.helpers import compiled
+from tests.helpers import tiny_models
 from tests.references import stored
 from vit_jax import inference
-from vit_jax import models
 from vit_jax import weights
 from vit_jax.commands import export
 from vit_jax.config import defaults
@@ -25,8 +25,6 @@ from vit_jax.errors import UserError
 from vit_jax.fewshot import sweep
 from vit_jax.loop import trainer
 from vit_jax.models import variants
-from vit_jax.weights import convert
-from vit_jax.weights import families
 
 # What the weights cannot show: OpenAI's CLIP computes QuickGELU; timm's
 # fc_norm model pools by the mean of the patches.
@@ -50,19 +48,21 @@ def _register_tiny_timm():
 
 
 def _convert(name):
-  return convert.from_timm(stored.tiny_family_state(name), 4, name)
+  return weights.convert_tensors("safetensors", stored.tiny_family_state(name),
+                                 4, name)
 
 
 @pytest.mark.parametrize("name", stored.TINY_FAMILIES)
 def test_each_family_gives_timms_logits(name, tmp_path):
   converted = _convert(name)
-  found = families.options(converted.params, converted.posemb_prefix_tokens)
-  assert families.name(found).startswith(_FAMILY_NAMES[name])
+  found = weights.family_options(converted.params,
+                                 converted.posemb_prefix_tokens)
+  assert weights.family_name(found).startswith(_FAMILY_NAMES[name])
   assert converted.notes[0].startswith(f"family: {_FAMILY_NAMES[name]}")
   kwargs = stored.tiny_family_kwargs(name)
   assert found.get("layer_norm_eps", 1e-6) == pytest.approx(
       stored.tiny_family_layer_norm_eps(name))
-  model = models.VisionTransformer(
+  model = tiny_models.vit(
       num_classes=10, hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
       patch_size=8,
       classifier="gap" if kwargs.get("global_pool") == "avg" else "token",
@@ -89,8 +89,8 @@ def test_a_family_without_its_options_is_refused_with_the_flags_it_needs(
     tmp_path):
   path = str(tmp_path / "dinov2_reg.safetensors")
   st_numpy.save_file(stored.tiny_family_state("dinov2_reg"), path)
-  plain = models.VisionTransformer(num_classes=10, hidden_size=32, mlp_dim=128,
-                                   num_heads=4, num_layers=2, patch_size=8)
+  plain = tiny_models.vit(num_classes=10, hidden_size=32, mlp_dim=128,
+                          num_heads=4, num_layers=2, patch_size=8)
   target = jax.eval_shape(plain.init, jax.random.key(0),
                           jnp.zeros((1, 32, 32, 3)))["params"]
   with pytest.raises(
@@ -105,7 +105,7 @@ def test_swiglu_and_combinations_no_family_uses_are_refused():
   state = dict(stored.tiny_family_state("dinov2"))
   state["blocks.0.mlp.fc1_g.weight"] = np.zeros((128, 32), np.float32)
   with pytest.raises(weights.WeightsError, match="SwiGLU MLP"):
-    convert.from_timm(state, 4, "g14.safetensors")
+    weights.convert_tensors("safetensors", state, 4, "g14.safetensors")
   config = defaults.get_model_config()
   config.variant, config.gelu_approximate = "testing", True
   for change, message in ((dict(
@@ -118,7 +118,7 @@ def test_swiglu_and_combinations_no_family_uses_are_refused():
     bad = config.copy_and_resolve_references()
     bad.update(change)
     with pytest.raises(UserError, match=message):
-      models.build_model(bad, 10)
+      tiny_models.build(bad, 10)
 
 
 @pytest.mark.parametrize("name", stored.TINY_FAMILIES)
@@ -134,7 +134,8 @@ def test_each_family_fine_tunes_sweeps_predicts_and_round_trips(
   path = str(tmp_path / f"{name}.safetensors")
   st_numpy.save_file(stored.tiny_family_state(name), path)
   converted = _convert(name)
-  found = families.options(converted.params, converted.posemb_prefix_tokens)
+  found = weights.family_options(converted.params,
+                                 converted.posemb_prefix_tokens)
 
   config = finetune.get_config("digits,runlocal")
   config.data_dir = tfds_data_dir
@@ -179,15 +180,15 @@ def test_hugging_faces_dinov2_gives_its_tokens(name, checkpoint, tmp_path):
   them): the output tokens after the final norm are transformers'."""
   path = str(tmp_path / "model.safetensors")
   st_numpy.save_file(stored.tiny_hf_state(name, checkpoint=checkpoint), path)
-  converted = convert.convert("safetensors",
-                              stored.tiny_hf_state(name, checkpoint=checkpoint),
-                              4, path)
+  converted = weights.convert_tensors(
+      "safetensors", stored.tiny_hf_state(name, checkpoint=checkpoint), 4, path)
   assert converted.origin == "hugging_face"
   assert "embeddings.mask_token" in converted.notes[-1]
-  found = families.options(converted.params, converted.posemb_prefix_tokens)
-  model = models.VisionTransformer(
-      num_classes=None, hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
-      patch_size=8, gelu_approximate=False, **found)
+  found = weights.family_options(converted.params,
+                                 converted.posemb_prefix_tokens)
+  model = tiny_models.vit(num_classes=None, hidden_size=32, mlp_dim=128,
+                          num_heads=4, num_layers=2, patch_size=8,
+                          gelu_approximate=False, **found)
   target = jax.eval_shape(model.init, jax.random.key(0),
                           jnp.zeros((1, 32, 32, 3)))["params"]
   loaded, report = weights.load(

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vit_jax import models
 from vit_jax.errors import UserError
 from vit_jax.models import VARIANTS
-from vit_jax.models import VisionTransformer
 from vit_jax.models import variants
 
 # 1000 classes, 224x224x3 input, no pre-logits. The released checkpoints'
@@ -56,14 +56,8 @@ GOLDEN_PARAM_COUNTS = {
 }
 
 
-def variant_model(name: str, **kwargs) -> VisionTransformer:
-  v = VARIANTS[name]
-  return VisionTransformer(hidden_size=v.hidden_size, mlp_dim=v.mlp_dim,
-                           num_heads=v.num_heads, num_layers=v.num_layers,
-                           patch_size=v.patch_size, resnet=v.resnet, **{
-                               "num_classes": 1000,
-                               **kwargs
-                           })
+def variant_model(name: str, **kwargs) -> models.VisionTransformer:
+  return models.create_model(name, **{"num_classes": 1000, **kwargs})
 
 
 @functools.lru_cache(maxsize=None)

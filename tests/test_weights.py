@@ -16,15 +16,12 @@ from scipy import ndimage
 
 from tests.helpers import compiled
 from tests.helpers import processes
+from tests.helpers import tiny_models
 from tests.references import stored
 from vit_jax import models
 from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.models import VARIANTS
-from vit_jax.models import VisionTransformer
-from vit_jax.weights import convert
-from vit_jax.weights import posemb
-from vit_jax.weights import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_LIKE = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
@@ -53,7 +50,7 @@ def load_params(path, model, size=32, width=None, **kwargs):
       jax.random.key(0), jnp.zeros((1, size, width or size, 3)))["params"])
   grid = kwargs.pop("grid")
   loaded, report = weights.load(
-      path, target, num_prefix_tokens=int(model.classifier == "token"),
+      path, target, num_prefix_tokens=int(model.form.classifier == "token"),
       grid=grid, **kwargs)
   flat = {
       k: np.zeros(v.shape, v.dtype)
@@ -64,10 +61,7 @@ def load_params(path, model, size=32, width=None, **kwargs):
 
 
 def tiny_hybrid():
-  model_config = defaults.get_model_config()
-  model_config.variant = "testing-hybrid"
-  model_config.gelu_approximate = True
-  return models.build_model(model_config, num_classes=5)
+  return models.create_model("testing-hybrid", 5)
 
 
 logits = compiled.logits
@@ -75,10 +69,10 @@ logits = compiled.logits
 # -------------------------------------------------------- round trips --
 
 
-@pytest.mark.parametrize("save, name", [(writers.save_npz, "m.npz"),
-                                        (writers.save_timm, "m.safetensors")])
+@pytest.mark.parametrize("save, name", [(weights.save_npz, "m.npz"),
+                                        (weights.save_timm, "m.safetensors")])
 def test_export_and_import_round_trip_exactly(tmp_path, save, name):
-  model = VisionTransformer(num_classes=7, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=7, **TORCH_LIKE)
   params = init(model)
   path = str(tmp_path / name)
   save(params, path)
@@ -100,7 +94,7 @@ def test_older_released_hybrid_names_load(tmp_path):
   }
   assert any(v.ndim == 4 and v.shape[:3] == (1, 1, 1) for v in old.values())
   path = str(tmp_path / "hybrid.npz")
-  writers.save_npz(old, path)
+  weights.save_npz(old, path)
   loaded, report = load_params(path, model, grid=(32 // v.stride,) * 2)
   assert report.ok
   np.testing.assert_array_equal(logits(model, loaded, images()),
@@ -110,14 +104,14 @@ def test_older_released_hybrid_names_load(tmp_path):
 def test_released_gap_model_and_class_token_posemb_policy(tmp_path):
   """Position embeddings stored without the class token (a gap model) load
   into a gap model as they are, and into a token model with a zero one."""
-  gap = VisionTransformer(num_classes=5, classifier="gap", **TORCH_LIKE)
+  gap = tiny_models.vit(num_classes=5, classifier="gap", **TORCH_LIKE)
   params = init(gap)
   path = str(tmp_path / "gap.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   loaded, _ = load_params(path, gap, grid=(4, 4))
   np.testing.assert_array_equal(logits(gap, loaded, images()),
                                 logits(gap, params, images()))
-  token = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  token = tiny_models.vit(num_classes=5, **TORCH_LIKE)
   with pytest.raises(weights.WeightsError, match="MISSING.*\n.*cls"):
     load_params(path, token, grid=(4, 4))
   loaded, report = load_params(path, token, grid=(4, 4), dont_load=("cls",))
@@ -131,7 +125,7 @@ def test_released_gap_model_and_class_token_posemb_policy(tmp_path):
 @pytest.mark.parametrize("scanned", [False, True])
 def test_big_vision_checkpoint_loads(tmp_path, scanned):
   """big_vision names; its class token gets no position embedding."""
-  model = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=5, **TORCH_LIKE)
   params = init(model)
   params["Transformer"]["posembed_input"]["pos_embedding"][:, 0] = 0.0
   flat = flax.traverse_util.flatten_dict(params, sep="/")
@@ -141,7 +135,7 @@ def test_big_vision_checkpoint_loads(tmp_path, scanned):
                          "MultiHeadDotProductAttention_0").replace(
                              "LayerNorm_2", "LayerNorm_1").replace(
                                  "MlpBlock_3", "MlpBlock_0"))
-    if name == convert.POSEMB:
+    if name == weights.POSEMB:
       name, value = "pos_embedding", value[:, 1:]
     bv["params/" + name] = value
   if scanned:
@@ -162,7 +156,7 @@ def test_released_names_of_current_flax_load(tmp_path):
   """vision_transformer run with a current Flax: blocks named
   MultiHeadDotProductAttention_0 / LayerNorm_1 / MlpBlock_0, and still
   Transformer/posembed_input (which big_vision does not have)."""
-  model = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=5, **TORCH_LIKE)
   params = init(model)
   flat = flax.traverse_util.flatten_dict(params, sep="/")
   names = {
@@ -175,7 +169,7 @@ def test_released_names_of_current_flax_load(tmp_path):
     for old, new in names.items():
       key = key.replace(old, new)
     renamed[key] = value
-  assert convert.POSEMB in renamed
+  assert weights.POSEMB in renamed
   path = str(tmp_path / "current_flax.npz")
   np.savez(path, **renamed)
   loaded, report = load_params(path, model, grid=(4, 4))
@@ -204,7 +198,7 @@ def _config_for(path, gelu=None):
 def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
   timm_path = stored.path("tiny_timm.safetensors")
   npz = str(tmp_path / "released.npz")
-  writers.save_npz(init(VisionTransformer(num_classes=4, **TORCH_LIKE)), npz)
+  weights.save_npz(init(tiny_models.vit(num_classes=4, **TORCH_LIKE)), npz)
   assert weights.file_origin(timm_path) == ("timm", False)
   assert weights.file_origin(npz) == ("released", True)
   resolved = weights.decide(_config_for(timm_path))
@@ -233,7 +227,7 @@ def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
     models.build_model(_config_for(None).model, 4)
 
   # The config differs from the origin: loading says so.
-  model = VisionTransformer(num_classes=10, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=10, **TORCH_LIKE)
   _, report = load_params(timm_path, model, grid=(4, 4), gelu_approximate=True)
   assert "model tanh approximation, file's origin (timm) exact erf" in (
       report.table())
@@ -242,17 +236,16 @@ def test_gelu_follows_the_weights_origin_unless_set(tmp_path):
 
 
 def test_gelu_of_a_workdir_is_read_from_its_config(tmp_path):
-  from vit_jax.weights import loader
   workdir = tmp_path / "run"
   (workdir / "checkpoints" / "7").mkdir(parents=True)
   step = str(workdir / "checkpoints" / "7")
-  assert loader.origin_gelu(step, "orbax") is None  # No config.json.
+  assert weights.origin_gelu(step, "orbax") is None  # No config.json.
   (workdir / "config.json").write_text('{"model": {"variant": "testing"}}')
   # Written before the option existed: this project computed erf then.
-  assert loader.origin_gelu(step, "orbax") is False
+  assert weights.origin_gelu(step, "orbax") is False
   (workdir / "config.json").write_text('{"model": {"gelu_approximate": true}}')
-  assert loader.origin_gelu(str(workdir), "orbax") is True
-  assert loader.origin_gelu(step, "orbax") is True
+  assert weights.origin_gelu(str(workdir), "orbax") is True
+  assert weights.origin_gelu(step, "orbax") is True
 
 
 # ------------------------------------------------------------ resizing --
@@ -260,14 +253,14 @@ def test_gelu_of_a_workdir_is_read_from_its_config(tmp_path):
 
 def test_same_grid_resize_is_bit_exact():
   table = np.random.default_rng(0).normal(size=(1, 197, 8)).astype(np.float32)
-  out = posemb.resize_posemb(table, 1, (14, 14), (14, 14))
+  out = weights.resize_posemb(table, 1, (14, 14), (14, 14))
   assert out is table
 
 
 @pytest.mark.parametrize("new_grid", [(24, 24), (14, 20), (7, 9)])
 def test_resize_matches_scipy_zoom_order_1(new_grid):
   table = np.random.default_rng(0).normal(size=(1, 197, 8)).astype(np.float32)
-  out = posemb.resize_posemb(table, 1, (14, 14), new_grid)
+  out = weights.resize_posemb(table, 1, (14, 14), new_grid)
   np.testing.assert_array_equal(out[:, :1], table[:, :1])  # Class token kept.
   zoom = (new_grid[0] / 14, new_grid[1] / 14, 1)
   expected = ndimage.zoom(table[0, 1:].reshape(14, 14, 8), zoom, order=1)
@@ -279,18 +272,18 @@ def test_bicubic_resize_keeps_smooth_grids_and_corners():
   rows, cols = np.meshgrid(np.linspace(0, 1, 14), np.linspace(0, 1, 14),
                            indexing="ij")
   plane = (2 * rows + 3 * cols)[..., None].astype(np.float32)
-  out = posemb.resize_grid(plane, (24, 20), "bicubic")
+  out = weights.resize_grid(plane, (24, 20), "bicubic")
   rows, cols = np.meshgrid(np.linspace(0, 1, 24), np.linspace(0, 1, 20),
                            indexing="ij")
   np.testing.assert_allclose(out[..., 0], 2 * rows + 3 * cols, atol=1e-5)
 
 
 def test_loading_at_a_new_resolution_resizes_and_runs(tmp_path):
-  model = VisionTransformer(num_classes=5, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=5, **TORCH_LIKE)
   path = str(tmp_path / "m.npz")
-  writers.save_npz(init(model), path)
+  weights.save_npz(init(model), path)
   loaded, report = load_params(path, model, size=48, width=64, grid=(6, 8))
-  assert [r[0] for r in report.resized] == [convert.POSEMB]
+  assert [r[0] for r in report.resized] == [weights.POSEMB]
   out = logits(model, loaded, images(size=48, width=64))
   assert out.shape == (3, 5) and np.all(np.isfinite(out))
 
@@ -299,7 +292,7 @@ def test_hybrid_grid_follows_the_stem_stride(tmp_path):
   v = VARIANTS["testing-hybrid"]
   model = tiny_hybrid()
   path = str(tmp_path / "hybrid.npz")
-  writers.save_npz(init(model, size=32), path)
+  weights.save_npz(init(model, size=32), path)
   loaded, report = load_params(path, model, size=64, grid=(64 // v.stride,) * 2)
   assert report.resized[0][1:] == ((1, 17, 16), (1, 65, 16),
                                    "4x4 -> 8x8 grid, bilinear")
@@ -310,11 +303,11 @@ def test_hybrid_grid_follows_the_stem_stride(tmp_path):
 
 
 def test_head_policy_and_pre_logits(tmp_path):
-  pretrain = VisionTransformer(num_classes=9, representation_size=16,
-                               **TORCH_LIKE)
+  pretrain = tiny_models.vit(num_classes=9, representation_size=16,
+                             **TORCH_LIKE)
   path = str(tmp_path / "pretrained.npz")
-  writers.save_npz(init(pretrain), path)
-  finetune = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  weights.save_npz(init(pretrain), path)
+  finetune = tiny_models.vit(num_classes=4, **TORCH_LIKE)
   loaded, report = load_params(path, finetune, grid=(4, 4))
   assert {n for n, _ in report.reinitialised} == {"head/kernel", "head/bias"}
   assert {n for n, _ in report.dropped} == {
@@ -327,19 +320,19 @@ def test_head_policy_and_pre_logits(tmp_path):
 
 
 def test_zero_head_for_inference_is_warned_about(tmp_path):
-  model = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=4, **TORCH_LIKE)
   params = init(model)
   params["head"]["kernel"][:] = 0.0
   path = str(tmp_path / "untrained_head.npz")
-  writers.save_npz(params, path)
+  weights.save_npz(params, path)
   _, report = load_params(path, model, grid=(4, 4))
   assert any("all zeros" in w for w in report.warnings)
 
 
 def test_dont_load_regex_that_matches_nothing_is_an_error(tmp_path):
-  model = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=4, **TORCH_LIKE)
   path = str(tmp_path / "m.npz")
-  writers.save_npz(init(model), path)
+  weights.save_npz(init(model), path)
   with pytest.raises(weights.WeightsError,
                      match="dont_load regex 'heads/.*' matches no param"):
     load_params(path, model, grid=(4, 4), dont_load=("heads/.*",))
@@ -347,35 +340,35 @@ def test_dont_load_regex_that_matches_nothing_is_an_error(tmp_path):
 
 def test_export_never_drops_a_layer(tmp_path):
   """timm has no pre-logits layer: exporting one is refused, not dropped."""
-  pretrained = VisionTransformer(num_classes=9, representation_size=16,
-                                 **TORCH_LIKE)
+  pretrained = tiny_models.vit(num_classes=9, representation_size=16,
+                               **TORCH_LIKE)
   path = str(tmp_path / "m.safetensors")
   with pytest.raises(weights.WeightsError, match="pre-logits layer"):
-    writers.save_timm(init(pretrained), path)
+    weights.save_timm(init(pretrained), path)
   assert not os.path.exists(path)
   flat = flax.traverse_util.flatten_dict(
-      init(VisionTransformer(num_classes=9, **TORCH_LIKE)), sep="/")
+      init(tiny_models.vit(num_classes=9, **TORCH_LIKE)), sep="/")
   flat["extra/kernel"] = np.ones((2, 2), np.float32)
   with pytest.raises(weights.WeightsError, match=r"no place for \['extra"):
-    writers.save_timm(flat, path)
+    weights.save_timm(flat, path)
 
 
 # ----------------------------------------------------------- bad files --
 
 
 def test_bad_files_give_one_clear_error_each(tmp_path):
-  model = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  model = tiny_models.vit(num_classes=4, **TORCH_LIKE)
   text = tmp_path / "notes.txt"
   text.write_text("not weights")
   mixer = str(tmp_path / "mixer.npz")
   np.savez(mixer, **{"MixerBlock_0/token_mixing/Dense_0/kernel": np.ones(2)})
   good = str(tmp_path / "good.npz")
-  writers.save_npz(init(model), good)
+  weights.save_npz(init(model), good)
   truncated = str(tmp_path / "truncated.npz")
   with open(good, "rb") as f, open(truncated, "wb") as g:
     g.write(f.read()[:3000])
   st = str(tmp_path / "good.safetensors")
-  writers.save_timm(init(model), st)
+  weights.save_timm(init(model), st)
   st_truncated = str(tmp_path / "truncated.safetensors")
   with open(st, "rb") as f, open(st_truncated, "wb") as g:
     g.write(f.read()[:-100])
@@ -392,10 +385,10 @@ def test_bad_files_give_one_clear_error_each(tmp_path):
 
 def test_another_variant_is_refused_with_the_table(tmp_path):
   """Like B/16 weights into an L/16 config: a table, and nothing loaded."""
-  wide = VisionTransformer(num_classes=4, **dict(TORCH_LIKE, hidden_size=64))
+  wide = tiny_models.vit(num_classes=4, **dict(TORCH_LIKE, hidden_size=64))
   path = str(tmp_path / "wide.npz")
-  writers.save_npz(init(wide), path)
-  narrow = VisionTransformer(num_classes=4, **TORCH_LIKE)
+  weights.save_npz(init(wide), path)
+  narrow = tiny_models.vit(num_classes=4, **TORCH_LIKE)
   with pytest.raises(weights.WeightsError,
                      match=r"(?s)SHAPE MISMATCH.*different model \(width 64"):
     load_params(path, narrow, grid=(4, 4))
@@ -405,9 +398,9 @@ def test_another_variant_is_refused_with_the_table(tmp_path):
 
 
 def test_inspect_and_export_commands(tmp_path):
-  model = VisionTransformer(num_classes=10, **dict(TORCH_LIKE, patch_size=4))
+  model = tiny_models.vit(num_classes=10, **dict(TORCH_LIKE, patch_size=4))
   npz = str(tmp_path / "m.npz")
-  writers.save_npz(init(model, size=16), npz)
+  weights.save_npz(init(model, size=16), npz)
   env = processes.command_env()
   run = lambda *args: subprocess.run([
       sys.executable, "-m", *args

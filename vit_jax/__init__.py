@@ -7,20 +7,23 @@ and the layers listed before it, never from one after it
   errors, console, paths, hardware
                         the base: our exceptions, our console lines, local
                         and gs:// paths, what each accelerator chip is
-  vit_jax/config/       defaults (every field, once), checks of fields
-                        alone, imports (a user's modules)
+  vit_jax/config/       defaults (every field, once; the model's form),
+                        checks of fields alone, imports (a user's
+                        modules), recorded configs upgraded
   vit_jax/models/       ViT, the hybrid stem, variants, scanned layers,
-                        logical axes; a model from its config
-  sharding              the mesh, partitioning rules, parameters made on
-                        their shards
+                        logical axes; a model from its config and its form
+  vit_jax/sharding/     the mesh, batches on it, jit on it; partitioning
+                        rules, parameters made on their shards
   vit_jax/data/         data specs, TFDS, image-folder and VTAB sources,
                         registered preprocessing ops, the tf.data pipeline,
                         unreadable images left out
-  vit_jax/weights/      every weights format: read, convert, resize, load,
-                        write; a config's open choices decided
+  vit_jax/weights/      every weights format, in rooms by origin (files,
+                        big_vision, timm, transformers) around a core: read,
+                        convert, resize, load, write; a config's open
+                        choices decided
   vit_jax/training/     objectives and losses, the train state, the jitted
-                        step, FSDP's gathering, optimizer, mixup, checkpoints,
-                        a distillation's teachers
+                        step, FSDP's plan and gathering, optimizer, mixup,
+                        checkpoints, a distillation's teachers
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/evaluators/   config.evals' entries and their registered types:
                         classification, masked patch prediction, few-shot,

@@ -236,7 +236,7 @@ def run(main):
     skip_absent_tpu()
     paths.configure_storage()
     if FLAGS.offline:
-      os.environ["VIT_JAX_OFFLINE"] = "1"  # See vit_jax/weights/cache.py.
+      os.environ["VIT_JAX_OFFLINE"] = "1"  # See vit_jax/weights/files/cache.py.
     mistake = None  # (what to say, exit status)
     try:
       if "config" in FLAGS and FLAGS.config is not None:

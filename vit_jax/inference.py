@@ -31,10 +31,6 @@ from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.errors import UserError
-from vit_jax.weights import describe
-from vit_jax.weights import loader
-from vit_jax.weights import pytorch_dir
-from vit_jax.weights import standalone
 
 _WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's own "names".
 
@@ -65,9 +61,9 @@ class Loaded:
 
 
 # How images at their own shape are evaluated (`data/sequence_ops.py`).
-SEQUENCE_PP_EVAL = describe.SEQUENCE_PP_EVAL
+SEQUENCE_PP_EVAL = weights.SEQUENCE_PP_EVAL
 # The config a checkpoint runs with (`weights/standalone.py`).
-config_for = standalone.config_for
+config_for = weights.config_for
 
 
 def load(checkpoint: str, config=None, image_size=None, num_heads=None,
@@ -119,11 +115,11 @@ def names_of_classes(config, checkpoint: str, trained_here: bool, count: int,
       raise UserError(f"{labels_file} names {len(names)} classes; the head "
                       f"has {count}. Give one name per line, in class order.")
     return names, labels_file
-  stated = pytorch_dir.class_names(paths.resolve(checkpoint))
+  stated = weights.class_names(paths.resolve(checkpoint))
   if stated and len(stated) == count:
     return stated, f"{checkpoint}'s config.json"
   if trained_here:
-    workdir = loader.training_workdir(checkpoint)
+    workdir = weights.training_workdir(checkpoint)
     names = sources.label_names(specs.training(config), index_dir=workdir)
     if (names and len(names) == count and
         not all(_WORDNET_ID.fullmatch(n) for n in names)):

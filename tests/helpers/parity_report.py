@@ -28,6 +28,7 @@ import numpy as np
 from safetensors import numpy as st_numpy
 
 from tests.helpers import numpy_reference
+from tests.helpers import tiny_models
 from tests.references import stored
 from vit_jax import models
 from vit_jax import weights
@@ -38,7 +39,7 @@ def build(variant: str, gelu_approximate: bool, num_classes: int = 1000):
   config = defaults.get_model_config()
   config.variant = variant
   config.gelu_approximate = gelu_approximate
-  return models.build_model(config, num_classes)
+  return tiny_models.build(config, num_classes)
 
 
 def ours(model, params, images):

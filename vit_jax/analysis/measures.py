@@ -31,9 +31,9 @@ from vit_jax import console
 from vit_jax import inference
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.models import embeddings
 from vit_jax.models import resnet
-from vit_jax.weights import convert
 
 NUM_FILTER_COMPONENTS = 28  # As the paper's Figure 7 (left).
 
@@ -142,9 +142,9 @@ def position_table(params, config, grid, prefix: int):
   """(the grid's position embeddings N x D, how they were made), or
   (None, why not)."""
   flat = flax.traverse_util.flatten_dict(params, sep="/")
-  if convert.POSEMB in flat:
-    return np.asarray(flat[convert.POSEMB])[0, prefix:], "learned"
-  if models.model_field(config.model, "posemb") == "sincos2d":
+  if weights.POSEMB in flat:
+    return np.asarray(flat[weights.POSEMB])[0, prefix:], "learned"
+  if config.model.posemb == "sincos2d":
     width = flat["embedding/kernel"].shape[-1]
     return np.asarray(embeddings.posemb_sincos2d(
         *grid,
@@ -156,7 +156,7 @@ def _attention(loaded, batches, max_images: int, num_shown: int, grid):
   """(mean attention distance L x H summed over images, images counted,
   the rollouts kept)."""
   config = loaded.config
-  prefix = models.num_prefix_tokens(config.model)
+  prefix = models.form_of(config.model).num_prefix_tokens
   distances = jnp.asarray(patch_distances(grid, loaded.stride), jnp.float32)
 
   def per_batch(outputs, images):
@@ -210,11 +210,12 @@ def run(loaded, batches: Iterable[dict], max_images: int,
     distance_sum, count, shown = _attention(loaded, batches, max_images,
                                             num_shown, grid)
     distance = distance_sum / count  # L x H, pixels.
-  hybrid = getattr(model, "resnet", None) is not None  # Mixers have none.
+  hybrid = model.size.resnet is not None  # Mixers have none.
   kernel, filters_of = pixel_filters(params, hybrid)
   components, variance_ratio = embedding_filters_pca(kernel)
-  posemb, posemb_kind = position_table(params, config, grid,
-                                       models.num_prefix_tokens(config.model))
+  posemb, posemb_kind = position_table(
+      params, config, grid,
+      models.form_of(config.model).num_prefix_tokens)
   if posemb is None:
     not_computed.append(f"position embedding similarity: {posemb_kind}")
   return {

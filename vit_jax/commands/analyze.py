@@ -38,6 +38,7 @@ from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
 from vit_jax import paths
+from vit_jax import weights
 from vit_jax.analysis import figures
 from vit_jax.analysis import measures
 from vit_jax.data import image_files
@@ -45,7 +46,6 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.errors import UserError
-from vit_jax.weights import loader
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to analyse")
@@ -77,7 +77,7 @@ def _eval_split_batches(loaded, batch_size: int):
         "dataset to take images from: give --images=FILES_OR_FOLDERS.")
   data = specs.evaluation(loaded.config, {"batch_size": batch_size})
   source = sources.make_source(
-      data, index_dir=loader.training_workdir(loaded.checkpoint))
+      data, index_dir=weights.training_workdir(loaded.checkpoint))
 
   def batches():
     dataset = input_pipeline.numpy_eval_batches(  # One process reads it all.
@@ -93,7 +93,7 @@ def _output_folder(loaded) -> str:
   if FLAGS.out:
     return FLAGS.out
   if loaded.trained_here:
-    return str(loader.training_workdir(loaded.checkpoint) / paths.ANALYSIS_DIR)
+    return str(weights.training_workdir(loaded.checkpoint) / paths.ANALYSIS_DIR)
   return paths.ANALYSIS_DIR
 
 

@@ -16,7 +16,7 @@ import json
 from absl import flags
 
 from vit_jax import cli
-from vit_jax import models
+from vit_jax.config import model_form
 from vit_jax.performance import speed
 from vit_jax.training import optim
 
@@ -31,7 +31,7 @@ flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
 flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
 flags.DEFINE_bool("fp8", False, "The encoder's matmuls in FP8 "
                   "(config.model.fp8).")
-flags.DEFINE_enum("attention", "auto", models.ATTENTION,
+flags.DEFINE_enum("attention", "auto", model_form.choices("attention"),
                   "Attention implementation (config.model.attention).")
 flags.DEFINE_bool(
     "gelu_approximate", True, "tanh GELU (the released "

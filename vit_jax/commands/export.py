@@ -14,8 +14,9 @@ load; `timm` a safetensors file with the state dict of timm's
 `VisionTransformer` or `MlpMixer` (`vit_jax/weights/writers.py`). The two
 directory formats are what those libraries load by themselves, with their
 config and the evaluation preprocessing: `hf`, transformers'
-ViTForImageClassification / ViTModel (`weights/hf_dir.py`), and `timm-dir`,
-`timm.create_model("local-dir:DIR", pretrained=True)` (`weights/timm_dir.py`).
+ViTForImageClassification / ViTModel (`weights/transformers/hf_dir.py`),
+and `timm-dir`, `timm.create_model("local-dir:DIR", pretrained=True)`
+(`weights/timm/timm_dir.py`).
 A model one format cannot hold is refused in one line that names a format
 that can. Imports no TensorFlow unless class names are read from a dataset.
 """
@@ -28,20 +29,15 @@ import numpy as np
 from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
-from vit_jax import models
 from vit_jax import paths
+from vit_jax import weights
 from vit_jax.errors import UserError
 from vit_jax.models import scan
-from vit_jax.weights import eval_preprocessing
-from vit_jax.weights import hf_dir
-from vit_jax.weights import loader
-from vit_jax.weights import timm_dir
-from vit_jax.weights import writers
 
 DIRECTORY_FORMATS = ("hf", "timm-dir")
 
 cli.define_checkpoint_flags("to export")
-flags.DEFINE_enum("format", "npz", writers.EXPORT_FORMATS + DIRECTORY_FORMATS,
+flags.DEFINE_enum("format", "npz", weights.EXPORT_FORMATS + DIRECTORY_FORMATS,
                   "Layout to write.")
 flags.DEFINE_string("out", None,
                     "File to write (npz, timm) or directory (hf, timm-dir).")
@@ -64,8 +60,8 @@ def _say_left_out(left_out):
 
 def _say_stored_patch_size(checkpoint, params):
   """A FlexiViT run's file keeps the stored kernel: say how to run it."""
-  run_patch = ((loader.recorded_config(checkpoint) or {}).get(
-      "model", {}).get("patch_size"))
+  run = weights.recorded_config(checkpoint)
+  run_patch = run["model"]["patch_size"] if run else None
   stored = params["embedding/kernel"].shape[0] if run_patch else None
   if run_patch and run_patch != stored:
     console.say(
@@ -76,9 +72,9 @@ def _say_stored_patch_size(checkpoint, params):
 
 
 def _export_file(f):
-  params = writers.released_params(f.checkpoint, f.num_heads or 0)
+  params = weights.released_params(f.checkpoint, f.num_heads or 0)
   console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
-  save = {"npz": writers.save_npz, "timm": writers.save_timm}[f.format]
+  save = {"npz": weights.save_npz, "timm": weights.save_timm}[f.format]
   left_out = save(params, f.out) or []
   _say_left_out(left_out)
   _say_stored_patch_size(f.checkpoint, params)
@@ -95,26 +91,27 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
   decided), with its class names. Returns the line that says what was
   written."""
   loaded = inference.load(checkpoint, config, image_size, num_heads)
-  pp = eval_preprocessing.describe(pp_eval or loaded.config.pp_eval,
-                                   loaded.config.image_size)
+  pp = weights.eval_preprocessing_of(pp_eval or loaded.config.pp_eval,
+                                     loaded.config.image_size)
   flat = flax.traverse_util.flatten_dict(jax.device_get(loaded.params), sep="/")
   flat = scan.unstack_flat(flat) if scan.is_scanned(loaded.params) else flat
   # The plain model: masked patch prediction's parts were left out loading.
   params = {k: np.asarray(v, np.float32) for k, v in flat.items()}
-  run_patch = models.model_field(loaded.config.model, "patch_size")
+  run_patch = loaded.config.model.patch_size
   if run_patch:  # FlexiViT: the other libraries' models run what they store.
-    params = writers.at_patch_size(params, run_patch, loaded.config.image_size)
+    params = weights.at_patch_size(params, run_patch, loaded.config.image_size)
   names, source = None, None
   if loaded.num_classes:
     names, source = inference.class_names(loaded, labels)
     names = None if source == "class indices" else names
   console.say("Writing %s to %s as %s.", checkpoint, out, fmt)
   if fmt == "timm-dir":  # Images at their own shape: timm's NaFlexViT.
-    timm_dir.write(out, params, loaded.config.model, loaded.config.image_size,
-                   pp, names, naflex=bool(loaded.config.sequence_length))
+    weights.write_timm_dir(out, params, loaded.config.model,
+                           loaded.config.image_size, pp, names, naflex=bool(
+                               loaded.config.sequence_length))
   else:
-    hf_dir.write(out, params, loaded.config.model, loaded.config.image_size, pp,
-                 names)
+    weights.write_hf_dir(out, params, loaded.config.model,
+                         loaded.config.image_size, pp, names)
   count = sum(v.size for v in params.values())
   return (f"Wrote {out} ({count:,} parameters"
           f"{', class names from ' + source if names else ''}).")

@@ -24,8 +24,7 @@ from ml_collections import config_flags
 import numpy as np
 
 from vit_jax import cli
-from vit_jax.weights import describe
-from vit_jax.weights import released
+from vit_jax import weights
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
@@ -43,14 +42,14 @@ flags.DEFINE_bool(
 
 def main(argv):
   if FLAGS.list_released:
-    print(released.describe_table())
+    print(weights.released_table())
     return
   if len(argv) != 2:
     raise app.UsageError("Usage: vit-jax inspect PATH [--config=...]")
   np.set_printoptions(linewidth=120)
   print(
-      describe.report(argv[1], FLAGS.config, FLAGS.num_classes,
-                      FLAGS.num_heads))
+      weights.describe_weights(argv[1], FLAGS.config, FLAGS.num_classes,
+                               FLAGS.num_heads))
 
 
 if __name__ == "__main__":

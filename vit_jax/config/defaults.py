@@ -9,87 +9,17 @@ Config files (configs/*.py, or a user's own anywhere on disk) start from
 import ml_collections
 from ml_collections import config_dict
 
+from vit_jax.config import model_form
 from vit_jax.errors import UserError
 
 
 def get_model_config() -> ml_collections.ConfigDict:
   model = ml_collections.ConfigDict()
   model.variant = "ViT-B/16"  # A name from vit_jax/models/variants.py.
-  # representation_size: width of the tanh pre-logits layer that the paper
-  # uses at pre-training only; None (the default) means no such layer.
-  model.classifier = "token"  # token (class token) | gap | map (attn pool).
-  # A class token before the patches; None: exactly when classifier=token
-  # (gap and map then pool the patch tokens only).
-  model.class_token = config_dict.placeholder(bool)  # See above.
-  # Position embeddings: learn (the paper's) | sincos2d (fixed 2D sin-cos,
-  # big_vision's plain ViTs; nothing stored or loaded) | factorized (NaViT's:
-  # a learned table of rows and one of columns, summed).
-  model.posemb = "learn"  # See above.
-  # How images at their own shape (patch sequences: config.sequence) resize
-  # learned position embeddings to each image's grid, antialiased: bilinear
-  # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). None: decided by
-  # weights.decide, as the weights' origin learned them (bilinear at init).
-  model.posemb_interpolation = config_dict.placeholder(str)  # See above.
-  # Resize it to a square of the longer side of each image's grid and read
-  # the image's own rows and columns (timm's pos_embed_ar_preserving).
-  model.posemb_keep_aspect = False  # See above.
-  # The patch size the model runs at; None: its variant's. Another (FlexiViT,
-  # plain ViTs only): the parameters keep the variant's shapes, and the patch
-  # embedding is PI-resized and learned position embeddings resized to the
-  # grid in every step (config.flexi trains at many).
-  model.patch_size = config_dict.placeholder(int)  # See above.
-  # An MLP-Mixer fine-tuned at K times its checkpoint's resolution (the Mixer
-  # paper's Supplementary C): its token-mixing MLP is K^2 times as wide and
-  # starts as K^2 copies of the checkpoint's, one per K x K tile of the image.
-  model.mixer_tiles = 1  # K; see above.
-  # PyTorch's ViT families (DINOv2, DeiT III, CLIP), each off by default:
-  model.num_registers = 0  # Register tokens after the class token (DINOv2).
-  # Learned position embeddings for the class token and registers too (the
-  # paper's, timm's default); False: the patches only (timm's no_embed_class).
-  model.posemb_covers_prefix = True  # See above.
-  model.layer_scale = config_dict.placeholder(float)  # LayerScale init; None.
-  model.pre_norm = False  # A LayerNorm before the blocks (CLIP's norm_pre).
-  model.quick_gelu = False  # x sigmoid(1.702 x) in the MLPs (OpenAI's CLIP).
-  # The final LayerNorm on the pooled features, not every token (fc_norm).
-  model.pooled_norm = False  # See above.
-  model.layer_norm_eps = 1e-6  # Every LayerNorm's epsilon (timm's CLIP: 1e-5).
-  # FP8 training: the encoder blocks' matmuls (attention projections, MLP)
-  # in e4m3 forward and e5m2 gradients, with delayed scaling whose state the
-  # train state keeps and checkpoints; the embedding, head, LayerNorms,
-  # softmax and loss stay in `dtype`, and so does evaluation (ViTs only).
-  model.fp8 = False  # See above.
-  # ViT-22B's block, for training from scratch (each off by default): the
-  # attention and the MLP read one LayerNorm and are added to the residual
-  # together (about 15% faster in ViT-22B); no biases in the attention's
-  # projections and the encoder's LayerNorms (use_bias=False; the MLP keeps
-  # its) or in the query/key/value projections alone (qkv_bias=False,
-  # timm's); a LayerNorm on each head's queries and keys (qk_norm).
-  model.parallel_block = False  # See above.
-  model.use_bias = True  # See above.
-  model.qkv_bias = True  # See above.
-  model.qk_norm = False  # See above.
-  model.representation_size = config_dict.placeholder(int)  # Pre-logits width.
-  model.head_bias_init = 0.0  # Constant init of the head bias (kernel is zero).
-  model.dropout_rate = 0.0  # After position embeddings, attention and MLP.
-  model.attention_dropout_rate = 0.0  # On the attention weights.
-  # Stochastic depth (Huang et al. 2016): in training, each block's attention
-  # and MLP branch is dropped for a whole example with this probability (the
-  # same at every depth, as big_vision's `stoch_depth`); 0: off.
-  model.drop_path_rate = 0.0  # See above.
-  model.dtype = "float32"  # Compute dtype: float32 | bfloat16 | float16.
-  model.param_dtype = "float32"  # Storage dtype of the parameters.
-  model.remat = "none"  # Rematerialise blocks: none | full | dots. Under
-  # FSDP the blocks gather their weights again and "none" acts as "dots".
-  model.scan_layers = False  # One scanned block (compiles deep models faster).
-  # Attention where its weights are not needed: auto (cuDNN's fused kernel
-  # on GPUs in bf16/fp16, else explicit) | explicit (einsums, softmax) |
-  # xla | cudnn (jax.nn.dot_product_attention with that implementation).
-  model.attention = "auto"  # See above.
-  # GELU form: True is the tanh approximation the released weights were
-  # trained with, False the exact erf of timm / Hugging Face. None: decided
-  # by weights.decide from the run it resumes or config.init.checkpoint's
-  # origin (tanh at random init), before any model is built.
-  model.gelu_approximate = config_dict.placeholder(bool)  # See above.
+  # Every other field: the model's form (vit_jax/config/model_form.py), each
+  # declared there once with its default and meaning.
+  for name, value in model_form.config_fields().items():
+    model[name] = value
   return model
 
 

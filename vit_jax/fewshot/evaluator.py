@@ -72,7 +72,8 @@ class FewShotEvaluator:
     """`protocol`: config.fewshot; `datasets`: `dataset_specs`'s."""
     solver.check_config(protocol)
     vit = models.vit_of(model)
-    features.check_layer(protocol.layer, vit.num_layers, vit.has_class_token)
+    features.check_layer(protocol.layer, vit.size.num_layers,
+                         vit.has_class_token)
     self._protocol = protocol
     self._mesh = mesh
     self._feature_fn = features.make_feature_fn(

@@ -28,7 +28,6 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
-from vit_jax.weights import architecture
 
 # The checkpoint name of the config's model at random init (a path of that
 # name is given as ./random).
@@ -81,7 +80,7 @@ def sweep(config: ml_collections.ConfigDict, checkpoints, datasets=None):
 def with_model_of(config: ml_collections.ConfigDict,
                   path: str) -> ml_collections.ConfigDict:
   """`config` with the model the checkpoint at `path` holds."""
-  arch = architecture.read(path, cache_dir=config.init.cache_dir)
+  arch = weights.read_architecture(path, cache_dir=config.init.cache_dir)
   config = config.copy_and_resolve_references()
   config.model.update(arch.model_fields())
   models.check_image_size(config.model, config.image_size,

@@ -16,6 +16,7 @@ import ml_collections
 from vit_jax import evaluators
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import fields
 from vit_jax.config import imports
 from vit_jax.data import input_pipeline
@@ -28,7 +29,6 @@ from vit_jax.fewshot import solver as fewshot_solver
 from vit_jax.training import flexi
 from vit_jax.training import objectives
 from vit_jax.training import optim
-from vit_jax.weights import posemb
 
 
 def check_config(config: ml_collections.ConfigDict, mesh: Mesh,
@@ -47,7 +47,7 @@ def check_fields(config: ml_collections.ConfigDict):
   models.check_model_config(config.model)
   preprocess.check_pipelines(config)
   optim.check_config(config)
-  posemb.check_config(config)
+  weights.check_config(config)
   flexi.check_config(config)
   packing.check_config(config)
   if flexi.enabled(config) and config.pp_train.rstrip().endswith("patchify"):

@@ -5,19 +5,14 @@ released checkpoints (`query`, `key`, `value`, `out`).
 """
 
 import functools
-from typing import Any
 
 import flax.linen as nn
 from flax.linen import fp8_ops
 import jax
 import jax.numpy as jnp
 
+from vit_jax.config.model_form import ModelForm
 from vit_jax.models import partitioning as lx
-
-Dtype = Any
-# How attention is computed where its weights are not needed (see
-# `MultiHeadDotProductAttention`).
-ATTENTION = ("auto", "explicit", "xla", "cudnn")
 
 
 def _fused_kernel_applies(dtype, head_dim: int) -> bool:
@@ -73,31 +68,25 @@ class MultiHeadDotProductAttention(nn.Module):
 
   Returns (output, weights B x H x M x N, or None unless `need_weights`).
   Where the weights are needed (intermediates, attention dropout in
-  training) they are computed explicitly. Otherwise `implementation` says
+  training) they are computed explicitly. Otherwise `form.attention` says
   how: `explicit` the same einsums; `xla` or `cudnn` through
   `jax.nn.dot_product_attention` (cudnn: one fused kernel that never
   stores the weights); `auto` takes cudnn where it applies (GPUs in
   bf16/fp16) and the explicit form elsewhere (CPU, TPU, fp32), where it
   is what XLA fuses best.
 
+  The form's options it reads: FP8 projections in training (`fp8`,
+  `fp8_matmuls`), the query/key/value biases (`qkv_bias`; none without
+  `use_bias`, which also drops the output projection's), a LayerNorm over
+  each head's queries and keys (`qk_norm`: `query_ln`, `key_ln`), the
+  attention dropout, dtypes.
+
   `mask` (B x 1 x M x N, True where a query may attend to a key; patch
   sequences' images and padding) masks every form alike; no row may be
   all False.
   """
   num_heads: int
-  dropout_rate: float = 0.0
-  implementation: str = "auto"
-  fp8: bool = False  # The projections in FP8 in training (`fp8_matmuls`).
-  # ViT-22B's options: biases in the query/key/value projections (timm's
-  # qkv_bias), biases in the output projection and the LayerNorms below
-  # (use_bias), and a LayerNorm over each head's queries and keys
-  # (`query_ln`, `key_ln`).
-  qkv_bias: bool = True
-  use_bias: bool = True
-  qk_norm: bool = False
-  layer_norm_eps: float = 1e-6  # The query/key LayerNorms'.
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  form: ModelForm = ModelForm()
 
   @nn.compact
   def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool,
@@ -107,47 +96,48 @@ class MultiHeadDotProductAttention(nn.Module):
       raise ValueError(f"hidden_size {width} is not divisible by num_heads "
                        f"{self.num_heads}.")
     head_dim = width // self.num_heads
-    dot_general_cls = fp8_matmuls(self.fp8, deterministic)
+    form = self.form
+    dtype, param_dtype = jnp.dtype(form.dtype), jnp.dtype(form.param_dtype)
+    dot_general_cls = fp8_matmuls(form.fp8, deterministic)
     proj = functools.partial(nn.DenseGeneral, (self.num_heads, head_dim),
-                             dtype=self.dtype, param_dtype=self.param_dtype,
+                             dtype=dtype, param_dtype=param_dtype,
                              kernel_init=nn.initializers.xavier_uniform(),
-                             use_bias=self.qkv_bias,
+                             use_bias=form.use_bias and form.qkv_bias,
                              dot_general_cls=dot_general_cls)
     q_BxMxHxK = proj(name="query")(q_BxMxD)
     k_BxNxHxK = proj(name="key")(kv_BxNxD)
     v_BxNxHxK = proj(name="value")(kv_BxNxD)
-    if self.qk_norm:  # Over each head's features, before the scaling.
-      norm = functools.partial(nn.LayerNorm, self.layer_norm_eps,
-                               dtype=self.dtype, param_dtype=self.param_dtype,
-                               use_bias=self.use_bias)
+    if form.qk_norm:  # Over each head's features, before the scaling.
+      norm = functools.partial(nn.LayerNorm, form.layer_norm_eps, dtype=dtype,
+                               param_dtype=param_dtype, use_bias=form.use_bias)
       q_BxMxHxK = norm(name="query_ln")(q_BxMxHxK)
       k_BxNxHxK = norm(name="key_ln")(k_BxNxHxK)
-    q_BxMxHxK = q_BxMxHxK / jnp.sqrt(head_dim).astype(self.dtype)
+    q_BxMxHxK = q_BxMxHxK / jnp.sqrt(head_dim).astype(dtype)
     q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
         t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
 
-    implementation = self.implementation
+    implementation, dropout_rate = form.attention, form.attention_dropout_rate
     if implementation == "auto":
-      implementation = ("cudnn" if _fused_kernel_applies(self.dtype, head_dim)
-                        else "explicit")
+      implementation = ("cudnn" if _fused_kernel_applies(dtype, head_dim) else
+                        "explicit")
     weights_BxHxMxN = None
     if (need_weights or implementation == "explicit" or
-        (self.dropout_rate and not deterministic)):
+        (dropout_rate and not deterministic)):
       logits_BxHxMxN = jnp.einsum("bmhk,bnhk->bhmn", q_BxMxHxK,
                                   k_BxNxHxK).astype(jnp.float32)
       if mask is not None:
         logits_BxHxMxN = jnp.where(mask, logits_BxHxMxN,
                                    jnp.finfo(jnp.float32).min)
       weights_BxHxMxN = jax.nn.softmax(logits_BxHxMxN)
-      dropped = nn.Dropout(self.dropout_rate)(weights_BxHxMxN, deterministic)
-      y_BxMxHxK = jnp.einsum("bhmn,bnhk->bmhk", dropped.astype(self.dtype),
+      dropped = nn.Dropout(dropout_rate)(weights_BxHxMxN, deterministic)
+      y_BxMxHxK = jnp.einsum("bhmn,bnhk->bmhk", dropped.astype(dtype),
                              v_BxNxHxK)
     else:
       y_BxMxHxK = fused_attention(
           q_BxMxHxK, k_BxNxHxK, v_BxNxHxK, implementation,
           _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1, mask)
     out_BxMxD = nn.DenseGeneral(
-        width, axis=(-2, -1), dtype=self.dtype, param_dtype=self.param_dtype,
-        kernel_init=nn.initializers.xavier_uniform(), use_bias=self.use_bias,
+        width, axis=(-2, -1), dtype=dtype, param_dtype=param_dtype,
+        kernel_init=nn.initializers.xavier_uniform(), use_bias=form.use_bias,
         dot_general_cls=dot_general_cls, name="out")(y_BxMxHxK)
     return out_BxMxD, weights_BxHxMxN

@@ -204,16 +204,17 @@ class MaskedPatchViT(nn.Module):
   def __call__(self, images_BxHxWxC, *, train: bool = False,
                return_intermediates: bool = False,
                corruption: Optional[Corruption] = None):
-    vit = self.vit
+    vit, form = self.vit, self.vit.form
     mask_token = self.param("mask_token", nn.initializers.normal(0.02),
-                            (1, 1, vit.hidden_size), vit.param_dtype)
+                            (1, 1, vit.size.hidden_size),
+                            jnp.dtype(form.param_dtype))
     corrupt_fn = None if corruption is None else (
         lambda x_BxNxD: corrupt(x_BxNxD, mask_token[0, 0], corruption))
     logits, out = vit(images_BxHxWxC, train=train,
                       return_intermediates=return_intermediates,
                       patch_embeddings_fn=corrupt_fn)
     out["patch_predictions"] = MaskedPatchHead(
-        self.outputs, vit.gelu_approximate, dtype=vit.dtype,
-        param_dtype=vit.param_dtype, name="masked_patch_head")(
+        self.outputs, form.gelu_approximate, dtype=jnp.dtype(form.dtype),
+        param_dtype=jnp.dtype(form.param_dtype), name="masked_patch_head")(
             out["patch_tokens"])
     return logits, out

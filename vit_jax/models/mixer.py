@@ -26,9 +26,11 @@ from typing import Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax.config.model_form import ModelForm
 from vit_jax.models import encoder
 from vit_jax.models import partitioning as lx
 from vit_jax.models import vit
+from vit_jax.models.variants import MixerVariant
 
 Dtype = Any
 
@@ -100,21 +102,16 @@ def block_drop_path_rates(rate: float, num_layers: int) -> list[float]:
 
 
 class MlpMixer(nn.Module):
-  """`__call__` returns (logits, dict of named intermediates), as the ViT."""
+  """`__call__` returns (logits, dict of named intermediates), as the ViT.
+
+  `size` gives its widths (`variants.MixerVariant`); of the form it reads
+  the pre-logits width and head init, dropout, stochastic depth (the last
+  block's; see block_drop_path_rates), the GELU, remat, dtypes and
+  `mixer_tiles` (its token-mixing MLP K^2 times as wide).
+  """
   num_classes: Optional[int]  # None: no head, logits are the pre-logits.
-  hidden_size: int
-  tokens_mlp_dim: int
-  channels_mlp_dim: int
-  num_layers: int
-  patch_size: int
-  representation_size: Optional[int] = None
-  head_bias_init: float = 0.0
-  dropout_rate: float = 0.0
-  drop_path_rate: float = 0.0  # The last block's; see block_drop_path_rates.
-  gelu_approximate: bool = True  # tanh (released weights); False: erf.
-  remat: str = "none"  # A key of encoder.REMAT_POLICIES.
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  size: MixerVariant
+  form: ModelForm = ModelForm()
 
   num_prefix_tokens = 0  # No class token (as `VisionTransformer`'s).
   has_class_token = False
@@ -125,15 +122,16 @@ class MlpMixer(nn.Module):
                patch_embeddings_fn: Optional[Callable] = None):
     """`patch_embeddings_fn(x_BxNxD) -> x_BxNxD`, if given, changes the
     patch embeddings before the first block (as in the ViT)."""
-    out = {}
+    size, form, out = self.size, self.form, {}
+    dtype, param_dtype = jnp.dtype(form.dtype), jnp.dtype(form.param_dtype)
+    patch = size.patch_size
     size_hw = images_BxHxWxC.shape[1:3]
-    if size_hw[0] % self.patch_size or size_hw[1] % self.patch_size:
+    if size_hw[0] % patch or size_hw[1] % patch:
       raise ValueError(f"The image size {tuple(size_hw)} is not divisible by "
-                       f"the patch size {self.patch_size}.")
-    x = nn.Conv(self.hidden_size, (self.patch_size,) * 2,
-                strides=(self.patch_size,) * 2, padding="VALID",
-                dtype=self.dtype, param_dtype=self.param_dtype, name="stem")(
-                    images_BxHxWxC.astype(self.dtype))
+                       f"the patch size {patch}.")
+    x = nn.Conv(size.hidden_size, (patch,) * 2, strides=(patch,) * 2,
+                padding="VALID", dtype=dtype, param_dtype=param_dtype,
+                name="stem")(images_BxHxWxC.astype(dtype))
     batch, grid_h, grid_w, width = x.shape
     out["grid"] = (grid_h, grid_w)
     x_BxNxD = jnp.reshape(x, (batch, grid_h * grid_w, width))
@@ -142,23 +140,23 @@ class MlpMixer(nn.Module):
     x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
 
     block_cls = MixerBlock
-    policy = encoder.REMAT_POLICIES[self.remat]
+    policy = encoder.REMAT_POLICIES[form.remat]
     if policy is not None:
       block_cls = nn.remat(block_cls, static_argnums=(2,), policy=policy)
     per_layer = []
     for i, rate in enumerate(
-        block_drop_path_rates(self.drop_path_rate, self.num_layers)):
-      x_BxNxD = block_cls(tokens_mlp_dim=self.tokens_mlp_dim,
-                          channels_mlp_dim=self.channels_mlp_dim,
-                          dropout_rate=self.dropout_rate, drop_path_rate=rate,
-                          gelu_approximate=self.gelu_approximate,
-                          dtype=self.dtype, param_dtype=self.param_dtype,
-                          name=f"MixerBlock_{i}")(x_BxNxD, not train)
+        block_drop_path_rates(form.drop_path_rate, size.num_layers)):
+      x_BxNxD = block_cls(
+          tokens_mlp_dim=size.tokens_mlp_dim * form.mixer_tiles**2,
+          channels_mlp_dim=size.channels_mlp_dim,
+          dropout_rate=form.dropout_rate, drop_path_rate=rate,
+          gelu_approximate=form.gelu_approximate, dtype=dtype,
+          param_dtype=param_dtype, name=f"MixerBlock_{i}")(x_BxNxD, not train)
       per_layer.append(x_BxNxD)
     if return_intermediates:
       out["blocks"] = jnp.stack(per_layer)  # L x B x N x D
 
-    encoded = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype,
+    encoded = nn.LayerNorm(dtype=dtype, param_dtype=param_dtype,
                            name="pre_head_layer_norm")(x_BxNxD)
     # No class token: every output token is a patch's.
     out["encoded"] = out["patch_tokens"] = encoded

@@ -309,7 +309,7 @@ def minimum(abstract_params, params_sharding, mesh, compute_dtype,
     kernel = layer_ndim >= 2
     axes = jax.tree.leaves(tuple(spec.spec))
     fsdp = sharding.DATA_AXIS in axes
-    if fsdp:  # Only the blocks' gather casts (sharding.gather_over_data).
+    if fsdp:  # Only the blocks' gather casts (fsdp.gather_over_data).
       cast = in_block and gathered_in_blocks and kernel
     else:  # The gradient leaves the layer in the compute dtype.
       cast = kernel

@@ -157,7 +157,7 @@ def _tensor_parallel_activations(config, mesh) -> float:
     return 0.0
   variant = models.get_variant(config.model.variant)
   tokens = (config.image_size // models.stride(config.model))**2 + (
-      models.num_prefix_tokens(config.model))
+      models.form_of(config.model).num_prefix_tokens)
   return communication.tensor_parallel_activations(
       config.batch_size // sharding.data_shards(mesh), tokens,
       variant.hidden_size, variant.num_layers, mesh.shape[sharding.MODEL_AXIS],

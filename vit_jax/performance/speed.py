@@ -17,6 +17,7 @@ import numpy as np
 from vit_jax import hardware
 from vit_jax import models
 from vit_jax import sharding
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.loop import preflight
@@ -68,7 +69,8 @@ def _timed_steps(compiled, state, batch_data, num_steps: int):
 # The config.model fields a run may set (`vit-jax benchmark`'s flags) and
 # its result reports.
 MODEL_OPTIONS = ("dtype", "fp8", "remat", "scan_layers", "attention",
-                 "gelu_approximate") + models.BLOCK_OPTIONS
+                 "gelu_approximate", "parallel_block", "use_bias", "qkv_bias",
+                 "qk_norm")
 
 
 def _bytes_accessed(compiled):
@@ -105,15 +107,15 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   attention, fp8, ViT-22B's block options...); GELU tanh as released.
   `compiler_options`: XLA options of this step's compilation alone (e.g.
   {"xla_gpu_enable_triton_gemm": False}), so one process compares many."""
-  model_config = defaults.get_model_config()
-  model_config.update({
+  config = defaults.get_config()
+  config.model.update({
       "variant": variant,
       "gelu_approximate": True,
       **(model_options or {})
   })
-  model = models.build_model(model_config, num_classes)
+  config = weights.decide(config)  # No weights: as at random init.
+  model = models.build_model(config.model, num_classes)
   models.variants.check_image_size(variant, image_size, "--image_size")
-  config = defaults.get_config()
   config.update(dict(optimizer="adam", warmup_steps=1, mu_dtype=mu_dtype))
   mesh = sharding.make_mesh()
   sharding.local_batch_size(batch, mesh, what="batch")
@@ -143,7 +145,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   images_per_sec = batch / step_s
   macs = flops.forward_macs(model, image_size)
   device = jax.devices()[0]
-  peak = peak_flops(device, model_config.dtype, peak_tflops)
+  peak = peak_flops(device, config.model.dtype, peak_tflops)
   model_flops_per_sec = images_per_sec * 6 * macs
   memory = device.memory_stats() or {}
   spec = models.get_variant(variant)
@@ -163,7 +165,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "image_size": image_size,
       # The model's options (fp8: MFU stays relative to the dtype's peak).
       **{
-          k: model_config[k] for k in MODEL_OPTIONS
+          k: config.model[k] for k in MODEL_OPTIONS
       },
       "mu_dtype": mu_dtype,
       "compiler_options": compiler_options or {},

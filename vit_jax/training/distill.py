@@ -24,11 +24,10 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax import paths
+from vit_jax import weights
 from vit_jax.config import fields
 from vit_jax.data import preprocess
 from vit_jax.errors import UserError
-from vit_jax.weights import formats
-from vit_jax.weights import released
 
 TARGETS = ("probabilities", "logits")
 
@@ -79,8 +78,8 @@ def teacher_specs(config: ml_collections.ConfigDict):
 def _check_exists(checkpoint: str, index: int):
   """A local teacher that is not there, said before anything loads (URLs
   and released names are fetched, and checked, where they load)."""
-  file, _ = formats.split_tower(checkpoint)
-  if (paths.is_remote(file) or released.lookup(file) is not None or
+  file, _ = weights.split_tower(checkpoint)
+  if (paths.is_remote(file) or weights.lookup_released(file) is not None or
       os.path.exists(os.path.expanduser(file))):
     return
   raise UserError(f"config.distill.teachers[{index}]: no checkpoint at "

@@ -3,12 +3,13 @@
 Each step runs the model at a patch size drawn uniformly from
 `config.flexi.patch_sizes`; the parameters keep the variant's shapes, the
 patch embedding is PI-resized and learned position embeddings resized to
-the grid inside the step (`models/vit.py`: `run_patch_size`). Each size
+the grid inside the step (`models/vit.py`: its form's `patch_size`). Each size
 compiles its own step once. The size of step s is a function of
 (config.seed, s) only, so a resumed run draws the same sizes as an
 uninterrupted one. Imports no TensorFlow.
 """
 
+import dataclasses
 from typing import Callable
 
 import ml_collections
@@ -65,7 +66,8 @@ def patch_size_of_step(config: ml_collections.ConfigDict, step: int) -> int:
 
 def at_patch_size(model, patch_size: int):
   """The model run at `patch_size` (the same parameters)."""
-  return model.clone(run_patch_size=patch_size)
+  return model.clone(
+      form=dataclasses.replace(model.form, patch_size=patch_size))
 
 
 class FlexiTrainStep:

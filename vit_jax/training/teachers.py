@@ -41,7 +41,6 @@ from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.training import distill
 from vit_jax.training import fsdp
-from vit_jax.weights import standalone
 
 TEACHERS_FILE = "teachers.json"  # In the workdir: what the run learns from.
 # Ops of a teacher's pp_eval that only set the geometry (the student's view
@@ -97,8 +96,8 @@ def _own_config(config: ml_collections.ConfigDict, checkpoint: str,
   """(the teacher's config, its head's classes): its own config, at
   `image_size` if given, computing in the student's dtype, in inference
   only (no FP8, no rematerialisation)."""
-  own, _, arch = standalone.config_for(checkpoint, image_size=image_size,
-                                       cache_dir=config.init.cache_dir)
+  own, _, arch = weights.config_for(checkpoint, image_size=image_size,
+                                    cache_dir=config.init.cache_dir)
   if arch.sequences or own.sequence_length:
     raise UserError(
         f"The teacher {checkpoint} reads images at their own shape (NaFlex); "

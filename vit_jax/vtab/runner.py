@@ -35,7 +35,6 @@ from vit_jax.data import vtab_tasks
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
-from vit_jax.weights import loader
 
 RESULT_FILE = paths.VTAB_RESULT
 SUMMARY_FILE = paths.VTAB_SUMMARY
@@ -172,7 +171,7 @@ def run_tasks(config: ml_collections.ConfigDict, workdir,
   for task in tasks:  # Every name and config checked before hours of training.
     checks.check_config(_with_task(config, task), mesh)
   if config.init.checkpoint:  # A released name of another model: refused.
-    loader.check_released_variant(config.init.checkpoint, config.model.variant)
+    weights.check_released_variant(config.init.checkpoint, config.model.variant)
   paths.make_workdir(workdir)
   accuracy = {}
   for task in tasks:

@@ -37,30 +37,30 @@ start from a checkpoint (`config.init.checkpoint`).
 from vit_jax.errors import WeightsError
 from vit_jax.weights.architecture import Architecture
 from vit_jax.weights.architecture import read as read_architecture
-from vit_jax.weights.architecture import \
-    read_with_source as read_architecture_with_source
-from vit_jax.weights.big_vision.mixer_layout import \
-    architecture as mixer_architecture
+from vit_jax.weights.big_vision.mixer_layout import MixerArchitecture
 from vit_jax.weights.big_vision.mixer_layout import is_mixer
+from vit_jax.weights.big_vision.mixer_layout import mixer_architecture
 from vit_jax.weights.decisions import decide
 from vit_jax.weights.describe import SEQUENCE_PP_EVAL
 from vit_jax.weights.describe import compare_with_config
 from vit_jax.weights.describe import describe_model
-from vit_jax.weights.describe import report as describe
+from vit_jax.weights.describe import report as describe_weights
 from vit_jax.weights.eval_preprocessing import EvalPreprocessing
-from vit_jax.weights.eval_preprocessing import \
-    describe as eval_preprocessing_of
+from vit_jax.weights.eval_preprocessing import describe as eval_preprocessing_of
 from vit_jax.weights.families import config_fix
 from vit_jax.weights.families import name as family_name
 from vit_jax.weights.families import options as family_options
 from vit_jax.weights.files.cache import CACHE_VARIABLE
 from vit_jax.weights.files.cache import OFFLINE_VARIABLE
 from vit_jax.weights.files.cache import cache_path
+from vit_jax.weights.files.cache import forget_announced
 from vit_jax.weights.files.cache import locate
 from vit_jax.weights.files.directories import class_names
 from vit_jax.weights.files.directories import weights_file
 from vit_jax.weights.files.formats import read as read_file
+from vit_jax.weights.files.formats import split_tower
 from vit_jax.weights.files.released import CHECKPOINTS as RELEASED
+from vit_jax.weights.files.released import Released
 from vit_jax.weights.files.released import describe_table as released_table
 from vit_jax.weights.files.released import lookup as lookup_released
 from vit_jax.weights.loader import check_released_variant
@@ -72,11 +72,13 @@ from vit_jax.weights.loader import origin_gelu
 from vit_jax.weights.loader import read_converted
 from vit_jax.weights.loader import recorded_config
 from vit_jax.weights.loader import target_grid
+from vit_jax.weights.loader import training_workdir
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
+from vit_jax.weights.origins import convert as convert_tensors
 from vit_jax.weights.origins import stated_options
 from vit_jax.weights.origins import words as origin_words
-from vit_jax.weights.posemb import METHODS as POSEMB_RESIZE_METHODS
+from vit_jax.weights.posemb import check_config
 from vit_jax.weights.posemb import resize_grid
 from vit_jax.weights.posemb import resize_posemb
 from vit_jax.weights.report import Report
@@ -94,18 +96,19 @@ from vit_jax.weights.writers import with_class_token_entry
 from vit_jax.weights.writers import with_posemb_table
 
 __all__ = [
-    "WeightsError", "Architecture", "read_architecture",
-    "read_architecture_with_source", "mixer_architecture", "is_mixer",
-    "decide", "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
-    "describe", "EvalPreprocessing", "eval_preprocessing_of", "config_fix",
-    "family_name", "family_options", "CACHE_VARIABLE", "OFFLINE_VARIABLE",
-    "cache_path", "locate", "class_names", "weights_file", "read_file",
-    "RELEASED", "released_table", "lookup_released", "check_released_variant",
-    "file_origin", "init_params", "load", "load_for_config", "origin_gelu",
-    "read_converted", "recorded_config", "target_grid", "POSEMB", "Converted",
-    "stated_options", "origin_words", "POSEMB_RESIZE_METHODS", "resize_grid",
-    "resize_posemb", "Report", "config_for", "write_timm_dir",
-    "from_timm_mixer", "to_timm_mixer", "write_hf_dir", "EXPORT_FORMATS",
-    "at_patch_size", "released_params", "save_npz", "save_timm",
-    "with_class_token_entry", "with_posemb_table"
+    "forget_announced", "split_tower", "Released", "MixerArchitecture",
+    "training_workdir", "convert_tensors", "WeightsError", "Architecture",
+    "read_architecture", "mixer_architecture", "is_mixer", "decide",
+    "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
+    "describe_weights", "EvalPreprocessing", "eval_preprocessing_of",
+    "config_fix", "family_name", "family_options", "CACHE_VARIABLE",
+    "OFFLINE_VARIABLE", "cache_path", "locate", "class_names", "weights_file",
+    "read_file", "RELEASED", "released_table", "lookup_released",
+    "check_released_variant", "file_origin", "init_params", "load",
+    "load_for_config", "origin_gelu", "read_converted", "recorded_config",
+    "target_grid", "POSEMB", "Converted", "stated_options", "origin_words",
+    "check_config", "resize_grid", "resize_posemb", "Report", "config_for",
+    "write_timm_dir", "from_timm_mixer", "to_timm_mixer", "write_hf_dir",
+    "EXPORT_FORMATS", "at_patch_size", "released_params", "save_npz",
+    "save_timm", "with_class_token_entry", "with_posemb_table"
 ]

@@ -21,7 +21,6 @@ from typing import Optional
 
 import numpy as np
 
-from vit_jax import paths
 from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.models.variants import VARIANTS
@@ -29,12 +28,12 @@ from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import ResNetSpec
 from vit_jax.models.variants import Variant
 from vit_jax.weights import families
-from vit_jax.weights.files import formats
-from vit_jax.weights.big_vision import mixer_layout
+from vit_jax.weights import origins
 from vit_jax.weights import posemb
+from vit_jax.weights.big_vision import mixer_layout
+from vit_jax.weights.files import formats
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
-from vit_jax.weights import origins
 
 _BLOCK = "Transformer/encoderblock_{}/"
 _FACTORIZED_ROWS = "Transformer/posembed_input/pos_embedding_y"
@@ -171,7 +170,7 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
 
 def _mixer(params, path) -> Architecture:
   """An MLP-Mixer's: mean pooling, no class token or position embeddings."""
-  arch = mixer_layout.architecture(params)
+  arch = mixer_layout.mixer_architecture(params)
   name, tiles = None, 1
   for k in range(1, 9):  # Widened for K times the resolution, or not.
     if arch.tokens_mlp_dim % (k * k):

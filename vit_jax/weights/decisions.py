@@ -26,10 +26,9 @@ from vit_jax import paths
 from vit_jax.config import model_form
 from vit_jax.config import recorded
 from vit_jax.weights import loader
-from vit_jax.weights import report
-from vit_jax.weights.files import directories
-from vit_jax.weights.files import released
 from vit_jax.weights import origins
+from vit_jax.weights import report
+from vit_jax.weights.files import released
 
 
 def _released_name(checkpoint: str) -> bool:
@@ -51,7 +50,7 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
   if not open_fields:
     return config
   run = (_recorded_model(resumed_workdir)
-              if resumed_workdir is not None else None)
+         if resumed_workdir is not None else None)
 
   @functools.cache
   def origin() -> Optional[str]:

@@ -6,9 +6,9 @@ from vit_jax.errors import UserError
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import decisions
-from vit_jax.weights.files import formats
 from vit_jax.weights import loader
 from vit_jax.weights import origins
+from vit_jax.weights.files import formats
 
 
 def describe_file(path: str, cache_dir=None, num_heads=None) -> str:

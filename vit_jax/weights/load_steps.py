@@ -91,10 +91,11 @@ def _position_embeddings(name, value, shape, source, target):
   if tuple(value.shape) == shape and old_grid == tuple(target.grid):
     return Outcome("matched", POSEMB, resized)
   grid = target.grid
-  return Outcome("resized", (POSEMB, tuple(value.shape), shape,
-                             f"{old_grid[0]}x{old_grid[1]} -> "
-                             f"{grid[0]}x{grid[1]} grid, "
-                             f"{target.resize_method}"), resized)
+  return Outcome(
+      "resized",
+      (POSEMB, tuple(value.shape), shape, f"{old_grid[0]}x{old_grid[1]} -> "
+       f"{grid[0]}x{grid[1]} grid, "
+       f"{target.resize_method}"), resized)
 
 
 def _same_shape(name, value, shape, source, target):
@@ -110,8 +111,8 @@ def _factorized_axis(name, value, shape, source, target):
   method = target.resize_method
   resized = posemb.resize_grid(value[0][:, None], (shape[1], 1),
                                method)[None, :, 0]
-  return Outcome("resized", (name, tuple(value.shape), shape,
-                             f"{value.shape[1]} -> {shape[1]}, {method}"),
+  return Outcome("resized", (name, tuple(
+      value.shape), shape, f"{value.shape[1]} -> {shape[1]}, {method}"),
                  resized)
 
 
@@ -120,8 +121,8 @@ def _mixer_tiles(name, value, shape, source, target):
   k = mixer_layout.tiles_between(value.shape, shape, name)
   if not k:
     return None
-  return Outcome("resized", (name, tuple(value.shape), shape,
-                             f"{k * k} tiles, block-diagonal: the Mixer "
+  return Outcome("resized", (name, tuple(
+      value.shape), shape, f"{k * k} tiles, block-diagonal: the Mixer "
                              "paper's Supplementary C"),
                  mixer_layout.tile_token_mixing(name, value, k))
 

@@ -54,6 +54,7 @@ from vit_jax.weights.names import Converted
 from vit_jax.weights.report import Report
 from vit_jax.weights.timm import naflexvit
 
+
 def _num_heads(target_flat) -> int:
   """The target's attention heads; 0 for an MLP-Mixer (no attention)."""
   for name, leaf in target_flat.items():
@@ -80,8 +81,7 @@ def _check_family(path: str, target_flat, cache_dir):
         f"{'Mixer-' if file_mixer else 'ViT-'}... variant of its size.")
 
 
-def read_converted(path: str, num_heads: int,
-                   cache_dir=None) -> Converted:
+def read_converted(path: str, num_heads: int, cache_dir=None) -> Converted:
   fmt, tensors = formats.read(path, cache_dir)
   return origins.convert(fmt, tensors, num_heads, path)
 
@@ -114,10 +114,7 @@ def origin_gelu(path: str, origin: str) -> Optional[bool]:
   option existed computed the exact erf form: `config.recorded`).
   """
   if origin != "orbax":  # A directory's config.json may say otherwise.
-    stated = {
-        **naflex_options(path, origin),
-        **origins.stated_options(path)
-    }
+    stated = {**naflex_options(path, origin), **origins.stated_options(path)}
     return stated.get("gelu_approximate",
                       origins.ORIGINS[origin].gelu_approximate)
   run = recorded_config(path)
@@ -236,8 +233,8 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       has_head=any(k.startswith("head/") for k in target_flat))
   loaded = {}
   for name, leaf in target_flat.items():
-    outcome = load_steps.outcome(name, source.params.get(name),
-                                 tuple(leaf.shape), source, policy)
+    outcome = load_steps.outcome(name, source.params.get(name), tuple(
+        leaf.shape), source, policy)
     getattr(report, outcome.kind).append(outcome.row)
     if outcome.value is not None:
       loaded[name] = outcome.value
@@ -283,5 +280,3 @@ def _check_dont_load(dont_load, target_flat, file_params, path):
           f"config.init.dont_load regex {regex!r} matches no parameter of "
           f"the model or of {path} (names look like {names[0]!r}); fix or "
           "remove it.")
-
-

@@ -46,9 +46,9 @@ ORIGINS = {
         "google-research/vision_transformer, current Flax names", True,
         _flax("released_current_flax")),
     "big_vision": Origin("big_vision", True, _flax("big_vision")),
-    "timm": Origin("timm", False,
-                   lambda fmt, tensors, heads, path: timm_names.from_timm(
-                       tensors, heads, path)),
+    "timm": Origin(
+        "timm", False, lambda fmt, tensors, heads, path: timm_names.from_timm(
+            tensors, heads, path)),
     "hugging_face": Origin(
         "Hugging Face transformers", False,
         lambda fmt, tensors, heads, path: hf_names.from_hugging_face(
@@ -110,8 +110,8 @@ def _refuse_unsupported_directory(path):
   config = directories.config_json(paths.resolve(path))
   if config is None:
     return
-  family = (unsupported.for_architecture(config["architecture"])
-            if timm_config.is_timm_config(config) else
-            unsupported.MODEL_TYPES.get(config.get("model_type")))
+  family = (unsupported.for_architecture(config["architecture"]) if
+            timm_config.is_timm_config(config) else unsupported.MODEL_TYPES.get(
+                config.get("model_type")))
   if family is not None:
     raise WeightsError(unsupported.refusal(family, path))

@@ -17,10 +17,10 @@ from vit_jax import paths
 from vit_jax.config import defaults
 from vit_jax.config import imports
 from vit_jax.weights import architecture
-from vit_jax.weights.files import cache
 from vit_jax.weights import describe
 from vit_jax.weights import loader
 from vit_jax.weights.decisions import decide
+from vit_jax.weights.files import cache
 
 IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
 

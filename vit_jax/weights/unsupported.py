@@ -45,23 +45,23 @@ TIMM = (
     Unsupported("RoPE-ViT (Naver's, learned mixed frequencies)",
                 f"{_ROPE}, frequencies learned per head", _has("rope.freqs")),
     Unsupported("DINOv3", f"{_ROPE}; Eva's blocks", _eva_with_registers),
-    Unsupported("EVA-02", f"{_ROPE}; a query and value bias without a key "
-                "bias, SwiGLU MLPs with a LayerNorm inside",
-                _has(".attn.q_bias", ".attn.q_proj.", ".mlp.norm.")),
+    Unsupported(
+        "EVA-02", f"{_ROPE}; a query and value bias without a key "
+        "bias, SwiGLU MLPs with a LayerNorm inside",
+        _has(".attn.q_bias", ".attn.q_proj.", ".mlp.norm.")),
     Unsupported("timm's RoPE ViT", f"{_ROPE}; Eva's blocks",
                 _has(".gamma_1", "rope.")),
     Unsupported("Perception Encoder (PE)",
                 f"{_ROPE} beside its learned position table",
                 _perception_encoder),
     Unsupported("a ViT with a SwiGLU MLP (DINOv2's ViT-g/14)", "SwiGLU MLPs",
-                _has(".mlp.fc1_g.", ".mlp.w12."),
-                "DINOv2's ViT-S/B/L/14 load"),
+                _has(".mlp.fc1_g.", ".mlp.w12."), "DINOv2's ViT-S/B/L/14 load"),
 )
 # transformers', by their names (a directory's config.json also says its
 # model_type: `MODEL_TYPES`).
-TRANSFORMERS = (
-    Unsupported("DINOv3 (transformers' DINOv3ViTModel)", f"{_ROPE}",
-                _has("layer_scale1.lambda1", "embeddings.register_tokens")),)
+TRANSFORMERS = (Unsupported(
+    "DINOv3 (transformers' DINOv3ViTModel)", f"{_ROPE}",
+    _has("model.layer.", "embeddings.patch_embeddings.weight")),)
 MODEL_TYPES = {"dinov3_vit": TRANSFORMERS[0]}
 # timm's model functions (a directory's config.json names one).
 TIMM_ARCHITECTURES = {
@@ -85,5 +85,6 @@ def find(table, names) -> Unsupported | None:
 
 def for_architecture(architecture: str) -> Unsupported | None:
   """The row of a timm model function's name, or None."""
-  return next((row for part, row in TIMM_ARCHITECTURES.items()
-               if part in architecture), None)
+  return next(
+      (row for part, row in TIMM_ARCHITECTURES.items() if part in architecture),
+      None)

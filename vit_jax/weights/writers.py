@@ -16,8 +16,8 @@ from vit_jax.weights import loader
 from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import is_masked_patch_part
-from vit_jax.weights.timm import timm_names
 from vit_jax.weights.timm import timm_mixer
+from vit_jax.weights.timm import timm_names
 
 EXPORT_FORMATS = ("npz", "timm")
 
@@ -71,8 +71,7 @@ def at_patch_size(params, patch: int, image_size: int) -> dict:
   }
   if POSEMB in params:
     out[POSEMB] = np.asarray(
-        embeddings.posemb_at_grid(params[POSEMB],
-                                  (image_size // stored,) * 2,
+        embeddings.posemb_at_grid(params[POSEMB], (image_size // stored,) * 2,
                                   (image_size // patch,) * 2))
   return out
 

@@ -36,7 +36,7 @@ class MixerArchitecture:
     return side * self.patch_size if side * side == self.num_tokens else None
 
 
-def architecture(flat) -> MixerArchitecture:
+def mixer_architecture(flat) -> MixerArchitecture:
   """The Mixer that flat parameters (our names) describe, from their shapes;
   a missing part or blocks that disagree is a WeightsError."""
 

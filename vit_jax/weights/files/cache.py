@@ -94,6 +94,11 @@ def locate(path, cache_dir=None) -> str:
   return _local_copy(path, name, cache_dir)
 
 
+def forget_announced():
+  """Say again where each file comes from, as a new process would."""
+  _announced.clear()
+
+
 def _announce(url: str, message: str, *args):
   if url not in _announced:
     _announced.add(url)

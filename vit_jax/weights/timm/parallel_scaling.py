@@ -28,8 +28,8 @@ def is_parallel(names) -> bool:
 
 def as_standard_blocks(tensors, path) -> dict:
   """timm's ParallelScalingBlock (ViT-22B's parallel block, `vit_pwee_*`)
-  in the names of timm's standard block, which `timm_names.from_timm` then reads as
-  config.model.parallel_block's (no norm2):
+  in the names of timm's standard block, which `timm_names.from_timm` then
+  reads as config.model.parallel_block's (no norm2):
 
     in_norm            norm1 (our LayerNorm_0, read by both branches)
     in_proj            split in timm's order [MLP hidden, q, k, v]: mlp.fc1

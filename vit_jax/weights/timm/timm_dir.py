@@ -27,13 +27,13 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import families
-from vit_jax.weights.big_vision import mixer_layout
-from vit_jax.weights.timm import naflexvit
 from vit_jax.weights import writers
+from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import posemb_prefix
-from vit_jax.weights.timm import timm_names
+from vit_jax.weights.timm import naflexvit
 from vit_jax.weights.timm import timm_mixer
+from vit_jax.weights.timm import timm_names
 
 # timm model function -> the LayerNorm epsilon it builds its ViT with.
 _VIT_BY_EPS = {1e-6: "vit_base_patch16_224", 1e-5: "vit_base_patch16_clip_224"}
@@ -110,8 +110,7 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
   prefix = int("cls" in params) + (params["registers"].shape[1]
                                    if "registers" in params else 0)
   table_prefix = (
-      posemb_prefix(params) if POSEMB in params else 0
-  )  # sincos2d: patches.
+      posemb_prefix(params) if POSEMB in params else 0)  # sincos2d: patches.
   params = writers.with_posemb_table(params, image_size)
   grid_tokens = params[POSEMB].shape[1] - table_prefix
   if "Transformer/pre_norm/scale" in params:
@@ -182,7 +181,7 @@ def _naflex(params, model_config, image_size) -> tuple[str, dict, dict]:
       ], pos_embed_interp_mode=model_config.posemb_interpolation or "bilinear",
       pos_embed_ar_preserving=keep_aspect)
   function = naflexvit.function_for("factorized" if factorized else "learned",
-                                      args["global_pool"], keep_aspect)
+                                    args["global_pool"], keep_aspect)
   state = naflexvit.from_ours(timm_names.to_timm(vit_params, True), params)
   if factorized:
     state.pop("embeds.pos_embed")
@@ -197,7 +196,7 @@ def _mixer_args(params, model_config) -> tuple[str, dict]:
         "use --format=timm and build timm's model with "
         "act_layer=timm.layers.GELUTanh, or fine-tune with "
         "config.model.gelu_approximate=False.")
-  arch = mixer_layout.architecture(params)
+  arch = mixer_layout.mixer_architecture(params)
   if arch.representation_size or arch.image_size is None:
     raise WeightsError("timm's MlpMixer has no pre-logits layer and needs a "
                        "square token grid; use --format=npz.")

@@ -54,7 +54,8 @@ MODULES = (
            "blocks.{}.ls1.gamma"),
     Module(BLOCK + "LayerScale_mlp/scale", "tensor", "blocks.{}.ls2.gamma"),
     # timm's qk_norm=True: LayerNorms over each head's queries and keys.
-    *(Module(_ATTENTION + f"{name}_ln", "norm", f"blocks.{{}}.attn.{short}_norm")
+    *(Module(_ATTENTION + f"{name}_ln", "norm",
+             f"blocks.{{}}.attn.{short}_norm")
       for short, name in (("q", "query"), ("k", "key"))),
 )
 

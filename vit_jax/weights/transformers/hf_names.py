@@ -53,8 +53,8 @@ _ROWS = (
          "layers.{}.layernorm_after"),
     _Row(BLOCK + "MlpBlock_3/Dense_0", "dense",
          "encoder.layer.{}.intermediate.dense", "layers.{}.mlp.fc1"),
-    _Row(BLOCK + "MlpBlock_3/Dense_1", "dense",
-         "encoder.layer.{}.output.dense", "layers.{}.mlp.fc2"),
+    _Row(BLOCK + "MlpBlock_3/Dense_1", "dense", "encoder.layer.{}.output.dense",
+         "layers.{}.mlp.fc2"),
 )
 MODULES = {
     naming: tuple(Module(r.ours, r.kind, getattr(r, naming)) for r in _ROWS)

@@ -1,0 +1,210 @@
+"""A model's form: every `config.model` field but the variant, declared once.
+
+Each field below is one option of the model, with its default and what it
+means; `defaults.get_model_config()` is made from them, and the decided
+config's `ModelForm.from_config(config.model)` is what the model is built
+with, passed whole down `VisionTransformer -> Encoder -> block -> attention
+/ MLP` (and to the Mixer): a module reads the fields it uses, and no module
+re-declares another's. The variant (`models/variants.py`) gives the sizes.
+
+A new option is a field here, the code of the module that uses it, and,
+where checkpoints show it, a row of `weights/families.py`
+(docs/extending.md has the checklist). `Literal` fields are checked
+against their choices when a config is checked (`check`).
+"""
+
+import dataclasses
+import typing
+from typing import Literal
+from typing import Optional
+
+from ml_collections import config_dict
+
+from vit_jax.errors import UserError
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+def _open(default):
+  """A field the defaults leave open (None in `config.model`):
+  `weights.decide` settles it from the weights a run starts from or
+  resumes, before any model is built; `default` where there are none."""
+  return dataclasses.field(default=default, metadata={"open": True})
+
+
+def _vit(default):
+  """An option of the ViT alone: an MLP-Mixer keeps its default."""
+  return dataclasses.field(default=default, metadata={"vit_only": True})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelForm:
+  """What the model computes besides its sizes (see the module doc)."""
+  # How the head pools: the class token, the mean of the patch tokens, or a
+  # MAP head (multihead attention pooling: a learned probe attends).
+  classifier: Literal["token", "gap", "map"] = "token"
+  # A class token before the patches; None: exactly when classifier=token
+  # (gap and map then pool the patch tokens only).
+  class_token: Optional[bool] = None
+  # Position embeddings: learn (the paper's) | sincos2d (fixed 2D sin-cos,
+  # big_vision's plain ViTs; nothing stored or loaded) | factorized (NaViT's:
+  # a learned table of rows and one of columns, summed).
+  posemb: Literal["learn", "sincos2d", "factorized"] = "learn"
+  # How images at their own shape (patch sequences: config.sequence) resize
+  # learned position embeddings to each image's grid, antialiased: bilinear
+  # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). Open: as the weights'
+  # origin learned them (bilinear at random init).
+  posemb_interpolation: Literal["bilinear", "bicubic"] = _open("bilinear")
+  # Resize it to a square of the longer side of each image's grid and read
+  # the image's own rows and columns (timm's pos_embed_ar_preserving).
+  posemb_keep_aspect: bool = _vit(False)
+  # The patch size the model runs at; None: its variant's. Another (FlexiViT,
+  # plain ViTs only): the parameters keep the variant's shapes, and the patch
+  # embedding is PI-resized and learned position embeddings resized to the
+  # grid in every step (config.flexi trains at many).
+  patch_size: Optional[int] = None
+  # An MLP-Mixer fine-tuned at K times its checkpoint's resolution (the Mixer
+  # paper's Supplementary C): its token-mixing MLP is K^2 times as wide and
+  # starts as K^2 copies of the checkpoint's, one per K x K tile of the image.
+  mixer_tiles: int = 1
+  # PyTorch's ViT families (DINOv2, DeiT III, CLIP), each off by default:
+  # register tokens after the class token (DINOv2).
+  num_registers: int = _vit(0)
+  # Learned position embeddings for the class token and registers too (the
+  # paper's, timm's default); False: the patches only (timm's no_embed_class).
+  posemb_covers_prefix: bool = _vit(True)
+  layer_scale: Optional[float] = _vit(None)  # LayerScale's init; None: none.
+  pre_norm: bool = _vit(False)  # A LayerNorm before the blocks (CLIP's).
+  quick_gelu: bool = _vit(False)  # x sigmoid(1.702 x) in the MLPs (OpenAI's).
+  # The final LayerNorm on the pooled features, not every token (fc_norm).
+  pooled_norm: bool = _vit(False)
+  layer_norm_eps: float = _vit(1e-6)  # Every LayerNorm's (timm's CLIP: 1e-5).
+  # FP8 training: the encoder blocks' matmuls (attention projections, MLP)
+  # in e4m3 forward and e5m2 gradients, with delayed scaling whose state the
+  # train state keeps and checkpoints; the embedding, head, LayerNorms,
+  # softmax and loss stay in `dtype`, and so does evaluation (ViTs only).
+  fp8: bool = _vit(False)
+  # ViT-22B's block, for training from scratch (each off by default): the
+  # attention and the MLP read one LayerNorm and are added to the residual
+  # together (about 15% faster in ViT-22B).
+  parallel_block: bool = _vit(False)
+  # No biases in the attention's projections and the encoder's LayerNorms
+  # (the MLP keeps its).
+  use_bias: bool = _vit(True)
+  qkv_bias: bool = _vit(True)  # False: none in query/key/value (timm's).
+  qk_norm: bool = _vit(False)  # A LayerNorm on each head's queries and keys.
+  # Width of the tanh pre-logits layer that the paper uses at pre-training
+  # only; None: no such layer.
+  representation_size: Optional[int] = None
+  head_bias_init: float = 0.0  # Constant init of the head bias (kernel: 0).
+  dropout_rate: float = 0.0  # After position embeddings, attention and MLP.
+  attention_dropout_rate: float = 0.0  # On the attention weights.
+  # Stochastic depth (Huang et al. 2016): in training, each block's attention
+  # and MLP branch is dropped for a whole example with this probability (the
+  # same at every depth, as big_vision's `stoch_depth`); 0: off.
+  drop_path_rate: float = 0.0
+  dtype: Dtype = "float32"  # Compute dtype.
+  param_dtype: Dtype = "float32"  # Storage dtype of the parameters.
+  # Rematerialise blocks. Under FSDP the blocks gather their weights again
+  # and "none" acts as "dots".
+  remat: Literal["none", "full", "dots"] = "none"
+  scan_layers: bool = False  # One scanned block (compiles deep models faster).
+  # Attention where its weights are not needed: auto (cuDNN's fused kernel
+  # on GPUs in bf16/fp16, else explicit) | explicit (einsums, softmax) |
+  # xla | cudnn (jax.nn.dot_product_attention with that implementation).
+  attention: Literal["auto", "explicit", "xla", "cudnn"] = "auto"
+  # GELU: the tanh approximation the released weights were trained with, or
+  # the exact erf of timm / Hugging Face (False). Open: as the resumed run
+  # or config.init.checkpoint's origin computes it (tanh at random init).
+  gelu_approximate: bool = _open(True)
+
+  @classmethod
+  def from_config(cls, model_config, decided: bool = True) -> "ModelForm":
+    """The form of `config.model`: decided (`weights.decide` has settled
+    the open fields), as a model is built, or with `decided=False` as it
+    stands (an open field None), to read the others. An older recorded
+    config is upgraded where it is read (`config.recorded`), so every field
+    is there."""
+    values = {}
+    for field in dataclasses.fields(cls):
+      value = model_config[field.name]
+      if value is None and field.metadata.get("open") and decided:
+        raise ValueError(
+            f"config.model.{field.name} is still undecided (None): pass the "
+            "config through vit_jax.weights.decide before building a model.")
+      values[field.name] = value
+    return cls(**values)
+
+  @property
+  def has_class_token(self) -> bool:
+    """A class token is there where set, else with token pooling."""
+    if self.class_token is None:
+      return self.classifier == "token"
+    return bool(self.class_token)
+
+  @property
+  def num_prefix_tokens(self) -> int:
+    """Tokens before the patch grid: the class token (if any), registers."""
+    return int(self.has_class_token) + self.num_registers
+
+  @property
+  def posemb_prefix_tokens(self) -> int:
+    """Prefix tokens the learned position embeddings have entries for."""
+    return self.num_prefix_tokens if self.posemb_covers_prefix else 0
+
+
+def choices(name: str) -> tuple:
+  """The values field `name` may take (a `Literal` field's), () if any."""
+  hint = typing.get_type_hints(ModelForm)[name]
+  return typing.get_args(hint) if typing.get_origin(hint) is Literal else ()
+
+
+def defaults() -> dict:
+  """{field: default} of every field."""
+  return {f.name: f.default for f in dataclasses.fields(ModelForm)}
+
+
+def open_fields() -> tuple[str, ...]:
+  """The fields `weights.decide` settles."""
+  return tuple(
+      f.name for f in dataclasses.fields(ModelForm) if f.metadata.get("open"))
+
+
+def vit_only_fields() -> tuple[str, ...]:
+  """The fields a Mixer leaves at their defaults."""
+  return tuple(f.name
+               for f in dataclasses.fields(ModelForm)
+               if f.metadata.get("vit_only"))
+
+
+def config_fields() -> dict:
+  """The fields as `config.model` holds them: each default, an open one or
+  one that defaults to None as a typed placeholder (None until set)."""
+  hints = typing.get_type_hints(ModelForm)
+  out = {}
+  for field in dataclasses.fields(ModelForm):
+    if field.default is None or field.metadata.get("open"):
+      out[field.name] = config_dict.placeholder(_value_type(hints[field.name]))
+    else:
+      out[field.name] = field.default
+  return out
+
+
+def _value_type(hint) -> type:
+  """bool for Optional[bool], str for a Literal of strings, ..."""
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  if typing.get_origin(hint) is Literal:
+    return type(args[0])
+  return args[0] if args else hint
+
+
+def check(model_config):
+  """Refuses a value of a `Literal` field outside its choices, in one line."""
+  for field in dataclasses.fields(ModelForm):
+    allowed = choices(field.name)
+    value = model_config[field.name]
+    if allowed and value not in allowed and not (value is None and
+                                                 field.metadata.get("open")):
+      raise UserError(f"config.model.{field.name}={value!r} is not one of "
+                      f"{', '.join(allowed)}.")

@@ -1,0 +1,54 @@
+"""A run's recorded config (WORKDIR/config.json), upgraded where it is read.
+
+A workdir records its whole decided config. One written by an older
+version lacks the fields added since; `upgrade` gives each the value that
+keeps the recorded run's meaning (the GELU of runs recorded before it was
+an option was the exact erf; a new option's default is off, as the run
+was), once, where the file is read, so nothing downstream reads a field
+through a fallback.
+"""
+
+import json
+
+from etils import epath
+
+from vit_jax.config import model_form
+from vit_jax.errors import WeightsError
+
+# config.model fields added after workdirs were first recorded whose value
+# that keeps an older config.json's meaning is not today's default. Every
+# other field of the form missing from a recorded config takes its default:
+# a new option is off by default, which is what an older run computed.
+MODEL_FIELDS_ADDED = {
+    "gelu_approximate": False,  # Runs before the option computed the erf.
+    "posemb_interpolation": "bilinear",  # Open today; fixed before.
+}
+
+
+def upgrade(recorded: dict) -> dict:
+  """`recorded` (a config.json's object) with every model field added
+  since."""
+  defaults = model_form.defaults()
+  model = {**defaults, **MODEL_FIELDS_ADDED, **recorded.get("model", {})}
+  return {**recorded, "model": model}
+
+
+def read_json(path: epath.Path, what: str = "the weights beside it") -> dict:
+  """A config.json (a workdir's, transformers' or timm's) as an object;
+  one that is not is said in one line."""
+  try:
+    config, why = json.loads(path.read_text()), ""
+  except ValueError as e:
+    config, why = None, f" ({e})"
+  if not isinstance(config, dict):
+    raise WeightsError(
+        f"{path} is not a JSON object{why}, so {what} cannot be read with "
+        "it: restore the file (transformers and timm write theirs, `vit-jax "
+        "train` a workdir's), or move it away and name the weights file "
+        "itself.")
+  return config
+
+
+def read(path: epath.Path) -> dict:
+  """WORKDIR/config.json at `path`, upgraded."""
+  return upgrade(read_json(path, "the run"))

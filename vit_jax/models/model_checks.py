@@ -1,0 +1,92 @@
+"""The checks of `config.model`, before anything is traced: each a one-line
+`UserError` that names the field and the fix."""
+
+import ml_collections
+
+from vit_jax.config import model_form
+from vit_jax.errors import UserError
+from vit_jax.models import variants
+from vit_jax.models.variants import MixerVariant
+
+
+def check_model_config(model_config: ml_collections.ConfigDict):
+  """Raises a clear error for a bad `config.model` before anything is traced."""
+  variant = variants.get_variant(model_config.variant)
+  model_form.check(model_config)  # Every choice among its field's.
+  if (model_config.classifier == "token" and model_config.class_token is False):
+    raise UserError(
+        "config.model.classifier=token reads the class token, but "
+        "config.model.class_token=False removes it; pool the patches with "
+        "classifier gap or map, or unset class_token.")
+  tiles = model_config.mixer_tiles
+  if tiles != 1 and (not isinstance(variant, MixerVariant) or tiles < 1):
+    raise UserError(
+        f"config.model.mixer_tiles={tiles}: it widens an MLP-Mixer's "
+        "token-mixing MLP for K times its checkpoint's resolution (a positive "
+        f"K); {model_config.variant} is not a Mixer. Unset it (1).")
+  run_patch = model_config.patch_size
+  if run_patch is not None and (run_patch < 1 or variant.resnet is not None or
+                                isinstance(variant, MixerVariant)):
+    raise UserError(
+        f"config.model.patch_size={run_patch}: only a plain ViT runs at "
+        f"another patch size than its variant's (FlexiViT), and a positive "
+        f"one; {model_config.variant} cannot. Unset it.")
+  _check_torch_family_options(model_config)
+  if isinstance(variant, MixerVariant):
+    _check_mixer_config(model_config)
+  elif model_config.posemb == "sincos2d" and (variant.hidden_size % 4):
+    raise UserError(
+        f"config.model.posemb=sincos2d needs a width divisible by 4; "
+        f"{model_config.variant} is {variant.hidden_size} wide. Use "
+        "posemb=learn.")
+
+
+def _check_torch_family_options(model_config: ml_collections.ConfigDict):
+  """Refuses combinations no model family uses (they would load nothing)."""
+  m = model_config
+  sincos = m.posemb == "sincos2d"
+  prefix = (int(m.class_token if m.class_token is not None else m.classifier ==
+                "token") + max(m.num_registers, 0))
+  refusals = (
+      (m.num_registers < 0, "config.model.num_registers must be 0 or more"),
+      (m.num_registers and sincos, "register tokens come with learned "
+       "position embeddings (DINOv2); set posemb=learn"),
+      (not m.posemb_covers_prefix and (sincos or not prefix),
+       "posemb_covers_prefix=False leaves the class token or registers "
+       "without a position embedding; it needs learned position "
+       "embeddings and prefix tokens"),
+      (m.pooled_norm and m.classifier == "map",
+       "pooled_norm normalises pooled patches or the class token (timm's "
+       "fc_norm); a MAP head has its own LayerNorm"),
+  )
+  for refused, why in refusals:
+    if refused:
+      raise UserError(f"{why} ({m.variant}).")
+
+
+def _check_mixer_config(model_config: ml_collections.ConfigDict):
+  """A Mixer has no class token, position embeddings or attention: it
+  pools by the mean of its patches."""
+  options = {  # field: (value, what a Mixer allows, the first said).
+      "classifier": (model_config.classifier, ("gap",)),
+      "class_token": (model_config.class_token, (None, False)),
+      "posemb": (model_config.posemb, ("learn",)),
+      "scan_layers": (model_config.scan_layers, (False,)),
+  }
+  defaults = model_form.defaults()
+  for name in model_form.vit_only_fields():  # A ViT's options only.
+    options[name] = (model_config[name], (defaults[name],))
+  for field, (value, allowed) in options.items():
+    if value not in allowed:
+      raise UserError(
+          f"{model_config.variant} is an MLP-Mixer: it pools by the mean of "
+          "its patches, with no class token, position embeddings or scanned "
+          f"layers. Set config.model.{field}={allowed[0]} (it is "
+          f"{value!r}).")
+
+
+def check_image_size(model_config: ml_collections.ConfigDict, image_size: int,
+                     where: str = "image size"):
+  """Refuses an image size the patches the model runs at do not tile."""
+  variants.check_image_size(model_config.variant, image_size, where,
+                            model_config.patch_size)
