@@ -18,7 +18,7 @@ pre-logits layer), 384 px (higher than pre-training), bf16 compute. Presets
   oxford_iiit_pet            500 steps, lr 0.003
   oxford_flowers102          500 steps, lr 0.003
   folder                     500 steps; `--config.dataset=folder:/PATH`
-  digits                     the built-in digits at 32 px, 400 steps, lr 0.03,
+  digits                     the built-in digits at 32 px, 800 steps, lr 0.03,
                              from `make demo`'s 16-px model (what it reaches:
                              docs/finetuning.md)
 
@@ -50,7 +50,7 @@ PRESETS = {
     "folder": dict(dataset="folder:/data/images", train_split="train",
                    eval_split="test", total_steps=500, lr=0.003),
     "digits": dict(dataset="digits", train_split="train", eval_split="test",
-                   total_steps=400, lr=0.03, image_size=32, batch_size=64,
+                   total_steps=800, lr=0.03, image_size=32, batch_size=64,
                    eval_batch_size=128, warmup_steps=20, cache=True,
                    shuffle_buffer=2_000, pp_train="inception_crop(0.5)|"
                    "value_range", pp_eval="resize|value_range"),

@@ -166,6 +166,14 @@ def test_siglip_image_tower_by_name_or_found_by_itself(tmp_path):
     loaded, report = load(name, tower)
     assert report.notes[0] == note and note in report.table()
     np.testing.assert_array_equal(logits(tower, loaded, images()), want)
+  # `inspect` lists the tower it reads, not the whole file.
+  with np.load(path) as whole:
+    in_tower = [k for k in whole.files if k.startswith("params/img/")]
+    assert len(in_tower) < len(whole.files)
+  for name in (f"{path}:img", path):
+    first = weights.describe_weights(name).splitlines()[0]
+    assert first.startswith(f"{name}: npz, {len(in_tower)} arrays, "), first
+    assert "read the" in first and "img/" in first
   with pytest.raises(weights.WeightsError, match="has no tower 'image'"):
     load(f"{path}:image", tower)
   with pytest.raises(weights.WeightsError, match="has no ViT parameters"):

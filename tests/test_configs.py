@@ -1,16 +1,19 @@
 """Every config loads, is locked, and passes the pre-compile checks; each
 recipe's `runlocal` form runs (what CI runs), and what CI must not skip."""
 
+import dataclasses
 import glob
 import importlib
 import math
 import os
+import re
 
 import pytest
 
 from tests.helpers import torch_env
 from vit_jax import sharding
 from vit_jax.config import defaults
+from vit_jax.config import model_form
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
 
@@ -33,7 +36,8 @@ def test_config_is_valid_and_locked(name, arg):
 
 def test_every_default_is_documented():
   """Each field of vit_jax/config/defaults.py carries a comment saying what
-  it does."""
+  it does, and so does each field of the model's form (model_form.py:
+  on its line or the lines just above it)."""
   with open(defaults.__file__) as f:
     # Declarations are assignments (config.update() only overrides).
     fields = [
@@ -46,6 +50,15 @@ def test_every_default_is_documented():
       if "#" not in line and "get_model_config" not in line
   ]
   assert not undocumented
+  with open(model_form.__file__) as f:
+    lines = f.read().split("class ModelForm")[1].split("\n  @")[0].splitlines()
+  names = [f.name for f in dataclasses.fields(model_form.ModelForm)]
+  for i, line in enumerate(lines):
+    match = re.match(r"  (\w+): .* = ", line)
+    if match and match.group(1) in names:
+      names.remove(match.group(1))
+      assert "#" in line or lines[i - 1].strip().startswith("#"), line
+  assert not names  # Each field found, once.
 
 
 @pytest.mark.parametrize("name", [

@@ -171,6 +171,24 @@ def test_timms_naflexvits_load_and_give_timms_logits(name, options, form,
   np.testing.assert_allclose(logits, io[f"logits_{name}"], rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("name", ["gap", "siglip"])
+def test_a_square_image_of_another_grid_gives_timms_logits(name):
+  """A NaFlexViT given a square image of another grid than its table's (2 x
+  2 patches, the table 4 x 4: timm's third sequence, as an image) computes
+  what timm does: read at the image's rows and columns when loaded at its
+  own size, and with the table resized once, as it reads it (half-pixel,
+  antialiased, bicubic or bilinear), when loaded at the image's."""
+  seq, io = timm_batch()
+  patches = np.asarray(seq.patches[2])[:4].reshape(2, 2, 4, 4, 3)
+  image = patches.transpose(0, 2, 1, 3, 4).reshape(1, 8, 8, 3)
+  path = os.path.join(REFERENCES, f"tiny_naflex_timm_{name}.safetensors")
+  for image_size in (None, 8):
+    loaded = inference.load(path, image_size=image_size)
+    logits, _ = loaded.model.apply({"params": loaded.params}, image)
+    np.testing.assert_allclose(logits[0], io[f"logits_{name}"][2], rtol=2e-5,
+                               atol=2e-5)
+
+
 TORCH_PYTHON = torch_env.TORCH_PYTHON
 
 

@@ -5,6 +5,11 @@ itself (tests/references, `generate.py families`); here its state dict is
 converted, the family and the options it needs are recognised from the
 parameters alone, and the logits must be timm's."""
 
+import os
+import re
+import subprocess
+import sys
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -15,6 +20,7 @@ from safetensors import numpy as st_numpy
 from configs import fewshot as fewshot_configs
 from configs import finetune
 from tests.helpers import compiled
+from tests.helpers import processes
 from tests.helpers import tiny_models
 from tests.references import stored
 from vit_jax import inference
@@ -28,6 +34,7 @@ from vit_jax.models import variants
 
 # What the weights cannot show: OpenAI's CLIP computes QuickGELU; timm's
 # fc_norm model pools by the mean of the patches.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NOT_IN_THE_WEIGHTS = {"clip": dict(quick_gelu=True)}
 _FAMILY_NAMES = {
     "dinov2": "DINOv2",
@@ -101,6 +108,66 @@ def test_a_family_without_its_options_is_refused_with_the_flags_it_needs(
     weights.load(path, target, num_prefix_tokens=1, grid=(4, 4))
 
 
+def _renamed(state: dict, renames: dict, drop=(), add=()) -> dict:
+  """The tiny DINOv2's state dict with names another family has."""
+  out = {}
+  for name, value in state.items():
+    if not any(name.startswith(d) for d in drop):
+      for old, new in renames.items():
+        name = name.replace(old, new)
+      out[name] = value
+  out.update({name: np.zeros((4,), np.float32) for name in add})
+  return out
+
+
+def test_families_not_computed_are_refused_by_name_in_one_line(tmp_path):
+  """DINOv3, EVA-02, timm's and Naver's RoPE ViTs and PE put rotary
+  position embeddings on the queries and keys (PE's file shows none: its
+  pre-norm with an attention pool says it): each timm file, and
+  transformers' DINOv3, is refused naming its family, by the command too
+  (one line, exit 2), never loaded as a plain ViT."""
+  dinov2 = stored.tiny_family_state("dinov2_reg")
+  layer_scale = {".ls1.gamma": ".gamma_1", ".ls2.gamma": ".gamma_2"}
+  files = {
+      "DINOv3": _renamed(dinov2, layer_scale, drop=("pos_embed",)),
+      "EVA-02": _renamed(dinov2, {".ls1.gamma": ".attn.q_bias"}),
+      "RoPE-ViT": _renamed(dinov2, layer_scale, add=("rope.freqs",)),
+      "timm's RoPE ViT": _renamed(dinov2, layer_scale, drop=("reg_token",)),
+      "Perception Encoder": _renamed(stored.tiny_family_state("clip"), {},
+                                     add=("attn_pool.latent",)),
+      "DINOv3 (transformers'": {
+          "embeddings.patch_embeddings.weight": np.zeros((4,), np.float32),
+          "model.layer.0.norm1.weight": np.zeros((4,), np.float32)
+      },
+  }
+  for family, state in files.items():
+    path = str(tmp_path / f"{len(family)}.safetensors")
+    st_numpy.save_file(state, path)
+    with pytest.raises(weights.WeightsError, match=re.escape(f"is {family}")):
+      weights.read_architecture(path)
+  # A timm directory's config.json names the family where names cannot.
+  directory = tmp_path / "vit_pe"
+  directory.mkdir()
+  st_numpy.save_file(stored.tiny_family_state("clip"),
+                     str(directory / "model.safetensors"))
+  (directory / "config.json").write_text(
+      '{"architecture": "vit_pe_core_small_patch16_384", "num_classes": 10}')
+  with pytest.raises(weights.WeightsError, match="is Perception Encoder"):
+    weights.read_architecture(str(directory))
+  image = os.path.join(REPO, "docs", "digits", "0.png")
+  done = subprocess.run([
+      sys.executable, "-m", "vit_jax", "predict", f"--checkpoint={path}", image
+  ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
+                        timeout=120)
+  assert done.returncode == 2 and not done.stdout, done.stderr[-2000:]
+  assert done.stderr.splitlines() == [
+      f"error: {path} is DINOv3 (transformers' DINOv3ViTModel), with rotary "
+      "position embeddings (RoPE) on each head's queries and keys, which "
+      "this project does not compute yet: it is not loaded (as a plain ViT "
+      "its logits would differ)."
+  ]
+
+
 def test_swiglu_and_combinations_no_family_uses_are_refused():
   state = dict(stored.tiny_family_state("dinov2"))
   state["blocks.0.mlp.fc1_g.weight"] = np.zeros((128, 32), np.float32)
@@ -170,6 +237,30 @@ def test_each_family_fine_tunes_sweeps_predicts_and_round_trips(
     fewshot_config.fewshot.layer = "class_and_patch_mean"
   table, _ = sweep.sweep(fewshot_config, [path])
   assert 0.0 <= table[path]["digits"]["5shot"] <= 1.0
+
+
+def test_a_clip_file_says_once_how_to_choose_its_activation(tmp_path, capsys):
+  """A bare timm file with CLIP's names cannot say QuickGELU (OpenAI's)
+  from GELU (OpenCLIP's): loading it says so in one line, once a process,
+  and its logits are timm's once chosen; a choice made is not advised."""
+  _register_tiny_timm()
+  path = str(tmp_path / "clip.safetensors")
+  st_numpy.save_file(stored.tiny_family_state("clip"), path)
+  advice = "set --config.model.quick_gelu=True"
+  for _ in range(2):
+    inference.load(path)
+  said = [
+      line for line in capsys.readouterr().err.splitlines() if advice in line
+  ]
+  assert len(said) == 1 and "CLIP's names" in said[0], said
+  config = inference.config_for(path)[0]
+  config.model.quick_gelu = True
+  loaded = inference.load(path, config)
+  assert advice not in capsys.readouterr().err
+  logits = loaded.model.apply({"params": loaded.params},
+                              stored.tiny_images())[0]
+  np.testing.assert_allclose(logits, stored.tiny_family_logits("clip"),
+                             rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("name", ["dinov2", "dinov2_reg"])

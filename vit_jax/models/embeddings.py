@@ -37,7 +37,9 @@ class AddPositionEmbs(nn.Module):
   With `positions` (coords B x N' x 2, grids B x N' x 2 of the last N'
   tokens, a patch sequence's): the grid part, stored square, is resized to
   each token's image grid (`interpolation`, antialiased) and read at its
-  (row, column) (`sequences.learned_at`).
+  (row, column) (`sequences.learned_at`). An image of another grid than
+  the stored table's is read so too: a square image computes what the
+  patch-sequence path computes (timm's NaFlexViT does the same).
   """
   param_dtype: Dtype = jnp.float32
   grids: Optional[tuple] = None
@@ -45,8 +47,15 @@ class AddPositionEmbs(nn.Module):
   interpolation: str = "bilinear"  # One of sequences.INTERPOLATIONS.
 
   @nn.compact
-  def __call__(self, x_BxNxD, positions=None):
+  def __call__(self, x_BxNxD, positions=None, grid_hw=None):
+    """`positions`: a patch sequence's (coords, grids); `grid_hw`: the
+    image's grid, where the table was stored for another (a table of a
+    model trained on images at their own shape, or at another resolution:
+    read at the image's rows and columns as a patch sequence would be)."""
     skipped, x_BxNxD = x_BxNxD[:, :self.skip], x_BxNxD[:, self.skip:]
+    if positions is None and self._stored_for_another(x_BxNxD, grid_hw):
+      positions = (sequences.grid_coords(*grid_hw), jnp.asarray(grid_hw)[None,
+                                                                         None])
     if positions is not None:
       posemb = self._at_positions(x_BxNxD, *positions)
     elif self.grids is None:
@@ -63,6 +72,13 @@ class AddPositionEmbs(nn.Module):
     if not self.skip:
       return x_BxNxD
     return jnp.concatenate([skipped, x_BxNxD], axis=1)
+
+  def _stored_for_another(self, x_BxNxD, grid_hw) -> bool:
+    """Whether the stored table has another token count than the image's
+    (FlexiViT's `grids` say their own)."""
+    return (grid_hw is not None and self.grids is None and
+            self.has_variable("params", "pos_embedding") and self.get_variable(
+                "params", "pos_embedding").shape[1] != x_BxNxD.shape[1])
 
   def _at_positions(self, x_BxNxD, coords_BxNx2, grids_BxNx2):
     table = _stored(self, "pos_embedding")
@@ -98,7 +114,8 @@ class FactorizedPositionEmbs(nn.Module):
       rows, cols = np.divmod(np.arange(grid_hw[0] * grid_hw[1]), grid_hw[1])
       coords = jnp.asarray(np.stack([rows, cols], -1))[None]
       positions = (coords, jnp.asarray(grid_hw)[None, None])
-    if grid_hw is None:  # A sequence reads the tables an image made.
+    if grid_hw is None or self.has_variable("params", "pos_embedding_y"):
+      # A sequence, or an image of any grid, reads the stored tables.
       rows, cols = (
           _stored(self, n) for n in ("pos_embedding_y", "pos_embedding_x"))
     else:

@@ -164,7 +164,7 @@ class Encoder(nn.Module):
           param_dtype=param_dtype, grids=self.posemb_grids,
           skip=self.posemb_skips, interpolation=form.posemb_interpolation,
           name="posembed_input")
-      x_BxNxD = posemb_1xNxD(x_BxNxD, positions)
+      x_BxNxD = posemb_1xNxD(x_BxNxD, positions, grid_hw)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
     x_BxNxD = nn.Dropout(form.dropout_rate)(x_BxNxD, deterministic)
     if form.pre_norm:

@@ -37,7 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-INTERPOLATIONS = ("bilinear", "bicubic")
+from vit_jax.config import model_form
+
+# How a learned table is resized to an image's grid (the form's choices).
+INTERPOLATIONS = model_form.choices("posemb_interpolation")
 FIELDS = ("patches", "coords", "segments", "grids")
 
 

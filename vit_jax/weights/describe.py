@@ -8,15 +8,23 @@ from vit_jax.weights import architecture
 from vit_jax.weights import decisions
 from vit_jax.weights import loader
 from vit_jax.weights import origins
+from vit_jax.weights.big_vision import flax_names
 from vit_jax.weights.files import formats
 
 
 def describe_file(path: str, cache_dir=None, num_heads=None) -> str:
+  """The arrays of the file (of the tower it reads, in a two-tower file)
+  and the model they are."""
   fmt, tensors = formats.read(path, cache_dir)
+  tower = ""
+  if fmt == "npz":  # A two-tower file's: the tower read, as loading reads.
+    picked, note = flax_names.flax_names(tensors, path)
+    if note:
+      tensors, tower = picked, f" ({note})"
   width = max(len(k) for k in tensors)
   rows = [
       f"{path}: {fmt}, {len(tensors)} arrays, "
-      f"{sum(v.size for v in tensors.values()):,} parameters",
+      f"{sum(v.size for v in tensors.values()):,} parameters{tower}",
       *describe_model(path, cache_dir, num_heads)
   ]
   rows += [

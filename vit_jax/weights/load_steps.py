@@ -39,6 +39,9 @@ class Target:
   source_grid: Optional[tuple[int, int]]  # config.init.source_grid.
   dont_load: Sequence[str]  # config.init.dont_load's regexes.
   has_head: bool
+  # How the model reads a table on images at their own shape
+  # (config.model.posemb_interpolation); None: the file's own.
+  sequence_interpolation: Optional[str] = None
 
 
 class Outcome(NamedTuple):
@@ -67,8 +70,10 @@ def _not_loaded(name, value, shape, source, target):
 
 def _position_embeddings(name, value, shape, source, target):
   """The file's position embeddings on the model's grid: the grid part
-  interpolated in 2D, the prefix entries kept, dropped (no class token in
-  the model) or added as zeros (the file's class token had none)."""
+  interpolated in 2D (corner to corner, as the paper; a NaFlex file's as
+  the model reads it on images at their own shape), the prefix entries
+  kept, dropped (no class token in the model) or added as zeros (the
+  file's class token had none)."""
   if name != POSEMB:
     return None
   if value.ndim == 2:
@@ -79,8 +84,15 @@ def _position_embeddings(name, value, shape, source, target):
   prefix, wanted = source.posemb_prefix_tokens, target.num_prefix_tokens
   old_grid = (tuple(target.source_grid) if target.source_grid else
               posemb.square_grid(value.shape[1] - prefix, source.origin))
-  resized = posemb.resize_posemb(value, prefix, old_grid, target.grid,
-                                 target.resize_method)
+  method, how = target.resize_method, target.resize_method
+  if source.sequences:  # NaFlex's: as the model reads it at that grid.
+    method = (target.sequence_interpolation or
+              source.options.get("posemb_interpolation", "bilinear"))
+    how = f"{method}, antialiased, as images at their own shape read it"
+    resized = posemb.resize_as_sequences(value, prefix, old_grid, target.grid,
+                                         method)
+  else:
+    resized = posemb.resize_posemb(value, prefix, old_grid, target.grid, method)
   if prefix > wanted:
     resized = resized[:, prefix - wanted:]
   elif prefix < wanted:
@@ -94,8 +106,7 @@ def _position_embeddings(name, value, shape, source, target):
   return Outcome(
       "resized",
       (POSEMB, tuple(value.shape), shape, f"{old_grid[0]}x{old_grid[1]} -> "
-       f"{grid[0]}x{grid[1]} grid, "
-       f"{target.resize_method}"), resized)
+       f"{grid[0]}x{grid[1]} grid, {how}"), resized)
 
 
 def _same_shape(name, value, shape, source, target):

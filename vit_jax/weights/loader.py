@@ -54,6 +54,8 @@ from vit_jax.weights.names import Converted
 from vit_jax.weights.report import Report
 from vit_jax.weights.timm import naflexvit
 
+_ADVISED = set()  # What `init_params` has said on the console.
+
 
 def _num_heads(target_flat) -> int:
   """The target's attention heads; 0 for an MLP-Mixer (no attention)."""
@@ -166,13 +168,14 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
   check_released_variant(path, config.model.variant)
   if scan.is_scanned(params):
     params = jax.eval_shape(scan.unstack_layers, params)
-  return load(
-      path, params, num_prefix_tokens=models.form_of(
-          config.model).posemb_prefix_tokens, grid=target_grid(config),
-      dont_load=config.init.dont_load, resize_method=config.init.posemb_resize,
-      source_grid=config.init.source_grid,
-      gelu_approximate=config.model.gelu_approximate,
-      cache_dir=config.init.cache_dir)
+  form = models.form_of(config.model)
+  return load(path, params, num_prefix_tokens=form.posemb_prefix_tokens,
+              grid=target_grid(config), dont_load=config.init.dont_load,
+              resize_method=config.init.posemb_resize,
+              source_grid=config.init.source_grid,
+              gelu_approximate=form.gelu_approximate,
+              posemb_interpolation=form.posemb_interpolation,
+              quick_gelu=form.quick_gelu, cache_dir=config.init.cache_dir)
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
@@ -189,6 +192,10 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
   loaded, report = load_for_config(config, path, params)
   console.say("%s from %s (--log_level=info shows the table).", role,
               report.summary())
+  for advice in report.advice:
+    if advice not in _ADVISED:  # Once a process, whatever loads it again.
+      _ADVISED.add(advice)
+      console.say("%s", advice)
   if jax.process_index() == 0:
     logging.info("%s from %s", role, report.table())
   if scan.is_scanned(params):
@@ -206,14 +213,20 @@ def init_params(config: ml_collections.ConfigDict, path: str, params,
 def load(path: str, target, *, num_prefix_tokens: int, grid,
          dont_load: Sequence[str] = (), resize_method: str = "bilinear",
          source_grid: Optional[Sequence[int]] = None,
-         gelu_approximate: Optional[bool] = None, cache_dir=None):
+         gelu_approximate: Optional[bool] = None,
+         posemb_interpolation: Optional[str] = None,
+         quick_gelu: Optional[bool] = None, cache_dir=None):
   """Returns ({name: array} of what was loaded, Report); raises WeightsError.
 
   `target`: the model's parameter tree (arrays or ShapeDtypeStructs) in the
   looped form (`models.scan.unstack_layers` for a scanned one).
   `num_prefix_tokens`: tokens before the patch grid in the target (1 with a
   class token, else 0). `grid`: the target's (H, W) token grid.
-  `gelu_approximate`: the model's GELU form, compared with the file's origin.
+  `gelu_approximate`, `quick_gelu`: the model's activation, compared with
+  what the file's origin computes (and what a CLIP file cannot say).
+  `posemb_interpolation`: how the model reads a NaFlex file's table on
+  images at their own shape (None: as the file says); its table resized to
+  `grid` is resized so.
   `cache_dir`: where a file at a URL or by released name is kept (None: the
   default of `cache.cache_root`).
   """
@@ -227,10 +240,13 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   _check_dont_load(dont_load, target_flat, source.params, path)
   reports.compare_gelu(origin_gelu(path, source.origin), gelu_approximate,
                        report)
+  reports.advise_activation(path, source.params, origins.stated_options(path),
+                            quick_gelu, report)
   policy = load_steps.Target(
       num_prefix_tokens, tuple(grid), resize_method,
       tuple(source_grid) if source_grid else None, tuple(dont_load),
-      has_head=any(k.startswith("head/") for k in target_flat))
+      has_head=any(k.startswith("head/") for k in target_flat),
+      sequence_interpolation=posemb_interpolation)
   loaded = {}
   for name, leaf in target_flat.items():
     outcome = load_steps.outcome(name, source.params.get(name), tuple(

@@ -90,6 +90,26 @@ def resize_posemb(posemb_1xNxD: np.ndarray, num_prefix_tokens: int, old_grid,
   return np.concatenate([prefix, grid], axis=1)
 
 
+def resize_as_sequences(posemb_1xNxD: np.ndarray, num_prefix_tokens: int,
+                        old_grid, new_grid, method: str) -> np.ndarray:
+  """As `resize_posemb`, but as a model trained on images at their own
+  shape (NaFlex) reads its table at a grid (`models/sequences.py`:
+  half-pixel centres, antialiased where it shrinks, bilinear or bicubic):
+  the table it computes with on an image of that grid."""
+  from vit_jax.models import sequences  # pylint: disable=g-import-not-at-top
+  old_grid, new_grid = tuple(old_grid), tuple(new_grid)
+  if old_grid == new_grid:
+    return posemb_1xNxD
+  width = posemb_1xNxD.shape[-1]
+  prefix = posemb_1xNxD[:, :num_prefix_tokens]
+  grid = posemb_1xNxD[0, num_prefix_tokens:].reshape(*old_grid, width)
+  coords = sequences.grid_coords(*new_grid)
+  read = sequences.learned_at(
+      grid, coords, np.broadcast_to(np.asarray(new_grid), coords.shape), method)
+  return np.concatenate(
+      [prefix, np.asarray(read, np.float32).astype(posemb_1xNxD.dtype)], axis=1)
+
+
 def square_grid(num_grid_tokens: int, what: str):
   """The side of a square grid; released files store square grids."""
   side = int(round(np.sqrt(num_grid_tokens)))

@@ -32,6 +32,8 @@ class Report:
   unexpected: list = dataclasses.field(default_factory=list)
   mismatched: list = dataclasses.field(default_factory=list)  # (name, f, t)
   warnings: list = dataclasses.field(default_factory=list)
+  # Choices the file cannot make for the model, said on the console once.
+  advice: list = dataclasses.field(default_factory=list)
   notes: list = dataclasses.field(default_factory=list)  # What was read.
   gelu: str = ""  # The GELU of the file's origin and of the model.
 
@@ -99,6 +101,25 @@ def compare_gelu(file: Optional[bool], model: Optional[bool], report):
         f"{file}.")
     report.warnings.append(message)
     logging.warning(message)
+
+
+def advise_activation(path: str, file_params, stated: dict,
+                      quick_gelu: Optional[bool], report):
+  """A file with CLIP's names (a pre-norm image encoder) cannot say its
+  activation: OpenAI's weights compute QuickGELU, OpenCLIP's GELU. Where
+  nothing beside it says (a timm or transformers directory's config.json
+  does) and the model computes GELU, the report says how to choose."""
+  if (quick_gelu is not False or
+      "Transformer/pre_norm/scale" not in file_params or
+      {"quick_gelu", "gelu_approximate"} & set(stated)):
+    return
+  message = (
+      f"{path} has CLIP's names (a LayerNorm before the blocks), and the "
+      "file cannot say its activation: OpenAI's CLIP weights compute "
+      "QuickGELU, OpenCLIP's GELU (what this model computes); for OpenAI's, "
+      "set --config.model.quick_gelu=True.")
+  report.warnings.append(message)
+  report.advice.append(message)
 
 
 def warn_zero_head(loaded, report):
