@@ -18,7 +18,10 @@ import jax
 def say(message: str, *args) -> None:
   if jax.process_index() == 0:
     text = message % args if args else message
-    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+    # One write, newline included: a line another thread prints at the same
+    # time (the liveness watch's) never lands in the middle of this one.
+    sys.stderr.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+    sys.stderr.flush()
 
 
 def progress(iterable: Iterable, total: Optional[int], what: str) -> Iterable:

@@ -110,7 +110,8 @@ class Watch:
       return
     line = (f"error: {why}; process {self._me} stops too. Rerun every "
             "process to resume from the last checkpoint.")
-    print(line, file=sys.stderr, flush=True)
+    sys.stderr.write(line + "\n")  # One write: never inside another's line.
+    sys.stderr.flush()
     self.fail(line)  # Process 0 waits for this before it goes.
     os._exit(EXIT_CODE)  # Not sys.exit: the main thread may be in a collective.
 
