@@ -22,7 +22,6 @@ from ml_collections import config_dict
 
 from vit_jax.errors import UserError
 
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
 Dtype = Literal["float32", "bfloat16", "float16"]
 
 
@@ -51,8 +50,8 @@ class ModelForm:
   # big_vision's plain ViTs; nothing stored or loaded) | factorized (NaViT's:
   # a learned table of rows and one of columns, summed).
   posemb: Literal["learn", "sincos2d", "factorized"] = "learn"
-  # How images at their own shape (patch sequences: config.sequence) resize
-  # learned position embeddings to each image's grid, antialiased: bilinear
+  # How images at their own shape (config.sequence_length) resize learned
+  # position embeddings to each image's grid, antialiased: bilinear
   # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). Open: as the weights'
   # origin learned them (bilinear at random init).
   posemb_interpolation: Literal["bilinear", "bicubic"] = _open("bilinear")
