@@ -323,7 +323,7 @@ def test_an_error_in_one_process_stops_the_other_at_once(
       f"error: process {failing} of 2 stopped: {errors[failing][0]}; process "
       f"{other} stops too. Rerun every process to resume from the last "
       "checkpoint."
-  ]
+  ], _stderr_tails(outputs)
 
 
 def test_two_processes_leave_out_and_list_unreadable_images(

@@ -41,6 +41,9 @@ class Watch:
     self.timeout_s = timeout_s
     self.interval_s = interval_s or max(0.5, min(5.0, timeout_s / 5))
     self._client = distributed.global_state.client
+    # The console's stderr, kept: TensorFlow loads with file descriptor 2
+    # closed (config/imports.py), and a line said then must still be seen.
+    self._console = os.dup(2)
     self._me = jax.process_index()
     self._count = jax.process_count()
     self._beats = 0
@@ -110,8 +113,8 @@ class Watch:
       return
     line = (f"error: {why}; process {self._me} stops too. Rerun every "
             "process to resume from the last checkpoint.")
-    sys.stderr.write(line + "\n")  # One write: never inside another's line.
-    sys.stderr.flush()
+    sys.stderr.flush()  # What this process said before comes first.
+    os.write(self._console, (line + "\n").encode())  # One write, one line.
     self.fail(line)  # Process 0 waits for this before it goes.
     os._exit(EXIT_CODE)  # Not sys.exit: the main thread may be in a collective.
 
