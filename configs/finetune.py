@@ -31,6 +31,19 @@ The weights to start from: `init=PATH` in the argument or
 `--config.init.checkpoint=PATH`: an Orbax workdir, a released or big_vision
 `.npz`, or timm / Hugging Face weights. Position embeddings are resized to
 the new resolution; the head is re-initialised (`config.init.dont_load`).
+
+`family=NAME` sets the model's form that a checkpoint family's files
+cannot show (what `vit-jax inspect FILE` names) and the fine-tuning
+practice of its papers:
+
+  dinov3    DINOv3's ViT-S/16, B/16, L/16 (timm's vit_*_patch16_dinov3
+            files): RoPE and no position table, 4 registers, LayerScale,
+            LayerNorm eps 1e-5, no qkv biases (a `_qkvb` file:
+            --config.model.qkv_bias=True --config.model.key_bias=False),
+            the erf GELU; AdamW (lr 1e-4, weight decay 0.05), layer-wise
+            lr decay 0.75 and stochastic depth 0.1, as BEiT, MAE and
+            DINOv2 fine-tune. E.g. `cifar10,family=dinov3,variant=ViT-S/16,
+            init=vit_small_patch16_dinov3.safetensors`.
 """
 
 from vit_jax.config import defaults
@@ -56,12 +69,26 @@ PRESETS = {
                    "value_range", pp_eval="resize|value_range"),
 }
 
+# family=NAME: (config.model fields, training fields); see the module doc.
+FAMILIES = {
+    "dinov3": (dict(posemb="none", rope="dinov3", rope_temperature=100.0,
+                    num_registers=4, layer_scale=1e-5, layer_norm_eps=1e-5,
+                    qkv_bias=False, classifier="gap", class_token=True,
+                    gelu_approximate=False, drop_path_rate=0.1),
+               dict(optimizer="adam", lr=1e-4, weight_decay=0.05,
+                    layer_decay=0.75)),
+}
+
 
 def get_config(arg=None):
-  args = defaults.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None)
+  args = defaults.parse_arg(arg, first="cifar10", variant="ViT-B/16", init=None,
+                            family=None)
   if args.first not in PRESETS:
     raise UserError(f"Unknown fine-tuning preset {args.first!r}; use one of "
                     f"{', '.join(PRESETS)}.")
+  if args.family is not None and args.family not in FAMILIES:
+    raise UserError(f"Unknown checkpoint family {args.family!r}; use one of "
+                    f"{', '.join(FAMILIES)}.")
   config = defaults.get_config()
   defaults.paper_transfer(config, args.variant, args.init)
   config.pp_train = "inception_crop|flip_lr|value_range"
@@ -84,6 +111,10 @@ def get_config(arg=None):
         args.variant)
     config.model.dtype = "float32"
     config.eval_every_steps = 100
+  if args.family is not None:
+    model_fields, training = FAMILIES[args.family]
+    config.model.update(model_fields)
+    config.update(training)
   if args.runlocal:
     defaults.runlocal(config, image_size=32)
     for name in ("real", "v2"):  # Digits has 10 classes, not ImageNet's.

@@ -84,6 +84,8 @@ MODELS = {
     "siglip_map": (_TIMM_DIR, None),
     "pre_logits_no_head": (None, "--format=npz"),
     "flexi_p8_run_at_4": (None, None),
+    # timm's tiny DINOv3s (RoPE): timm's Eva writes them back.
+    **dict.fromkeys(stored.TINY_ROPE_MODELS, (_TIMM_DIR, None)),
 }
 
 
@@ -94,6 +96,9 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
   if name in _TIMM_FAMILIES:
     st_numpy.save_file(stored.tiny_family_state(name), path)
     return path, stored.tiny_family_logits(name)
+  if name in stored.TINY_ROPE_MODELS:
+    return (stored.path(f"tiny_{name}.safetensors"),
+            stored.tiny_rope_output(name))
   if name in ("timm_vit", "hf_vit"):
     return (stored.path(f"tiny_{name[:-4]}.safetensors"),
             stored.tiny_logits(name[:-4]))
@@ -271,6 +276,13 @@ def test_the_written_configs_say_what_the_libraries_need(exported):
   assert config["architecture"] == "vit_base_patch16_clip_224"  # eps 1e-5
   assert config["model_args"]["act_layer"] == "quick_gelu"
   assert config["model_args"]["pre_norm"] is True
+  for name in stored.TINY_ROPE_MODELS:
+    directory, _ = exported[name, "timm-dir"]
+    config = json.loads(open(os.path.join(directory, "config.json")).read())
+    assert config["architecture"] == stored.tiny_rope_timm_model(name)
+    args = config["model_args"]
+    assert (args["num_reg_tokens"], args["rope_temperature"],
+            args["global_pool"]) == (4, 100.0, "avg")
 
 
 def test_a_hybrid_is_refused_by_both_formats_naming_npz(tmp_path):

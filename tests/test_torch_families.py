@@ -121,15 +121,17 @@ def _renamed(state: dict, renames: dict, drop=(), add=()) -> dict:
 
 
 def test_families_not_computed_are_refused_by_name_in_one_line(tmp_path):
-  """DINOv3, EVA-02, timm's and Naver's RoPE ViTs and PE put rotary
-  position embeddings on the queries and keys (PE's file shows none: its
-  pre-norm with an attention pool says it): each timm file, and
-  transformers' DINOv3, is refused naming its family, by the command too
-  (one line, exit 2), never loaded as a plain ViT."""
+  """DINOv3's SwiGLU models, EVA-02, timm's and Naver's RoPE ViTs and PE
+  compute what this project does not yet (SwiGLU MLPs, other RoPE forms;
+  PE's file shows none: its pre-norm with an attention pool says it):
+  each timm file, and transformers' DINOv3, is refused naming its family,
+  by the command too (one line, exit 2), never loaded as a plain ViT."""
   dinov2 = stored.tiny_family_state("dinov2_reg")
   layer_scale = {".ls1.gamma": ".gamma_1", ".ls2.gamma": ".gamma_2"}
   files = {
-      "DINOv3": _renamed(dinov2, layer_scale, drop=("pos_embed",)),
+      "DINOv3 with SwiGLU MLPs": _renamed(dinov2, {
+          **layer_scale, ".mlp.fc1.": ".mlp.fc1_g."
+      }, drop=("pos_embed",)),
       "EVA-02": _renamed(dinov2, {".ls1.gamma": ".attn.q_bias"}),
       "RoPE-ViT": _renamed(dinov2, layer_scale, add=("rope.freqs",)),
       "timm's RoPE ViT": _renamed(dinov2, layer_scale, drop=("reg_token",)),

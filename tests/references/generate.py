@@ -5,6 +5,7 @@
     .venv-torch/bin/python -m tests.references.generate mixer   # that only
     .venv-torch/bin/python -m tests.references.generate families  # ditto
     .venv-torch/bin/python -m tests.references.generate hf        # ditto
+    .venv-torch/bin/python -m tests.references.generate rope      # ditto
 
 Runs where torch, timm and transformers are installed (the pins of
 `requirements.txt`; `make torch-env` builds that environment on Python 3.11
@@ -20,6 +21,7 @@ import sys
 import numpy as np
 
 from tests.helpers import torch_reference
+from tests.helpers import torch_rope_reference
 from tests.references import stored
 
 
@@ -149,6 +151,26 @@ def full_size_models():
          ViTForImageClassification(ViTConfig(image_size=size, num_labels=1000)))
 
 
+def write_rope(versions: dict):
+  """timm's tiny RoPE encoders (`torch_rope_reference.TINY_ROPE_MODELS`):
+  each one's state dict, and in one file of their own their outputs
+  (`torch_rope_reference.outputs`), the wide images, and each one's timm
+  model function and size."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  images, wide = _tiny_images(), torch_rope_reference.wide_images()
+  out, metadata = {"wide_images": wide}, dict(versions)
+  for name, function in torch_rope_reference.TINY_ROPE_MODELS.items():
+    model = torch_rope_reference.timm_rope_model(name)
+    torch_reference.save_state_dict(model,
+                                    stored.path(f"tiny_{name}.safetensors"))
+    out.update(torch_rope_reference.outputs(name, model, images, wide))
+    metadata[f"timm_model:{name}"] = function
+  metadata["size"] = json.dumps(torch_rope_reference.TINY_ROPE_SIZE,
+                                sort_keys=True)
+  st_numpy.save_file(out, stored.path("tiny_rope_logits.safetensors"),
+                     metadata=metadata)
+
+
 def write_full_size(versions: dict):
   """Each model's parameter names and shapes, and its logits of
   `stored.full_size_images()` with `stored.trained_like_state` weights."""
@@ -175,7 +197,7 @@ def write_full_size(versions: dict):
 def main(argv):
   """No argument: every file; `mixer`: the Mixer's files only;
   `families`: the ViT families' files only; `hf`: the transformers
-  DINOv2s' files only."""
+  DINOv2s' files only; `rope`: the RoPE encoders' only."""
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -185,8 +207,8 @@ def main(argv):
       "timm": timm.__version__,
       "transformers": transformers.__version__
   }
-  if argv[1:] not in ([], ["mixer"], ["families"], ["hf"]):
-    raise SystemExit(f"usage: {argv[0]} [mixer | families | hf]")
+  if argv[1:] not in ([], ["mixer"], ["families"], ["hf"], ["rope"]):
+    raise SystemExit(f"usage: {argv[0]} [mixer | families | hf | rope]")
   if not argv[1:]:
     write_tiny(versions)
     write_full_size(versions)
@@ -196,6 +218,8 @@ def main(argv):
     write_tiny_families(versions)
   if argv[1:] in ([], ["hf"]):
     write_tiny_hf(versions)
+  if argv[1:] in ([], ["rope"]):
+    write_rope(versions)
   print("Wrote tests/references with " +
         ", ".join(f"{k} {v}" for k, v in versions.items()))
 

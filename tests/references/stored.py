@@ -111,6 +111,27 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            JSON), class ("model:<name>") and attention
                            ("attn_implementation:<name>", eager); written
                            by `generate.py hf`
+  tiny_<rope model>.safetensors
+                           timm's RoPE encoders, built by their model
+                           functions at width 32, depth 2, 4 heads, patch
+                           8, 32 px, 10 classes, random weights (LayerNorm
+                           scales near 1, LayerScale gammas of std 0.5),
+                           for each of TINY_ROPE_MODELS:
+                             dinov3       vit_small_patch16_dinov3's Eva:
+                                          4 registers, LayerScale
+                                          (gamma_1, gamma_2), no qkv
+                                          biases, RoPE (DINOv3's, base
+                                          100), LayerNorm eps 1e-5, the
+                                          mean of the patch tokens
+                             dinov3_qkvb  the same with q_bias, v_bias
+  tiny_rope_logits.safetensors
+                           their logits of tiny_images() ("<name>"), of
+                           "wide_images" (2 x 32 x 48: a 4 x 6 grid, read
+                           with no resizing) ("<name>_wide"), and their
+                           features ("<name>_features": 3 x 21 x 32 after
+                           the final norm); metadata: each one's timm
+                           model ("timm_model:<name>") and the size;
+                           written by `generate.py rope`
   full_size.json           timm's ViT-B/16 and R50+ViT-B/16 and Hugging
                            Face's ViT-B/16 at 224 px: each parameter's name
                            and shape in creation order, and the logits of
@@ -135,6 +156,22 @@ FULL_SIZE_IMAGE_SIZE = 224
 def path(name: str) -> str:
   """A stored file, e.g. path('tiny_timm.safetensors')."""
   return os.path.join(HERE, name)
+
+
+TINY_ROPE_MODELS = ("dinov3", "dinov3_qkvb")
+
+
+def tiny_rope_output(key: str) -> np.ndarray:
+  """An array of tiny_rope_logits.safetensors (see the module doc)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  return st_numpy.load_file(path("tiny_rope_logits.safetensors"))[key]
+
+
+def tiny_rope_timm_model(name: str) -> str:
+  """The timm model function TINY_ROPE_MODELS[name] was built by."""
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+  with safe_open(path("tiny_rope_logits.safetensors"), "np") as f:
+    return f.metadata()[f"timm_model:{name}"]
 
 
 def tiny_images() -> np.ndarray:

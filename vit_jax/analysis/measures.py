@@ -149,6 +149,8 @@ def position_table(params, config, grid, prefix: int):
     return np.asarray(embeddings.posemb_sincos2d(
         *grid,
         width))[0], ("fixed 2D sin-cos (sincos2d), computed, not learned")
+  if config.model.posemb == "none":
+    return None, "the model has no position table (posemb=none)"
   return None, "an MLP-Mixer has no position embeddings"
 
 

@@ -131,6 +131,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.lr_mults = ()  # ((regex, factor), ...): learning-rate multipliers.
   config.wd_mults = ()  # ((regex, factor), ...): weight-decay multipliers.
   config.frozen = ()  # (regex, ...): not trained, and no optimizer state.
+  # Layer-wise learning-rate decay d (BEiT's, as MAE, EVA and DINOv2
+  # fine-tune; timm's --layer-decay), for any model: block i of L learns at
+  # lr * d^(L - i), the embeddings at lr * d^(L + 1), the head and final
+  # norms at lr; with lr_mults, both apply.
+  config.layer_decay = None  # d in (0, 1], e.g. 0.75; None: off.
   config.ema_decay = 0.0  # EMA of params, what evaluation uses (paper: 0.9999).
 
   # Devices and sharding (see vit_jax/sharding.py).

@@ -48,8 +48,15 @@ class ModelForm:
   class_token: Optional[bool] = None
   # Position embeddings: learn (the paper's) | sincos2d (fixed 2D sin-cos,
   # big_vision's plain ViTs; nothing stored or loaded) | factorized (NaViT's:
-  # a learned table of rows and one of columns, summed).
-  posemb: Literal["learn", "sincos2d", "factorized"] = "learn"
+  # a learned table of rows and one of columns, summed) | none (a model
+  # whose attention knows positions by `rope` alone, DINOv3's).
+  posemb: Literal["learn", "sincos2d", "factorized", "none"] = "learn"
+  # Rotary position embeddings on each head's queries and keys of the
+  # patches, from each patch's (row, column) in its grid (models/rope.py):
+  # none | dinov3 (DINOv3's: positions centred and scaled into [-1, 1] per
+  # axis, so any resolution or aspect ratio reads the same weights).
+  rope: Literal["none", "dinov3"] = _vit("none")
+  rope_temperature: float = _vit(100.0)  # The base of RoPE's periods.
   # How images at their own shape (config.sequence_length) resize learned
   # position embeddings to each image's grid, antialiased: bilinear
   # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). Open: as the weights'
@@ -92,6 +99,9 @@ class ModelForm:
   # (the MLP keeps its).
   use_bias: bool = _vit(True)
   qkv_bias: bool = _vit(True)  # False: none in query/key/value (timm's).
+  # False: biases in the query and value projections only (EVA's and
+  # DINOv3's; with RoPE a key bias would change the attention).
+  key_bias: bool = _vit(True)
   qk_norm: bool = _vit(False)  # A LayerNorm on each head's queries and keys.
   # Width of the tanh pre-logits layer that the paper uses at pre-training
   # only; None: no such layer.

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from vit_jax.config.model_form import ModelForm
 from vit_jax.models import partitioning as lx
+from vit_jax.models import rope as rotary
 
 
 def _fused_kernel_applies(dtype, head_dim: int) -> bool:
@@ -76,10 +77,12 @@ class MultiHeadDotProductAttention(nn.Module):
   is what XLA fuses best.
 
   The form's options it reads: FP8 projections in training (`fp8`,
-  `fp8_matmuls`), the query/key/value biases (`qkv_bias`; none without
-  `use_bias`, which also drops the output projection's), a LayerNorm over
-  each head's queries and keys (`qk_norm`: `query_ln`, `key_ln`), the
-  attention dropout, dtypes.
+  `fp8_matmuls`), the query/key/value biases (`qkv_bias`, `key_bias`;
+  none without `use_bias`, which also drops the output projection's), a
+  LayerNorm over each head's queries and keys (`qk_norm`: `query_ln`,
+  `key_ln`), the attention dropout, dtypes. `rope`: (sin, cos) B x N x K
+  tables that rotate the queries and keys of the tokens after the form's
+  prefix tokens (RoPE, `models/rope.py`), after their LayerNorms.
 
   `mask` (B x 1 x M x N, True where a query may attend to a key; patch
   sequences' images and padding) masks every form alike; no row may be
@@ -90,7 +93,7 @@ class MultiHeadDotProductAttention(nn.Module):
 
   @nn.compact
   def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool,
-               need_weights: bool = False, mask=None):
+               need_weights: bool = False, mask=None, rope=None):
     width = kv_BxNxD.shape[-1]
     if width % self.num_heads:  # The variant table never has this.
       raise ValueError(f"hidden_size {width} is not divisible by num_heads "
@@ -99,19 +102,23 @@ class MultiHeadDotProductAttention(nn.Module):
     form = self.form
     dtype, param_dtype = jnp.dtype(form.dtype), jnp.dtype(form.param_dtype)
     dot_general_cls = fp8_matmuls(form.fp8, deterministic)
+    biased = form.use_bias and form.qkv_bias
     proj = functools.partial(nn.DenseGeneral, (self.num_heads, head_dim),
                              dtype=dtype, param_dtype=param_dtype,
                              kernel_init=nn.initializers.xavier_uniform(),
-                             use_bias=form.use_bias and form.qkv_bias,
-                             dot_general_cls=dot_general_cls)
+                             use_bias=biased, dot_general_cls=dot_general_cls)
     q_BxMxHxK = proj(name="query")(q_BxMxD)
-    k_BxNxHxK = proj(name="key")(kv_BxNxD)
+    k_BxNxHxK = proj(name="key", use_bias=biased and form.key_bias)(kv_BxNxD)
     v_BxNxHxK = proj(name="value")(kv_BxNxD)
     if form.qk_norm:  # Over each head's features, before the scaling.
       norm = functools.partial(nn.LayerNorm, form.layer_norm_eps, dtype=dtype,
                                param_dtype=param_dtype, use_bias=form.use_bias)
       q_BxMxHxK = norm(name="query_ln")(q_BxMxHxK)
       k_BxNxHxK = norm(name="key_ln")(k_BxNxHxK)
+    if rope is not None:
+      prefix = form.num_prefix_tokens
+      q_BxMxHxK = rotary.rotate(q_BxMxHxK, *rope, prefix)
+      k_BxNxHxK = rotary.rotate(k_BxNxHxK, *rope, prefix)
     q_BxMxHxK = q_BxMxHxK / jnp.sqrt(head_dim).astype(dtype)
     q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
         t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))

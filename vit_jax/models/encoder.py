@@ -90,7 +90,7 @@ class Encoder1DBlock(nn.Module):
   return_intermediates: bool = False
 
   @nn.compact
-  def __call__(self, x_BxNxD, deterministic: bool, mask=None):
+  def __call__(self, x_BxNxD, deterministic: bool, mask=None, rope=None):
     form = self.form
     norm = functools.partial(
         nn.LayerNorm, epsilon=form.layer_norm_eps, use_bias=form.use_bias,
@@ -106,7 +106,7 @@ class Encoder1DBlock(nn.Module):
     attn_BxNxD, weights_BxHxNxN = MultiHeadDotProductAttention(
         self.num_heads, form, name="MultiHeadDotProductAttention_1")(
             y, y, deterministic, need_weights=self.return_intermediates,
-            mask=mask)
+            mask=mask, rope=rope)
     attn_BxNxD = nn.Dropout(form.dropout_rate)(attn_BxNxD, deterministic)
     attn_BxNxD = branch(attn_BxNxD, "LayerScale_attention")
     if not form.parallel_block:  # The MLP reads the attention's output.
@@ -149,12 +149,13 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool,
                return_intermediates: bool = False, grid_hw=None, positions=None,
-               mask=None):
+               mask=None, rope=None):
     """`grid_hw`: the patches' grid (images); `positions`: (coords, grids)
-    per patch and `mask` the attention mask (patch sequences)."""
+    per patch and `mask` the attention mask (patch sequences); `rope`: the
+    blocks' RoPE tables (`models/rope.py`), None without."""
     form = self.form
     dtype, param_dtype = jnp.dtype(form.dtype), jnp.dtype(form.param_dtype)
-    use_posemb = self.use_posemb and form.posemb != "sincos2d"
+    use_posemb = self.use_posemb and form.posemb in ("learn", "factorized")
     if use_posemb and form.posemb == "factorized":
       x_BxNxD = FactorizedPositionEmbs(param_dtype, self.posemb_skips,
                                        name="posembed_input")(x_BxNxD, grid_hw,
@@ -199,12 +200,12 @@ class Encoder(nn.Module):
           "dropout": True
       }, in_axes=nn.broadcast, length=self.num_layers)
       x_BxNxD, captured = scanned(name="encoderblock", **block_fields)(
-          x_BxNxD, deterministic, mask)
+          x_BxNxD, deterministic, mask, rope)
     else:
       per_layer = []
       for i in range(self.num_layers):
         x_BxNxD, c = block_cls(name=f"encoderblock_{i}", **block_fields)(
-            x_BxNxD, deterministic, mask)
+            x_BxNxD, deterministic, mask, rope)
         per_layer.append(c)
       captured = (jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
                   if return_intermediates else None)

@@ -39,6 +39,13 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         f"config.model.posemb=sincos2d needs a width divisible by 4; "
         f"{model_config.variant} is {variant.hidden_size} wide. Use "
         "posemb=learn.")
+  elif model_config.rope != "none" and (variant.hidden_size //
+                                        variant.num_heads) % 4:
+    raise UserError(
+        f"config.model.rope={model_config.rope} turns each head's features "
+        "in pairs along rows and columns: it needs a head width divisible by "
+        f"4; {model_config.variant}'s heads are "
+        f"{variant.hidden_size // variant.num_heads} wide.")
 
 
 def _check_torch_family_options(model_config: ml_collections.ConfigDict):
@@ -51,7 +58,7 @@ def _check_torch_family_options(model_config: ml_collections.ConfigDict):
       (m.num_registers < 0, "config.model.num_registers must be 0 or more"),
       (m.num_registers and sincos, "register tokens come with learned "
        "position embeddings (DINOv2); set posemb=learn"),
-      (not m.posemb_covers_prefix and (sincos or not prefix),
+      (not m.posemb_covers_prefix and (m.posemb != "learn" or not prefix),
        "posemb_covers_prefix=False leaves the class token or registers "
        "without a position embedding; it needs learned position "
        "embeddings and prefix tokens"),

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from vit_jax.config.model_form import ModelForm
 from vit_jax.models import resnet
+from vit_jax.models import rope as rotary
 from vit_jax.models import sequences
 from vit_jax.models.attention import MultiHeadDotProductAttention
 from vit_jax.models.embeddings import PatchEmbedding
@@ -161,7 +162,8 @@ class VisionTransformer(nn.Module):
         (form.posemb_covers_prefix and form.posemb == "learn") else prefix,
         gather_block=self.gather_block, name="Transformer")(
             x_BxNxD, not train, return_intermediates, grid_hw, positions,
-            None if seq is None else sequences.attention_mask(segments))
+            None if seq is None else sequences.attention_mask(segments),
+            self._rope(coords, grid_hw, seq))
     out["encoded"] = encoded
     # The patches' output tokens (without the class token).
     out["patch_tokens"] = patch_tokens = encoded[:, prefix:]
@@ -194,6 +196,19 @@ class VisionTransformer(nn.Module):
     out["head_input"] = x_BxD
 
     return pre_logits_and_head(self, x_BxD, out)
+
+  def _rope(self, coords, grid_hw, seq):
+    """RoPE's (sin, cos) tables of the patches, None without RoPE: each
+    patch's position in its own image's grid."""
+    form, size = self.form, self.size
+    if form.rope == "none":
+      return None
+    grids = (jnp.asarray(grid_hw)[None, None]
+             if seq is None else sequences.token_grids(seq))
+    grids = jnp.broadcast_to(grids, coords.shape)
+    return rotary.sin_cos(form.rope, coords, grids,
+                          size.hidden_size // size.num_heads,
+                          form.rope_temperature)
 
   def _embed_images(self, images_BxHxWxC, out: dict):
     """Patch embeddings of images (through the hybrid's stem, if any):

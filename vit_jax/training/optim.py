@@ -9,6 +9,7 @@ typo never silently trains (or freezes) the wrong thing.
     sgd:  clip -> + wd * mult * param -> momentum -> * -lr * lr_mult
 
 Frozen parameters get no update and carry no optimizer state.
+`config.layer_decay` multiplies the learning rate by depth (`layer_decay`).
 """
 
 import re
@@ -17,10 +18,12 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from vit_jax.config import fields
 from vit_jax.errors import UserError
+from vit_jax.models.partitioning import is_scanned_block
 from vit_jax.models.partitioning import param_path
 
 OPTIMIZERS = ("adam", "sgd")
@@ -32,6 +35,11 @@ def check_config(config: ml_collections.ConfigDict):
   fields.check_choice(config, "optimizer", OPTIMIZERS)
   fields.check_choice(config, "decay_type", DECAY_TYPES)
   fields.check_choice(config, "mu_dtype", MOMENTUM_DTYPES)
+  decay = config.layer_decay
+  if decay is not None and not (isinstance(decay,
+                                           (int, float)) and 0 < decay <= 1):
+    raise UserError(f"config.layer_decay={decay!r} must be in (0, 1], e.g. "
+                    "0.75 (timm's --layer-decay); None turns it off.")
 
 
 def make_schedule(config: ml_collections.ConfigDict, total_steps: int,
@@ -94,6 +102,52 @@ def _scale_per_param(rules: Sequence, default: float, add_params=False,
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
 
+# Where a parameter sits for layer decay: a block (looped, or scanned with a
+# leading layer axis), the embeddings (before the blocks), or after them.
+_BLOCK = re.compile(r"(?:^|/)(?:encoderblock_|MixerBlock_)(\d+)/")
+_EMBEDDINGS = re.compile(
+    r"^(?:embedding|cls|registers|mask_token|stem|conv_root|gn_root|"
+    r"block\d+)(?:/|$)|(?:^|/)(?:posembed_input|pre_norm)/")
+
+
+def layer_depths(params):
+  """A tree of each parameter's depth: 0 the embeddings (patch and position
+  embeddings, tokens, a hybrid's stem, CLIP's pre-norm), i + 1 block i, L + 1
+  what follows the L blocks (final norms, heads); a scanned block's a
+  vector over its leading layer axis. Returns (tree, L)."""
+  paths = [(param_path(p), leaf)
+           for p, leaf in jax.tree_util.tree_flatten_with_path(params)[0]]
+  looped = {int(m[1]) for path, _ in paths if (m := _BLOCK.search(path))}
+  scanned = [leaf.shape[0] for path, leaf in paths if is_scanned_block(path)]
+  num_layers = max(looped, default=-1) + 1 or (scanned[0] if scanned else 0)
+
+  def depth(key_path, leaf):
+    path = param_path(key_path)
+    if is_scanned_block(path):
+      return np.arange(
+          1, leaf.shape[0] + 1).reshape((-1,) + (1,) * (leaf.ndim - 1))
+    block = _BLOCK.search(path)
+    if block:
+      return int(block[1]) + 1
+    return 0 if _EMBEDDINGS.search(path) else num_layers + 1
+
+  return jax.tree_util.tree_map_with_path(depth, params), num_layers
+
+
+def _layer_decay(decay: float) -> optax.GradientTransformation:
+  """u -> u * decay^(L + 1 - depth) (`layer_depths`)."""
+
+  def update(updates, state, params=None):
+    del params
+    depths, num_layers = layer_depths(updates)
+    return jax.tree.map(
+        lambda u, d: u * (decay**(num_layers + 1 - d)).astype(u.dtype)
+        if isinstance(d, np.ndarray) else u * decay**(num_layers + 1 - d),
+        updates, depths), state
+
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
                    warmup_steps: int | None = None):
   """Returns (optax transformation, schedule)."""
@@ -121,6 +175,8 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
   parts.append(optax.scale_by_learning_rate(schedule))
   if config.lr_mults:
     parts.append(_scale_per_param(config.lr_mults, 1.0))
+  if config.layer_decay is not None and config.layer_decay != 1:
+    parts.append(_layer_decay(config.layer_decay))
   tx = optax.chain(*parts)
   if config.frozen:
 

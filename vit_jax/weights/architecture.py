@@ -112,11 +112,16 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
     num_heads = heads_for_width(widths[0])
   converted = origins.convert(fmt, tensors, num_heads or 0, path)
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
-  arch = dataclasses.replace(
-      arch, sequences=converted.sequences, options=tuple({
-          **dict(arch.options),
-          **converted.options
-      }.items()))
+  options = {**dict(arch.options), **converted.options}
+  # What a family says of its pooling and positions (DINOv3's: the mean
+  # of the patches, RoPE and no table) overrides what the names suggest.
+  fields = {
+      k: options.pop(k)
+      for k in ("classifier", "class_token", "posemb")
+      if k in options
+  }
+  arch = dataclasses.replace(arch, sequences=converted.sequences, options=tuple(
+      options.items()), **fields)
   # What a transformers or timm directory's config.json says beside.
   stated = origins.stated_options(path)
   if stated:

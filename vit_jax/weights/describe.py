@@ -54,6 +54,8 @@ def describe_model(path: str, cache_dir=None, num_heads=None) -> list[str]:
     size = f"trained at {image_size} px"
   elif recorded:
     size = f"for any size (its run's config: {image_size} px)"
+  elif arch.posemb == "none":
+    size = f"for any size (no position table; {image_size} px in its config)"
   else:
     size = (f"for any size ({image_size} px in its config, as "
             "big_vision trains)")
@@ -85,8 +87,10 @@ def _parts(arch, mixer: bool, run_patch) -> list[str]:
     parts.append("no position embeddings")
   else:
     parts.append("a class token" if arch.class_token else "no class token")
-    parts.append("fixed sincos2d position embeddings" if arch.posemb ==
-                 "sincos2d" else "learned position embeddings")
+    parts.append({
+        "sincos2d": "fixed sincos2d position embeddings",
+        "none": "no position table",
+    }.get(arch.posemb, "learned position embeddings"))
   parts.append(f"a {arch.representation_size}-wide pre-logits layer" if arch.
                representation_size else "no pre-logits layer")
   parts.append(f"a head of {arch.num_classes} classes" if arch.

@@ -12,7 +12,8 @@ weights cannot show (LayerScale's init value, QuickGELU) keeps its default.
 ViT-22B's block options (`BLOCK_OPTIONS`) show in any origin's
 parameters: no `LayerNorm_2` (parallel_block), no encoder LayerNorm biases
 (use_bias=False), no query/key/value biases beside LayerNorm biases
-(qkv_bias=False, timm's form) and `query_ln`/`key_ln` (qk_norm).
+(qkv_bias=False, timm's form), query and value biases without a key bias
+(key_bias=False, EVA's and DINOv3's) and `query_ln`/`key_ln` (qk_norm).
 """
 
 import re
@@ -22,7 +23,8 @@ from vit_jax.config import model_form
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
 # ViT-22B's block options (config.model fields; models/encoder.py).
-BLOCK_OPTIONS = ("parallel_block", "use_bias", "qkv_bias", "qk_norm")
+BLOCK_OPTIONS = ("parallel_block", "use_bias", "qkv_bias", "key_bias",
+                 "qk_norm")
 _LAYER_SCALE = "/LayerScale_attention/scale"
 _BLOCK = "Transformer/encoderblock_0/"
 _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
@@ -31,6 +33,7 @@ _BLOCK_WORDS = {
     "parallel_block": "ViT-22B's parallel block",
     "use_bias": "no attention or encoder LayerNorm biases",
     "qkv_bias": "no query/key/value biases",
+    "key_bias": "query and value biases only",
     "qk_norm": "query/key LayerNorms",
 }
 
@@ -47,6 +50,8 @@ def block_options(params) -> dict:
       "use_bias": use_bias,
       # Without use_bias there are none: qkv_bias says nothing more.
       "qkv_bias": not use_bias or _ATTENTION + "query/bias" in params,
+      "key_bias": (_ATTENTION + "query/bias" not in params or
+                   _ATTENTION + "key/bias" in params),
       "qk_norm": _ATTENTION + "query_ln/scale" in params,
   }
 

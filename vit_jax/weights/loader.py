@@ -23,6 +23,7 @@ see `files/released.py`): it is read from the local cache
 refused before downloading.
 """
 
+import dataclasses
 import os
 import re
 from typing import Optional
@@ -175,7 +176,8 @@ def load_for_config(config: ml_collections.ConfigDict, path: str, params):
               source_grid=config.init.source_grid,
               gelu_approximate=form.gelu_approximate,
               posemb_interpolation=form.posemb_interpolation,
-              quick_gelu=form.quick_gelu, cache_dir=config.init.cache_dir)
+              quick_gelu=form.quick_gelu, cache_dir=config.init.cache_dir,
+              model_options=dataclasses.asdict(form))
 
 
 def init_params(config: ml_collections.ConfigDict, path: str, params,
@@ -215,7 +217,8 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
          source_grid: Optional[Sequence[int]] = None,
          gelu_approximate: Optional[bool] = None,
          posemb_interpolation: Optional[str] = None,
-         quick_gelu: Optional[bool] = None, cache_dir=None):
+         quick_gelu: Optional[bool] = None, cache_dir=None,
+         model_options: Optional[dict] = None):
   """Returns ({name: array} of what was loaded, Report); raises WeightsError.
 
   `target`: the model's parameter tree (arrays or ShapeDtypeStructs) in the
@@ -228,11 +231,14 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   images at their own shape (None: as the file says); its table resized to
   `grid` is resized so.
   `cache_dir`: where a file at a URL or by released name is kept (None: the
-  default of `cache.cache_root`).
+  default of `cache.cache_root`). `model_options`: the model's form
+  (config.model's fields), compared with what the file's family computes
+  that no parameter shows (`_check_family_options`).
   """
   target_flat = flax.traverse_util.flatten_dict(target, sep="/")
   _check_family(path, target_flat, cache_dir)
   source = read_converted(path, _num_heads(target_flat), cache_dir)
+  _check_family_options(path, source, model_options)
   report = Report(path=path, origin=source.origin, notes=list(source.notes))
   if POSEMB not in source.params and POSEMB not in target_flat:
     report.notes.append("position embeddings: fixed 2D sin-cos (sincos2d), "
@@ -268,6 +274,30 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
       k: np.asarray(v, dtype=target_flat[k].dtype) for k, v in loaded.items()
   }
   return loaded, report
+
+
+# What a family computes that its parameters cannot show and a model must
+# match to compute its outputs (DINOv3's RoPE and LayerNorms).
+_COMPUTED_OPTIONS = ("posemb", "rope", "rope_temperature", "layer_norm_eps")
+
+
+def _check_family_options(path, source: Converted, model_options):
+  """Refuses, in one line with the flags, a model that would compute
+  otherwise with the file's weights than the file's family does."""
+  if model_options is None:
+    return
+  theirs = {
+      k: v
+      for k, v in source.options.items()
+      if k in _COMPUTED_OPTIONS and model_options[k] != v
+  }
+  if theirs:
+    ours = ", ".join(f"{k}={model_options[k]}" for k in theirs)
+    needed = ", ".join(f"{k}={v}" for k, v in theirs.items())
+    raise WeightsError(
+        f"{path} is computed with {needed} (its family's form, which no "
+        f"parameter shows), but the model has {ours}: set "
+        f"{families.config_fix(theirs)}.")
 
 
 def _refuse(path, file_params, target_flat, report):

@@ -10,6 +10,8 @@ origin's table of families (`timm/timm_names.py`'s, transformers').
 from typing import Callable
 from typing import NamedTuple
 
+from vit_jax.weights.timm import dinov3
+
 
 class Unsupported(NamedTuple):
   name: str
@@ -23,11 +25,10 @@ def _has(*parts: str):
   return lambda names: any(p in n for n in names for p in parts)
 
 
-def _eva_with_registers(names) -> bool:
-  """DINOv3 in timm: Eva's LayerScale (gamma_1), a class token and
-  registers, and no position table (RoPE)."""
-  return (_has(".gamma_1")(names) and "cls_token" in names and
-          "reg_token" in names and "pos_embed" not in names)
+def _but_dinov3(found):
+  """`found`, except for DINOv3's files (Eva's names too; computed:
+  timm/dinov3.py)."""
+  return lambda names: found(names) and not dinov3.is_dinov3(names)
 
 
 def _perception_encoder(names) -> bool:
@@ -40,17 +41,19 @@ def _perception_encoder(names) -> bool:
 
 _ROPE = "rotary position embeddings (RoPE) on each head's queries and keys"
 # timm's, first match names it (`timm/models/eva.py` builds all but the
-# last).
+# last); a family timm_names.FAMILIES computes is not refused (DINOv3).
 TIMM = (
+    Unsupported("DINOv3 with SwiGLU MLPs (its ViT-S+/16, H+/16, 7B/16)",
+                "SwiGLU MLPs", dinov3.is_swiglu_dinov3,
+                "DINOv3's ViT-S/16, B/16 and L/16 load"),
     Unsupported("RoPE-ViT (Naver's, learned mixed frequencies)",
                 f"{_ROPE}, frequencies learned per head", _has("rope.freqs")),
-    Unsupported("DINOv3", f"{_ROPE}; Eva's blocks", _eva_with_registers),
     Unsupported(
         "EVA-02", f"{_ROPE}; a query and value bias without a key "
         "bias, SwiGLU MLPs with a LayerNorm inside",
-        _has(".attn.q_bias", ".attn.q_proj.", ".mlp.norm.")),
+        _but_dinov3(_has(".attn.q_bias", ".attn.q_proj.", ".mlp.norm."))),
     Unsupported("timm's RoPE ViT", f"{_ROPE}; Eva's blocks",
-                _has(".gamma_1", "rope.")),
+                _but_dinov3(_has(".gamma_1", "rope."))),
     Unsupported("Perception Encoder (PE)",
                 f"{_ROPE} beside its learned position table",
                 _perception_encoder),
@@ -65,9 +68,8 @@ TRANSFORMERS = (Unsupported(
 MODEL_TYPES = {"dinov3_vit": TRANSFORMERS[0]}
 # timm's model functions (a directory's config.json names one).
 TIMM_ARCHITECTURES = {
-    "vit_pe_": TIMM[4],
-    "eva02_": TIMM[2],
-    "_dinov3": TIMM[1],
+    "vit_pe_": next(r for r in TIMM if r.name.startswith("Perception")),
+    "eva02_": next(r for r in TIMM if r.name == "EVA-02"),
 }
 
 

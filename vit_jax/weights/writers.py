@@ -40,19 +40,20 @@ def with_class_token_entry(params, posemb_prefix_tokens: int) -> dict:
   return params
 
 
-def with_posemb_table(params, image_size: int) -> dict:
-  """`params` with fixed sincos2d position embeddings (none stored) written
-  as the table of their values at `image_size`, patches only: the same
-  model at that resolution, for formats that only know learned ones."""
+def with_posemb_table(params, image_size: int, posemb: str) -> dict:
+  """`params` with the position embeddings of config.model.posemb=`posemb`
+  stored nowhere written as the table of their values at `image_size`,
+  patches only (fixed sincos2d ones; zeros for none): the same model at
+  that resolution, for formats that only know learned ones."""
   if POSEMB in params:
     return params
   from vit_jax.models import embeddings  # pylint: disable=g-import-not-at-top
   patch, _, _, width = params["embedding/kernel"].shape
   grid = image_size // patch
-  return {
-      **params, POSEMB: np.asarray(
-          embeddings.posemb_sincos2d(grid, grid, width), np.float32)
-  }
+  table = embeddings.posemb_sincos2d(grid, grid, width)
+  if posemb == "none":
+    table = np.zeros(table.shape, np.float32)
+  return {**params, POSEMB: np.asarray(table, np.float32)}
 
 
 def at_patch_size(params, patch: int, image_size: int) -> dict:

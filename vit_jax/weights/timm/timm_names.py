@@ -23,6 +23,7 @@ from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
 from vit_jax.weights.names import posemb_prefix
 from vit_jax.weights.timm import attention_pool
+from vit_jax.weights.timm import dinov3
 from vit_jax.weights.timm import naflexvit
 from vit_jax.weights.timm import parallel_scaling
 from vit_jax.weights.timm import resnetv2
@@ -63,17 +64,22 @@ MODULES = (
 class Family(NamedTuple):
   """A layout of timm's ViT state dicts: `found(names)` says a file has
   it, `standard(tensors, path)` renames it into a standard
-  VisionTransformer's, which lacks our modules `lacks`."""
+  VisionTransformer's, which lacks our modules `lacks`; `options`: the
+  config.model fields it computes with that no parameter shows."""
   name: str
   found: Callable[[dict], bool]
   standard: Callable[[dict, str], dict]
   lacks: tuple[str, ...] = ()
+  options: tuple = ()  # ((field, value), ...)
 
 
-FAMILIES = (Family("ViT-22B's parallel block (ParallelScalingBlock)",
-                   parallel_scaling.is_parallel,
-                   parallel_scaling.as_standard_blocks,
-                   (BLOCK + "LayerNorm_2",)),)
+FAMILIES = (
+    Family("ViT-22B's parallel block (ParallelScalingBlock)",
+           parallel_scaling.is_parallel, parallel_scaling.as_standard_blocks,
+           (BLOCK + "LayerNorm_2",)),
+    Family("DINOv3 (timm's Eva, RoPE)", dinov3.is_dinov3, dinov3.as_vit_names,
+           (POSEMB,), tuple(dinov3.OPTIONS.items())),
+)
 
 
 def from_timm(tensors, num_heads, path) -> Converted:
@@ -82,13 +88,14 @@ def from_timm(tensors, num_heads, path) -> Converted:
   `FAMILIES`, NaFlexViT (`naflexvit.py`) and MlpMixer (`timm_mixer.py`)."""
   if timm_mixer.is_timm_mixer(tensors):
     return Converted(timm_mixer.from_timm_mixer(tensors), 0, "timm")
+  found_families = [family for family in FAMILIES if family.found(tensors)]
   refused = unsupported.find(unsupported.TIMM, tensors)
-  if refused:
+  if refused and not found_families:
     raise WeightsError(unsupported.refusal(refused, path))
-  lacks = ()
-  for family in FAMILIES:
-    if family.found(tensors):
-      tensors, lacks = family.standard(tensors, path), lacks + family.lacks
+  lacks, family_options = (), {}
+  for family in found_families:
+    tensors, lacks = family.standard(tensors, path), lacks + family.lacks
+    family_options.update(family.options)
   naflex, factorized, naflex_options = naflexvit.is_naflex(tensors), {}, {}
   if naflex:  # Its embeddings under `embeds.`: renamed to a ViT's.
     naflex_options = naflexvit.options(tensors)
@@ -107,13 +114,45 @@ def from_timm(tensors, num_heads, path) -> Converted:
   params.update(pool)
   params.update(factorized)
   prefix = posemb_prefix(params)
-  found = families.options(params, prefix)
-  note = (f"family: {families.name(found)}" +
+  found = {**families.options(params, prefix), **family_options}
+  named = next((f.name for f in found_families if f.options), None)
+  note = (f"family: {named or families.name(found)}" +
           (f"; it needs {families.config_fix(found)}" if found else ""))
   if naflex:
     note = f"timm's NaFlexViT ({note})"
-  return Converted(params, prefix, "timm", [note], sequences=naflex,
-                   options=naflex_options)
+  return Converted(params, prefix, "timm", [note], sequences=naflex, options={
+      **naflex_options,
+      **family_options
+  })
+
+
+# timm's VisionTransformer names -> Eva's.
+_EVA_NAMES = (
+    (".attn.q.bias", ".attn.q_bias"),
+    (".attn.v.bias", ".attn.v_bias"),
+    (".ls1.gamma", ".gamma_1"),
+    (".ls2.gamma", ".gamma_2"),
+)
+
+
+def to_timm_eva(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """A DINOv3-form model (no position table: RoPE) in timm's Eva names:
+  LayerScale as `gamma_1`/`gamma_2`, one `qkv` weight, and the query and
+  value biases as `q_bias`/`v_bias` (Eva has no key bias)."""
+  if any(k.endswith("/key/bias") for k in params):
+    raise WeightsError(
+        "timm's Eva (DINOv3) has no key bias, which this model has: with "
+        "RoPE it changes the attention. Fine-tune with "
+        "config.model.key_bias=False (or qkv_bias=False), or use "
+        "--format=npz.")
+  modules = tuple(m for m in MODULES if m.ours != POSEMB)
+  state = torch_layout.to_torch(params, modules, "timm Eva", {}, set())
+  out = {}
+  for name, value in state.items():
+    for ours, eva in _EVA_NAMES:
+      name = name.replace(ours, eva)
+    out[name] = value
+  return _fuse_qkv(out)
 
 
 def _split_qkv(tensors) -> dict:
@@ -153,9 +192,9 @@ def to_timm(params: dict[str, np.ndarray],
         "or use --format=npz, which keeps it.")
   if POSEMB not in params:
     raise WeightsError(
-        "The model's position embeddings are fixed (sincos2d) and stored "
-        "nowhere; timm's VisionTransformer file has no place to say so. Use "
-        "--format=npz.")
+        "The model stores no position table (fixed sincos2d ones, RoPE or "
+        "none), and timm's VisionTransformer file has no place to say so. "
+        "Use --format=timm-dir (its config.json says so) or --format=npz.")
   if any(k.startswith("conv_root") for k in params):
     raise WeightsError("A hybrid's ResNet stem is not written in timm's "
                        "names here; use --format=npz.")

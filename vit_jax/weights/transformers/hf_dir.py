@@ -38,7 +38,7 @@ def write(directory: str, params: dict, model_config, image_size: int,
   """Writes the three files into `directory` (see the module doc)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   _check(params, model_config)
-  params = writers.with_posemb_table(params, image_size)
+  params = writers.with_posemb_table(params, image_size, model_config.posemb)
   params = writers.with_class_token_entry(params, posemb_prefix(params))
   head = params.get("head/kernel")
   pre_logits = params.get("pre_logits/kernel")
@@ -101,6 +101,9 @@ def _check(params, model_config):
   if any(k.startswith("conv_root") for k in params):
     raise WeightsError("transformers' ViT has no ResNet stem for this "
                        "hybrid; use --format=npz.")
+  if model_config.rope != "none":
+    raise WeightsError("transformers' ViT has no rotary position embeddings "
+                       f"(RoPE), which this model computes: {_TIMM_DIR}.")
   if model_config.classifier != "token" or "cls" not in params:
     raise WeightsError(
         f"transformers' ViT classifies the class token; this model pools "

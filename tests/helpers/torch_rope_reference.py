@@ -1,0 +1,58 @@
+"""timm's RoPE encoders at a tiny size, random weights: DINOv3 (timm's
+`Eva` with `rope_type='dinov3'`), built by its registered model function
+so that every option is the family's own.
+
+Used where torch is installed (tests/references/generate.py `rope`), never
+by the suite, which reads what these computed (`stored.py`).
+"""
+
+import numpy as np
+
+from tests.helpers import torch_reference
+
+# Width 32, 2 blocks, 4 heads (8 wide: RoPE turns 2 row and 2 column
+# frequencies), patch 8, 32 px, MLP 128, 10 classes.
+TINY_ROPE_SIZE = dict(embed_dim=32, depth=2, num_heads=4, patch_size=8,
+                      img_size=32, num_classes=10)
+TINY_ROPE_MODELS = {
+    # DINOv3 ViT-S/16's form: 4 registers, LayerScale, no qkv biases,
+    # LayerNorm eps 1e-5, RoPE base 100, mean of the patch tokens.
+    "dinov3": "vit_small_patch16_dinov3",
+    # Its `_qkvb` form: a query and a value bias, the key's a zero buffer.
+    "dinov3_qkvb": "vit_small_patch16_dinov3_qkvb",
+}
+
+
+def timm_rope_model(name: str, seed: int = None):
+  """TINY_ROPE_MODELS[name], random weights: LayerNorm scales near 1 and
+  LayerScale gammas of std 0.5 (not 1e-5, so that the blocks matter)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  timm = torch_reference.import_timm()
+  if seed is None:
+    seed = 40 + list(TINY_ROPE_MODELS).index(name)
+  model = timm.create_model(TINY_ROPE_MODELS[name], pretrained=False,
+                            **TINY_ROPE_SIZE)
+  model = torch_reference.randomize(model, seed=seed)
+  with torch.no_grad():
+    for key, p in model.named_parameters():
+      if "norm" in key and key.endswith("weight"):
+        p.add_(1.0)
+      elif key.endswith(("gamma_1", "gamma_2")):
+        p.mul_(2.5)
+  return model.eval()
+
+
+def outputs(name: str, model, images_BxHxWxC, wide_BxHxWxC) -> dict:
+  """Its logits of the tiny images and of wider ones (another grid, no
+  resizing), and its features (all tokens after the final norm)."""
+  return {
+      name: torch_reference.torch_logits(model, images_BxHxWxC),
+      f"{name}_wide": torch_reference.torch_logits(model, wide_BxHxWxC),
+      f"{name}_features": torch_reference.torch_features(model, images_BxHxWxC),
+  }
+
+
+def wide_images() -> np.ndarray:
+  """2 images 32 x 48 (a 4 x 6 grid of patches)."""
+  return np.random.default_rng(1).uniform(-1, 1, (2, 32, 48, 3)).astype(
+      np.float32)

@@ -1,0 +1,311 @@
+"""Rotary position embeddings (config.model.rope, models/rope.py) and
+DINOv3's files: timm's tiny DINOv3s (tests/references, built and run by
+timm) load from the file alone with timm's logits and features at two
+shapes, with no resize step; an independent float64 numpy forward of a
+RoPE model; the sequence path (one image or two packed) equals the image
+path at any shape; scanned and rematerialised equal looped.
+
+The numpy forward is written from DINOv3's definition (Siméoni et al.
+2025, its RopePositionEmbedding), never from `vit_jax`:
+
+  p     = 2 (c + 0.5) / n - 1 per axis (row of n rows, column of n columns)
+  T_k   = base^(4k / K), k < K/4, K the head width
+  theta = 2 pi p / T_k: the row's K/4 angles, then the column's
+  x'    = x cos(theta, theta) + [-x2, x1] sin(theta, theta), x = [x1, x2]
+          (halves), on the patch tokens' queries and keys after their
+          projection; the class token and registers are not rotated
+"""
+
+import dataclasses
+import functools
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.helpers import compiled
+from tests.helpers import numpy_reference as ref
+from tests.helpers import tiny_models
+from tests.references import stored
+from vit_jax import inference
+from vit_jax import weights
+from vit_jax.models import sequences
+from vit_jax.models import variants
+
+TINY_TIMM = variants.Variant(hidden_size=32, mlp_dim=128, num_heads=4,
+                             num_layers=2, patch_size=8)
+ROPE = dict(posemb="none", rope="dinov3", rope_temperature=100.0)
+# The tiny DINOv3's form (what its file's family note says).
+DINOV3 = dict(ROPE, num_registers=4, layer_scale=1e-5, layer_norm_eps=1e-5,
+              classifier="gap", class_token=True, gelu_approximate=False)
+
+
+def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
+  """Each tiny DINOv3 (no qkv biases; `_qkvb`'s query and value biases):
+  read from the file alone (family, RoPE, registers, LayerScale, pooling),
+  timm's logits at 32 x 32 and at 32 x 48 (a 4 x 6 grid: nothing is
+  resized) and its features (all 21 tokens); a timm directory the same;
+  into a model without RoPE, one line with the flags."""
+  variants.register("tiny-timm", TINY_TIMM)
+  wide = stored.tiny_rope_output("wide_images")
+  for name in stored.TINY_ROPE_MODELS:
+    path = stored.path(f"tiny_{name}.safetensors")
+    arch = weights.read_architecture(path)
+    assert (arch.classifier, arch.class_token, arch.posemb) == ("gap", True,
+                                                                "none")
+    options = dict(arch.options)
+    assert {
+        k: options[k]
+        for k in ("rope", "rope_temperature", "num_registers", "layer_norm_eps")
+    } == {
+        "rope": "dinov3",
+        "rope_temperature": 100.0,
+        "num_registers": 4,
+        "layer_norm_eps": 1e-5
+    }
+    # No biases, or the query's and value's only.
+    assert (options.get("qkv_bias", True), options.get(
+        "key_bias", True)) == ((True, False) if name == "dinov3_qkvb" else
+                               (False, True))
+    loaded = inference.load(path, image_size=32)
+    params = jax.device_get(loaded.params)
+    # At a 4 x 6 grid the file loads as it is: no step resizes anything.
+    target = jax.eval_shape(loaded.model.init, jax.random.key(0),
+                            jnp.zeros((1, 32, 48, 3)))["params"]
+    at_wide, report = weights.load(
+        path, target, num_prefix_tokens=5, grid=(4, 6),
+        model_options=dataclasses.asdict(loaded.model.form))
+    assert report.ok and not report.resized and len(
+        report.matched) == len(at_wide), report.table()
+    for images, key in ((stored.tiny_images(), name), (wide, f"{name}_wide")):
+      logits = compiled.logits(loaded.model, params, images)
+      want = stored.tiny_rope_output(key)
+      assert np.abs(want).max() > 0.5
+      assert np.abs(logits - want).max() < 1e-5, (key,
+                                                  np.abs(logits - want).max())
+    _, out = loaded.model.apply({"params": params}, stored.tiny_images(),
+                                return_intermediates=True)
+    np.testing.assert_allclose(out["encoded"],
+                               stored.tiny_rope_output(f"{name}_features"),
+                               atol=1e-5, rtol=0)
+
+  # A timm directory (save_for_hf's layout) reads as the file.
+  directory = tmp_path / "dinov3_dir"
+  directory.mkdir()
+  (directory / "model.safetensors").write_bytes(
+      open(stored.path("tiny_dinov3.safetensors"), "rb").read())
+  (directory / "config.json").write_text(
+      '{"architecture": "vit_small_patch16_dinov3", "num_classes": 10}')
+  from_file = weights.read_architecture(stored.path("tiny_dinov3.safetensors"))
+  from_directory = weights.read_architecture(str(directory))
+  assert from_directory == dataclasses.replace(
+      from_file, options=from_file.options + (("gelu_approximate", False),))
+
+  plain = tiny_models.vit(num_classes=10, **dataclasses.asdict(TINY_TIMM),
+                          num_registers=4, layer_scale=1e-5, qkv_bias=False)
+  target = jax.eval_shape(plain.init, jax.random.key(0),
+                          jnp.zeros((1, 32, 32, 3)))["params"]
+  with pytest.raises(weights.WeightsError) as refused:
+    weights.load(stored.path("tiny_dinov3.safetensors"), target,
+                 num_prefix_tokens=5, grid=(4, 4),
+                 model_options=dataclasses.asdict(plain.form))
+  assert "\n" not in str(refused.value)
+  assert str(refused.value).endswith(
+      "but the model has posemb=learn, rope=none, layer_norm_eps=1e-06: set "
+      "--config.model.posemb=none --config.model.rope=dinov3 "
+      "--config.model.layer_norm_eps=1e-05.")
+
+
+# ---------------------------------------------------- float64 reference --
+
+
+def _rope_tables(grid, head_dim, base=100.0):
+  """(sin, cos), (h*w, K), by the module doc's definition."""
+  h, w = grid
+  rows, cols = np.divmod(np.arange(h * w), w)
+  position = np.stack([2 * (rows + 0.5) / h - 1, 2 * (cols + 0.5) / w - 1], -1)
+  periods = base**(4 * np.arange(head_dim // 4) / head_dim)
+  theta = (2 * np.pi * position[:, :, None] / periods).reshape(h * w, -1)
+  theta = np.concatenate([theta, theta], -1)
+  return np.sin(theta), np.cos(theta)
+
+
+def _rotated(x_BxNxHxK, sin, cos, prefix):
+  half = x_BxNxHxK.shape[-1] // 2
+  patches = x_BxNxHxK[:, prefix:]
+  turned = np.concatenate([-patches[..., half:], patches[..., :half]], -1)
+  patches = patches * cos[:, None] + turned * sin[:, None]
+  return np.concatenate([x_BxNxHxK[:, :prefix], patches], 1)
+
+
+def _numpy_forward(params, images, patch, registers):
+  """Logits of a RoPE ViT: class token, registers, no position table,
+  LayerScale, the mean of the patch tokens."""
+  p = jax.tree.map(lambda v: np.asarray(v, np.float64), params)
+  kernel = p["embedding"]["kernel"]
+  grid = (images.shape[1] // patch, images.shape[2] // patch)
+  x = ref.patchify(images, patch) @ kernel.reshape(
+      -1, kernel.shape[-1]) + p["embedding"]["bias"]
+  batch, width = len(x), x.shape[-1]
+  prefix = np.concatenate([
+      np.broadcast_to(p["cls"], (batch, 1, width)),
+      np.broadcast_to(p["registers"], (batch, registers, width))
+  ], 1)
+  x = np.concatenate([prefix, x], 1)
+  enc = p["Transformer"]
+  for i in range(2):
+    block = enc[f"encoderblock_{i}"]
+    mha = block["MultiHeadDotProductAttention_1"]
+    y = ref.layer_norm(x, block["LayerNorm_0"])
+    heads = lambda name, y=y, mha=mha: (np.einsum("bnd,dhk->bnhk", y, mha[name][
+        "kernel"]) + mha[name]["bias"])
+    q, k, v = heads("query"), heads("key"), heads("value")
+    sin, cos = _rope_tables(grid, q.shape[-1])
+    q, k = (_rotated(t, sin, cos, 1 + registers) for t in (q, k))
+    a = ref.softmax(np.einsum("bmhk,bnhk->bhmn", q, k) / np.sqrt(q.shape[-1]))
+    a = np.einsum("bmhk,hkd->bmd", np.einsum("bhmn,bnhk->bmhk", a, v),
+                  mha["out"]["kernel"]) + mha["out"]["bias"]
+    x = x + a * block["LayerScale_attention"]["scale"]
+    m = ref.mlp_block(ref.layer_norm(x, block["LayerNorm_2"]),
+                      block["MlpBlock_3"], ref.gelu_tanh)
+    x = x + m * block["LayerScale_mlp"]["scale"]
+  x = ref.layer_norm(x, enc["encoder_norm"])[:, 1 + registers:].mean(1)
+  return ref.dense(x, p["head"])
+
+
+def _tiny_rope_model(**options):
+  return tiny_models.vit(num_classes=7, hidden_size=32, mlp_dim=64, num_heads=4,
+                         num_layers=2, patch_size=4, **{
+                             **ROPE, "classifier": "gap",
+                             **options
+                         })
+
+
+def test_a_rope_model_matches_a_float64_numpy_forward_at_two_shapes():
+  """In float64, at 16 x 16 and 12 x 20 px (4 x 4 and 3 x 5 grids), the
+  same weights: logits to 1e-5 (RoPE's angles are float32, as DINOv3's);
+  RoPE stores nothing (no position table), and without it the logits
+  differ (the check can fail)."""
+  model = _tiny_rope_model(class_token=True, num_registers=2, layer_scale=0.5)
+  rng = np.random.default_rng(0)
+  with jax.enable_x64(True):
+    model = tiny_models.with_form(model, dtype="float64", param_dtype="float64")
+    shapes = jax.eval_shape(model.init, jax.random.key(0),
+                            np.zeros((1, 16, 16, 3)))["params"]
+    params = jax.tree.map(lambda v: v.astype(np.float64),
+                          ref.trained_like_params(shapes, seed=3))
+    flat = flax.traverse_util.flatten_dict(params, sep="/")
+    assert not [n for n in flat if "posembed" in n]
+    for size in ((16, 16), (12, 20)):
+      images = rng.normal(size=(2, *size, 3))
+      logits, _ = jax.jit(model.apply)({"params": params}, images)
+      want = _numpy_forward(params, images, 4, registers=2)
+      assert np.abs(want).max() > 0.5
+      np.testing.assert_allclose(logits, want, atol=1e-5, rtol=0)
+      without = tiny_models.with_form(model, rope="none")
+      plain, _ = jax.jit(without.apply)({"params": params}, images)
+      assert np.abs(plain - want).max() > 1e-2
+
+
+def _packed(first, second):
+  """Two one-image sequences as one sequence of both."""
+  cat = lambda a, b: jnp.concatenate([a, b], axis=1)
+  return sequences.PatchSequence(
+      patches=cat(first.patches, second.patches), coords=cat(
+          first.coords, second.coords), segments=cat(
+              first.segments, 2 * second.segments), grids=cat(
+                  first.grids, second.grids))
+
+
+def test_sequences_equal_images_and_scanned_equals_looped():
+  """A RoPE model (no prefix tokens, GAP) on a square and a non-square
+  image: each as a one-image sequence, and both packed in one, gives the
+  image path's logits; scanned and rematerialised, the looped model's."""
+  model = _tiny_rope_model()
+  square = np.random.default_rng(1).normal(size=(2, 16, 16, 3))
+  wide = np.random.default_rng(2).normal(size=(2, 12, 20, 3))
+  params = model.init(jax.random.key(0), square)["params"]
+  params = jax.tree.map(jnp.asarray, ref.trained_like_params(params, seed=4))
+  apply = jax.jit(lambda x: model.apply({"params": params}, x)[0])
+  by_image = [apply(square), apply(wide)]
+  assert np.abs(by_image[0]).max() > 0.1
+  one = [sequences.from_images(x, 4, length=16) for x in (square, wide)]
+  for seq, want in zip(one, by_image):
+    np.testing.assert_allclose(apply(seq), want, atol=1e-5, rtol=0)
+  both = apply(_packed(*one))  # B x 2 x classes.
+  np.testing.assert_allclose(both[:, 0], by_image[0], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(both[:, 1], by_image[1], atol=1e-5, rtol=0)
+
+  from vit_jax.models import scan  # pylint: disable=g-import-not-at-top
+  scanned = tiny_models.with_form(model, scan_layers=True, remat="full")
+  stacked = scan.stack_layers(params)
+  got = jax.jit(functools.partial(scanned.apply, {"params": stacked}))(wide)[0]
+  np.testing.assert_allclose(got, by_image[1], atol=1e-5, rtol=0)
+
+
+def test_a_dinov3_file_fine_tunes_at_two_shapes_predicts_exports_and_sweeps(
+    tfds_data_dir, tmp_path, capsys):
+  """timm's tiny DINOv3 with `configs/finetune.py`'s family=dinov3 (the
+  form its family note names, layer decay): fine-tuned on digits at 48 px
+  (a 6 x 6 grid; it stores no table: nothing is resized) and on
+  non-square crops as patch sequences (each image its own grid); the
+  48-px workdir predicts as its export to a timm directory does; swept
+  few-shot over the class token and mean patch token together (DINOv3's
+  linear probe)."""
+  from configs import fewshot as fewshot_configs  # pylint: disable=g-import-not-at-top
+  from configs import finetune  # pylint: disable=g-import-not-at-top
+  from vit_jax.commands import export  # pylint: disable=g-import-not-at-top
+  from vit_jax.fewshot import sweep  # pylint: disable=g-import-not-at-top
+  from vit_jax.loop import trainer  # pylint: disable=g-import-not-at-top
+  variants.register("tiny-timm", TINY_TIMM)
+  path = stored.path("tiny_dinov3.safetensors")
+  arch = weights.read_architecture(path)
+  base = finetune.get_config("digits,family=dinov3,runlocal")
+  base = base.copy_and_resolve_references()
+  # The preset's form is the one the file's family note names.
+  for field, value in arch.model_fields().items():
+    if field != "variant":
+      assert base.model[field] == value, field
+  assert base.layer_decay == 0.75
+  base.data_dir, base.init.checkpoint, base.total_steps = tfds_data_dir, path, 2
+  base.model.variant = arch.variant
+  runs = {
+      "48px": dict(image_size=48),
+      "sequences": dict(
+          sequence_length=24, pp_train="aspect_crop(0.5)|resize_to_sequence|"
+          "value_range|patchify", pp_eval="resize_to_sequence|value_range|"
+          "patchify"),
+  }
+  for name, change in runs.items():
+    config = base.copy_and_resolve_references()
+    config.update(change)
+    result = trainer.train_and_evaluate(config, str(tmp_path / name))
+    assert result["test/num_examples"] == 360 and np.isfinite(
+        result["train/loss"])
+    said = capsys.readouterr().err
+    assert "Initialised from" in said and "resized" not in said, said
+
+  images = np.random.default_rng(0).uniform(-1, 1, (2, 48, 48, 3))
+  outputs = []  # (logits of the new head, the features it reads).
+  for checkpoint in (str(tmp_path / "48px"), str(tmp_path / "timm")):
+    if checkpoint.endswith("timm"):
+      export.export_directory(str(tmp_path / "48px"), "timm-dir", checkpoint)
+    loaded = inference.load(checkpoint)
+    assert loaded.config.model.rope == "dinov3"
+    logits, out = jax.jit(loaded.model.apply)({
+        "params": jax.device_get(loaded.params)
+    }, images.astype(np.float32))
+    outputs.append((logits, out["pre_logits"]))
+  (logits, features), (logits_back, features_back) = outputs
+  assert np.abs(logits).max() > 1e-5 and np.abs(features).max() > 0.5
+  np.testing.assert_allclose(logits_back, logits, atol=1e-6, rtol=0)
+  np.testing.assert_allclose(features_back, features, atol=2e-5, rtol=0)
+
+  fewshot_config = fewshot_configs.get_config("runlocal")
+  fewshot_config.data_dir = tfds_data_dir
+  fewshot_config.image_size = 32
+  fewshot_config.fewshot.layer = "class_and_patch_mean"
+  table, _ = sweep.sweep(fewshot_config, [path])
+  assert 0.1 < table[path]["digits"]["5shot"] <= 1.0
