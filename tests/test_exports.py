@@ -86,6 +86,8 @@ MODELS = {
     "flexi_p8_run_at_4": (None, None),
     # timm's tiny DINOv3s (RoPE): timm's Eva writes them back.
     **dict.fromkeys(stored.TINY_ROPE_MODELS, (_TIMM_DIR, None)),
+    # transformers' DINOv3ViTModel (no head): both write it.
+    "hf_dinov3": (None, None),
 }
 
 
@@ -96,6 +98,9 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
   if name in _TIMM_FAMILIES:
     st_numpy.save_file(stored.tiny_family_state(name), path)
     return path, stored.tiny_family_logits(name)
+  if name == "hf_dinov3":  # Its pooler output: the class token.
+    return (stored.path("tiny_hf_dinov3.safetensors"),
+            stored.tiny_rope_output("hf_dinov3_pooler"))
   if name in stored.TINY_ROPE_MODELS:
     return (stored.path(f"tiny_{name}.safetensors"),
             stored.tiny_rope_output(name))
@@ -283,6 +288,11 @@ def test_the_written_configs_say_what_the_libraries_need(exported):
     args = config["model_args"]
     assert (args["num_reg_tokens"], args["rope_temperature"],
             args["global_pool"]) == (4, 100.0, "avg")
+  directory, _ = exported["hf_dinov3", "hf"]
+  config = json.loads(open(os.path.join(directory, "config.json")).read())
+  assert (config["model_type"], config["num_register_tokens"],
+          config["query_bias"], config["key_bias"]) == ("dinov3_vit", 4, True,
+                                                        False)
 
 
 def test_a_hybrid_is_refused_by_both_formats_naming_npz(tmp_path):

@@ -43,11 +43,13 @@ DINOV3 = dict(ROPE, num_registers=4, layer_scale=1e-5, layer_norm_eps=1e-5,
 
 
 def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
-  """Each tiny DINOv3 (no qkv biases; `_qkvb`'s query and value biases):
-  read from the file alone (family, RoPE, registers, LayerScale, pooling),
-  timm's logits at 32 x 32 and at 32 x 48 (a 4 x 6 grid: nothing is
-  resized) and its features (all 21 tokens); a timm directory the same;
-  into a model without RoPE, one line with the flags."""
+  """Each tiny DINOv3 of timm (no qkv biases; `_qkvb`'s query and value
+  biases): read from the file alone (family, RoPE, registers, LayerScale,
+  pooling), timm's logits at 32 x 32 and at 32 x 48 (a 4 x 6 grid: nothing
+  is resized) and its features (all 21 tokens); transformers' tiny
+  DINOv3ViTModel, its tokens and pooler output, from its file and its
+  directory; a timm directory as the file; into a model without RoPE, one
+  line with the flags."""
   variants.register("tiny-timm", TINY_TIMM)
   wide = stored.tiny_rope_output("wide_images")
   for name in stored.TINY_ROPE_MODELS:
@@ -90,6 +92,26 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
     np.testing.assert_allclose(out["encoded"],
                                stored.tiny_rope_output(f"{name}_features"),
                                atol=1e-5, rtol=0)
+
+  # transformers' DINOv3ViTModel (no head; it pools the class token): its
+  # tokens and pooler output at both shapes, from the file and a directory.
+  hf_path = stored.path("tiny_hf_dinov3.safetensors")
+  hf_directory = tmp_path / "hf_dinov3"
+  hf_directory.mkdir()
+  (hf_directory / "model.safetensors").write_bytes(open(hf_path, "rb").read())
+  (hf_directory / "config.json").write_text(
+      stored.tiny_rope_metadata("config:hf_dinov3"))
+  for checkpoint in (hf_path, str(hf_directory)):
+    loaded = inference.load(checkpoint, image_size=32)
+    assert (loaded.model.form.classifier, loaded.model.form.key_bias,
+            loaded.model.num_classes) == ("token", False, None)
+    for images, suffix in ((stored.tiny_images(), ""), (wide, "_wide")):
+      _, out = loaded.model.apply({"params": jax.device_get(loaded.params)},
+                                  images)
+      for ours, theirs in (("encoded", "tokens"), ("pre_logits", "pooler")):
+        np.testing.assert_allclose(
+            out[ours], stored.tiny_rope_output(f"hf_dinov3_{theirs}{suffix}"),
+            atol=1e-5, rtol=0)
 
   # A timm directory (save_for_hf's layout) reads as the file.
   directory = tmp_path / "dinov3_dir"

@@ -124,7 +124,7 @@ def test_families_not_computed_are_refused_by_name_in_one_line(tmp_path):
   """DINOv3's SwiGLU models, EVA-02, timm's and Naver's RoPE ViTs and PE
   compute what this project does not yet (SwiGLU MLPs, other RoPE forms;
   PE's file shows none: its pre-norm with an attention pool says it):
-  each timm file, and transformers' DINOv3, is refused naming its family,
+  each timm file, and transformers' gated DINOv3, is refused naming its family,
   by the command too (one line, exit 2), never loaded as a plain ViT."""
   dinov2 = stored.tiny_family_state("dinov2_reg")
   layer_scale = {".ls1.gamma": ".gamma_1", ".ls2.gamma": ".gamma_2"}
@@ -137,9 +137,10 @@ def test_families_not_computed_are_refused_by_name_in_one_line(tmp_path):
       "timm's RoPE ViT": _renamed(dinov2, layer_scale, drop=("reg_token",)),
       "Perception Encoder": _renamed(stored.tiny_family_state("clip"), {},
                                      add=("attn_pool.latent",)),
-      "DINOv3 (transformers'": {
+      "DINOv3 with gated MLPs (transformers'": {
           "embeddings.patch_embeddings.weight": np.zeros((4,), np.float32),
-          "model.layer.0.norm1.weight": np.zeros((4,), np.float32)
+          "model.layer.0.norm1.weight": np.zeros((4,), np.float32),
+          "model.layer.0.mlp.gate_proj.weight": np.zeros((4,), np.float32)
       },
   }
   for family, state in files.items():
@@ -163,10 +164,10 @@ def test_families_not_computed_are_refused_by_name_in_one_line(tmp_path):
                         timeout=120)
   assert done.returncode == 2 and not done.stdout, done.stderr[-2000:]
   assert done.stderr.splitlines() == [
-      f"error: {path} is DINOv3 (transformers' DINOv3ViTModel), with rotary "
-      "position embeddings (RoPE) on each head's queries and keys, which "
-      "this project does not compute yet: it is not loaded (as a plain ViT "
-      "its logits would differ)."
+      f"error: {path} is DINOv3 with gated MLPs (transformers' "
+      "DINOv3ViTModel, use_gated_mlp), with SwiGLU MLPs, which this project "
+      "does not compute yet: it is not loaded (as a plain ViT its logits "
+      "would differ); DINOv3's ViT-S/16, B/16 and L/16 load."
   ]
 
 

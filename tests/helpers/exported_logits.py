@@ -6,8 +6,9 @@ run in the PyTorch environment (.venv-torch, which has no JAX):
 
 FORMAT `hf`: ViTForImageClassification.from_pretrained(DIR), every weight
 present and used (a ViTModel's directory: its pooler output, the
-pre-logits); `timm-dir`: timm.create_model('local-dir:DIR',
-pretrained=True). OUT.npz holds each NAME's logits of the NHWC images.
+pre-logits; a DINOv3ViTModel's: its pooler output, the class token);
+`timm-dir`: timm.create_model('local-dir:DIR', pretrained=True). OUT.npz
+holds each NAME's logits of the NHWC images.
 `timm-naflex`: the same for a NaFlexViT, IMAGES then an .npz of patch
 sequences (patches, coords, valid). Nothing is downloaded.
 """
@@ -36,10 +37,28 @@ def _pooler_output(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
     return model.eval()(pixel_values=x).pooler_output.numpy()
 
 
+def _dinov3_pooler(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
+  """transformers' DINOv3ViTModel from `directory`: its pooler output (the
+  class token after the final norm); every weight present and used."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import DINOv3ViTModel  # pylint: disable=g-import-not-at-top
+  model, info = DINOv3ViTModel.from_pretrained(directory, local_files_only=True,
+                                               output_loading_info=True)
+  problems = {k: v for k, v in info.items() if v}
+  if problems:
+    raise ValueError(f"{directory}: {problems}")
+  x = torch.from_numpy(np.ascontiguousarray(images_nhwc.transpose(0, 3, 1, 2)))
+  with torch.no_grad():
+    return model.eval()(pixel_values=x).pooler_output.numpy()
+
+
 def _hf(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
   with open(os.path.join(directory, "config.json")) as f:
-    if json.load(f)["architectures"] == ["ViTModel"]:
-      return _pooler_output(directory, images_nhwc)
+    architectures = json.load(f)["architectures"]
+  if architectures == ["DINOv3ViTModel"]:
+    return _dinov3_pooler(directory, images_nhwc)
+  if architectures == ["ViTModel"]:
+    return _pooler_output(directory, images_nhwc)
   return torch_reference.hf_vit_logits_from_dir(directory, images_nhwc)
 
 

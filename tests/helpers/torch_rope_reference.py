@@ -42,6 +42,47 @@ def timm_rope_model(name: str, seed: int = None):
   return model.eval()
 
 
+# transformers' DINOv3ViTModel at the same size: its defaults (query and
+# value biases, no key bias, RoPE base 100, LayerNorm eps 1e-5, erf GELU).
+TINY_HF_DINOV3 = dict(hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=128,
+                      patch_size=8, image_size=32, num_register_tokens=4)
+
+
+def hf_dinov3(seed: int = 50):
+  """transformers' tiny DINOv3ViTModel, random weights as timm_rope_model's
+  (its LayerScale `lambda1` of std 0.5)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import DINOv3ViTConfig  # pylint: disable=g-import-not-at-top
+  from transformers import DINOv3ViTModel  # pylint: disable=g-import-not-at-top
+  config = DINOv3ViTConfig(**TINY_HF_DINOV3, attn_implementation="eager")
+  model = torch_reference.randomize(DINOv3ViTModel(config), seed=seed)
+  with torch.no_grad():
+    for key, p in model.named_parameters():
+      if "norm" in key and key.endswith("weight"):
+        p.add_(1.0)
+      elif key.endswith("lambda1"):
+        p.mul_(2.5)
+  return model.eval()
+
+
+def hf_outputs(model, images_BxHxWxC, wide_BxHxWxC) -> dict:
+  """Its tokens after the final norm and its pooler output (the class
+  token's), of the tiny images and the wide ones."""
+  import torch  # pylint: disable=g-import-not-at-top
+  out = {}
+  for suffix, images in (("", images_BxHxWxC), ("_wide", wide_BxHxWxC)):
+    x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
+    with torch.no_grad():
+      result = model(pixel_values=x)
+    # Contiguous: safetensors writes an array's buffer as it lies.
+    out[f"hf_dinov3_tokens{suffix}"] = np.ascontiguousarray(
+        result.last_hidden_state.numpy())
+    out[f"hf_dinov3_pooler{suffix}"] = np.ascontiguousarray(
+        result.pooler_output.numpy())
+  return out
+
+
 def outputs(name: str, model, images_BxHxWxC, wide_BxHxWxC) -> dict:
   """Its logits of the tiny images and of wider ones (another grid, no
   resizing), and its features (all tokens after the final norm)."""

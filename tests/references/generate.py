@@ -167,6 +167,11 @@ def write_rope(versions: dict):
     metadata[f"timm_model:{name}"] = function
   metadata["size"] = json.dumps(torch_rope_reference.TINY_ROPE_SIZE,
                                 sort_keys=True)
+  model = torch_rope_reference.hf_dinov3()
+  torch_reference.save_state_dict(model,
+                                  stored.path("tiny_hf_dinov3.safetensors"))
+  out.update(torch_rope_reference.hf_outputs(model, images, wide))
+  metadata["config:hf_dinov3"] = model.config.to_json_string()
   st_numpy.save_file(out, stored.path("tiny_rope_logits.safetensors"),
                      metadata=metadata)
 

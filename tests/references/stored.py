@@ -124,13 +124,21 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                                           100), LayerNorm eps 1e-5, the
                                           mean of the patch tokens
                              dinov3_qkvb  the same with q_bias, v_bias
+  tiny_hf_dinov3.safetensors
+                           transformers' DINOv3ViTModel at that size (its
+                           defaults: query and value biases, no key bias,
+                           4 registers here), random weights likewise: its
+                           state dict
   tiny_rope_logits.safetensors
                            their logits of tiny_images() ("<name>"), of
                            "wide_images" (2 x 32 x 48: a 4 x 6 grid, read
                            with no resizing) ("<name>_wide"), and their
                            features ("<name>_features": 3 x 21 x 32 after
-                           the final norm); metadata: each one's timm
-                           model ("timm_model:<name>") and the size;
+                           the final norm); the DINOv3ViTModel's
+                           "hf_dinov3_tokens" and "hf_dinov3_pooler" (and
+                           "_wide"); metadata: each one's timm model
+                           ("timm_model:<name>"), the size, and the
+                           DINOv3ViTModel's config.json ("config:hf_dinov3");
                            written by `generate.py rope`
   full_size.json           timm's ViT-B/16 and R50+ViT-B/16 and Hugging
                            Face's ViT-B/16 at 224 px: each parameter's name
@@ -167,11 +175,16 @@ def tiny_rope_output(key: str) -> np.ndarray:
   return st_numpy.load_file(path("tiny_rope_logits.safetensors"))[key]
 
 
-def tiny_rope_timm_model(name: str) -> str:
-  """The timm model function TINY_ROPE_MODELS[name] was built by."""
+def tiny_rope_metadata(key: str) -> str:
+  """A metadata entry of tiny_rope_logits.safetensors."""
   from safetensors import safe_open  # pylint: disable=g-import-not-at-top
   with safe_open(path("tiny_rope_logits.safetensors"), "np") as f:
-    return f.metadata()[f"timm_model:{name}"]
+    return f.metadata()[key]
+
+
+def tiny_rope_timm_model(name: str) -> str:
+  """The timm model function TINY_ROPE_MODELS[name] was built by."""
+  return tiny_rope_metadata(f"timm_model:{name}")
 
 
 def tiny_images() -> np.ndarray:

@@ -39,8 +39,10 @@ _BLOCK = "Transformer/encoderblock_{}/"
 _FACTORIZED_ROWS = "Transformer/posembed_input/pos_embedding_y"
 SINCOS_IMAGE_SIZE = 224  # What big_vision's plain ViTs train at.
 _TORCH_PATCH_PROJECTION = (
-    "patch_embed.proj.weight", "patch_embeddings.projection.weight",
-    "embeds.proj.weight")  # timm's NaFlexViT.
+    "patch_embed.proj.weight",
+    "patch_embeddings.projection.weight",
+    "embeds.proj.weight",  # timm's NaFlexViT.
+    "embeddings.patch_embeddings.weight")  # transformers' DINOv3.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +114,15 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
     num_heads = heads_for_width(widths[0])
   converted = origins.convert(fmt, tensors, num_heads or 0, path)
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
-  options = {**dict(arch.options), **converted.options}
-  # What a family says of its pooling and positions (DINOv3's: the mean
-  # of the patches, RoPE and no table) overrides what the names suggest.
+  # What the family says, then what a transformers or timm directory's
+  # config.json says beside.
+  options = {
+      **dict(arch.options),
+      **converted.options,
+      **origins.stated_options(path)
+  }
+  # Pooling and positions said so (DINOv3's: RoPE and no table, its
+  # pooling) override what the names suggest.
   fields = {
       k: options.pop(k)
       for k in ("classifier", "class_token", "posemb")
@@ -122,14 +130,6 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
   }
   arch = dataclasses.replace(arch, sequences=converted.sequences, options=tuple(
       options.items()), **fields)
-  # What a transformers or timm directory's config.json says beside.
-  stated = origins.stated_options(path)
-  if stated:
-    arch = dataclasses.replace(
-        arch, options=tuple({
-            **dict(arch.options),
-            **stated
-        }.items()))
   return arch, converted
 
 

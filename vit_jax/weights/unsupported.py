@@ -63,9 +63,10 @@ TIMM = (
 # transformers', by their names (a directory's config.json also says its
 # model_type: `MODEL_TYPES`).
 TRANSFORMERS = (Unsupported(
-    "DINOv3 (transformers' DINOv3ViTModel)", f"{_ROPE}",
-    _has("model.layer.", "embeddings.patch_embeddings.weight")),)
-MODEL_TYPES = {"dinov3_vit": TRANSFORMERS[0]}
+    "DINOv3 with gated MLPs (transformers' DINOv3ViTModel, use_gated_mlp)",
+    "SwiGLU MLPs", _has(".mlp.gate_proj."),
+    "DINOv3's ViT-S/16, B/16 and L/16 load"),)
+MODEL_TYPES = {}  # Where a model_type alone says the family: none now.
 # timm's model functions (a directory's config.json names one).
 TIMM_ARCHITECTURES = {
     "vit_pe_": next(r for r in TIMM if r.name.startswith("Perception")),

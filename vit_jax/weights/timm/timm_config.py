@@ -1,7 +1,7 @@
 """What a timm directory's config.json says that its weights cannot show:
-the activation, the LayerNorm epsilon, and a NaFlexViT's resizing of its
-position table (`model_args` over the defaults of the model function it
-names, `architecture`).
+the activation, the LayerNorm epsilon, a NaFlexViT's resizing of its
+position table, DINOv3's pooling and RoPE base (`model_args` over the
+defaults of the model function it names, `architecture`).
 """
 
 from vit_jax.weights.timm import naflexvit
@@ -28,4 +28,8 @@ def stated_options(config: dict) -> dict:
     options["layer_norm_eps"] = 1e-5  # timm's CLIP functions' LayerNorm.
   if "_quickgelu_" in config["architecture"] and "act_layer" not in args:
     options["quick_gelu"] = True  # e.g. vit_base_patch16_clip_quickgelu_224.
+  if "_dinov3" in config["architecture"]:  # Its pooling and RoPE's base.
+    pool = args.get("global_pool", config.get("global_pool", "avg"))
+    options["classifier"] = "token" if pool == "token" else "gap"
+    options["rope_temperature"] = float(args.get("rope_temperature", 100.0))
   return options

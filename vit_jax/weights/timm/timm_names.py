@@ -82,10 +82,12 @@ FAMILIES = (
 )
 
 
-def from_timm(tensors, num_heads, path) -> Converted:
+def from_timm(tensors, num_heads, path, overrides=None) -> Converted:
   """timm's VisionTransformer (fused qkv), with the options of its DINOv2,
   DeiT III, CLIP and fc_norm models (`families.py`), its families of
-  `FAMILIES`, NaFlexViT (`naflexvit.py`) and MlpMixer (`timm_mixer.py`)."""
+  `FAMILIES`, NaFlexViT (`naflexvit.py`) and MlpMixer (`timm_mixer.py`).
+  `overrides`: options another code base's port of a family computes
+  otherwise (transformers' DINOv3 pools its class token)."""
   if timm_mixer.is_timm_mixer(tensors):
     return Converted(timm_mixer.from_timm_mixer(tensors), 0, "timm")
   found_families = [family for family in FAMILIES if family.found(tensors)]
@@ -96,6 +98,8 @@ def from_timm(tensors, num_heads, path) -> Converted:
   for family in found_families:
     tensors, lacks = family.standard(tensors, path), lacks + family.lacks
     family_options.update(family.options)
+  if found_families:
+    family_options.update(overrides or {})
   naflex, factorized, naflex_options = naflexvit.is_naflex(tensors), {}, {}
   if naflex:  # Its embeddings under `embeds.`: renamed to a ViT's.
     naflex_options = naflexvit.options(tensors)
@@ -135,6 +139,13 @@ _EVA_NAMES = (
 )
 
 
+def to_timm_split(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Our params of a model without a position table (RoPE) in timm's
+  names, the query, key and value apart (`attn.q`, `attn.k`, `attn.v`)."""
+  modules = tuple(m for m in MODULES if m.ours != POSEMB)
+  return torch_layout.to_torch(params, modules, "timm", {}, set())
+
+
 def to_timm_eva(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """A DINOv3-form model (no position table: RoPE) in timm's Eva names:
   LayerScale as `gamma_1`/`gamma_2`, one `qkv` weight, and the query and
@@ -145,10 +156,8 @@ def to_timm_eva(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "RoPE it changes the attention. Fine-tune with "
         "config.model.key_bias=False (or qkv_bias=False), or use "
         "--format=npz.")
-  modules = tuple(m for m in MODULES if m.ours != POSEMB)
-  state = torch_layout.to_torch(params, modules, "timm Eva", {}, set())
   out = {}
-  for name, value in state.items():
+  for name, value in to_timm_split(params).items():
     for ours, eva in _EVA_NAMES:
       name = name.replace(ours, eva)
     out[name] = value

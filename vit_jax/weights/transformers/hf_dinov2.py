@@ -42,7 +42,7 @@ LEFT_OUT = {
 }
 
 
-def is_dinov2(names) -> bool:
+def is_family(names) -> bool:
   return any(
       ".layer_scale1." in n or re.search(r"encoder\.layer\.\d+\.mlp\.", n)
       for n in names)

@@ -13,8 +13,10 @@ which transformers 5 still writes and reads), and `preprocessor_config.json`
 with the evaluation preprocessing.
 
 transformers' ViT is the paper's: a class token whose output is classified,
-learned position embeddings over it and the patches, nothing else. Other
-models are refused in one line naming the format that holds them.
+learned position embeddings over it and the patches, nothing else. A model
+of DINOv3's form (RoPE) without a head is written as its
+`DINOv3ViTModel` (`hf_dinov3.py`). Other models are refused in one line
+naming the format that holds them.
 """
 
 import json
@@ -28,6 +30,7 @@ from vit_jax.weights import writers
 from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import posemb_prefix
+from vit_jax.weights.transformers import hf_dinov3
 from vit_jax.weights.transformers import hf_names
 
 _TIMM_DIR = "use --format=timm-dir (timm builds it) or --format=npz"
@@ -37,6 +40,11 @@ def write(directory: str, params: dict, model_config, image_size: int,
           pp: eval_preprocessing.EvalPreprocessing, class_names=None):
   """Writes the three files into `directory` (see the module doc)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  if model_config.rope != "none":  # DINOv3's backbone, DINOv3ViTModel.
+    state, config = hf_dinov3.write_model(params, model_config, image_size)
+    _write(directory, config, st_numpy.save(state, metadata={"format": "pt"}),
+           pp)
+    return
   _check(params, model_config)
   params = writers.with_posemb_table(params, image_size, model_config.posemb)
   params = writers.with_class_token_entry(params, posemb_prefix(params))
@@ -78,11 +86,15 @@ def write(directory: str, params: dict, model_config, image_size: int,
     names = class_names or [f"LABEL_{i}" for i in range(head.shape[-1])]
     config["id2label"] = {str(i): name for i, name in enumerate(names)}
     config["label2id"] = {name: i for i, name in enumerate(names)}
+  _write(directory, config, st_numpy.save(state, metadata={"format": "pt"}), pp)
+
+
+def _write(directory, config: dict, weights_bytes: bytes,
+           pp: eval_preprocessing.EvalPreprocessing):
   out = paths.resolve(directory)
   out.mkdir(parents=True, exist_ok=True)
   (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-  (out / "model.safetensors").write_bytes(
-      st_numpy.save(state, metadata={"format": "pt"}))
+  (out / "model.safetensors").write_bytes(weights_bytes)
   (out / "preprocessor_config.json"
   ).write_text(json.dumps(image_processor(pp), indent=2) + "\n")
 
@@ -101,9 +113,6 @@ def _check(params, model_config):
   if any(k.startswith("conv_root") for k in params):
     raise WeightsError("transformers' ViT has no ResNet stem for this "
                        "hybrid; use --format=npz.")
-  if model_config.rope != "none":
-    raise WeightsError("transformers' ViT has no rotary position embeddings "
-                       f"(RoPE), which this model computes: {_TIMM_DIR}.")
   if model_config.classifier != "token" or "cls" not in params:
     raise WeightsError(
         f"transformers' ViT classifies the class token; this model pools "

@@ -4,9 +4,9 @@ Two namings of one `ViTModel`: version 4's, which wrote the Hub's files
 (`encoder.layer.N.attention.attention.query`, and which version 5 still
 reads and writes), and version 5's own modules (`layers.N.attention.q_proj`);
 one table of modules with a column for each (`MODULES`), read both ways
-through `torch_layout`. Its DINOv2 (`hf_dinov2.py`) is read in timm's
-names; families this project does not compute (`unsupported.TRANSFORMERS`)
-are refused in one line.
+through `torch_layout`. Its DINOv2 (`hf_dinov2.py`) and DINOv3
+(`hf_dinov3.py`) are read in timm's names; families this project does not
+compute (`unsupported.TRANSFORMERS`) are refused in one line.
 """
 
 from typing import NamedTuple
@@ -21,6 +21,7 @@ from vit_jax.weights.timm import timm_names
 from vit_jax.weights.torch_layout import ACTIVATIONS
 from vit_jax.weights.torch_layout import Module
 from vit_jax.weights.transformers import hf_dinov2
+from vit_jax.weights.transformers import hf_dinov3
 
 
 class _Row(NamedTuple):
@@ -68,12 +69,16 @@ def from_hugging_face(tensors, num_heads, path) -> Converted:
   refused = unsupported.find(unsupported.TRANSFORMERS, tensors)
   if refused:
     raise WeightsError(unsupported.refusal(refused, path))
-  if hf_dinov2.is_dinov2(tensors):
-    renamed, left_out = hf_dinov2.to_timm(tensors, path)
-    converted = timm_names.from_timm(renamed, num_heads, path)
-    converted.origin = "hugging_face"
-    converted.notes += [f"left out {', '.join(left_out)}"] if left_out else []
-    return converted
+  for family, overrides in ((hf_dinov3, {
+      "classifier": "token"
+  }), (hf_dinov2, None)):
+    if family.is_family(tensors):
+      renamed, left_out = family.to_timm(tensors, path)
+      converted = timm_names.from_timm(renamed, num_heads, path, overrides)
+      converted.origin = "hugging_face"
+      converted.notes += ([f"left out {', '.join(left_out)}"]
+                          if left_out else [])
+      return converted
   tensors = {
       (k[len("vit."):] if k.startswith("vit.") else k): v
       for k, v in tensors.items()
@@ -97,4 +102,6 @@ def stated_options(config: dict) -> dict:
   options = dict(ACTIVATIONS.get(config.get("hidden_act", "gelu"), {}))
   if "layer_norm_eps" in config:
     options["layer_norm_eps"] = float(config["layer_norm_eps"])
+  if config.get("model_type") == "dinov3_vit":
+    options.update(hf_dinov3.stated_options(config))
   return options
