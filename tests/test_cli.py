@@ -35,6 +35,15 @@ MISTAKES = {
         "--workdir=/tmp/unused"
     ], "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
                              "preset 'nosuch'"),
+    "main: layer decay past 1": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--config.layer_decay=1.5"
+    ], "error: config.layer_decay=1.5 must be in (0, 1]"),
+    "main: unknown checkpoint family": ([
+        "vit_jax", "train", "--config=configs/finetune.py:digits,family=eva",
+        "--workdir=/tmp/unused"
+    ], "error: flag --config=configs/finetune.py:digits,family=eva: Unknown "
+                                        "checkpoint family 'eva'"),
     "main: negative timeout": ([
         "vit_jax", "train", "--config=configs/digits.py:runlocal",
         "--workdir=/tmp/unused", "--lost_process_timeout=-3"

@@ -22,28 +22,15 @@ import numpy as np
 from tests.helpers import torch_reference
 
 
-def _pooler_output(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
-  """transformers' ViTModel (with its pooler) from `directory`; every
-  weight present and used."""
+def _pooler_output(directory: str, images_nhwc: np.ndarray,
+                   model_class: str) -> np.ndarray:
+  """The pooler output of transformers' `model_class` (ViTModel: the
+  pre-logits layer; DINOv3ViTModel: the class token after the final norm)
+  from `directory`; every weight present and used."""
   import torch  # pylint: disable=g-import-not-at-top
-  from transformers import ViTModel  # pylint: disable=g-import-not-at-top
-  model, info = ViTModel.from_pretrained(directory, local_files_only=True,
-                                         output_loading_info=True)
-  problems = {k: v for k, v in info.items() if v}
-  if problems:
-    raise ValueError(f"{directory}: {problems}")
-  x = torch.from_numpy(np.ascontiguousarray(images_nhwc.transpose(0, 3, 1, 2)))
-  with torch.no_grad():
-    return model.eval()(pixel_values=x).pooler_output.numpy()
-
-
-def _dinov3_pooler(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
-  """transformers' DINOv3ViTModel from `directory`: its pooler output (the
-  class token after the final norm); every weight present and used."""
-  import torch  # pylint: disable=g-import-not-at-top
-  from transformers import DINOv3ViTModel  # pylint: disable=g-import-not-at-top
-  model, info = DINOv3ViTModel.from_pretrained(directory, local_files_only=True,
-                                               output_loading_info=True)
+  import transformers  # pylint: disable=g-import-not-at-top
+  model, info = getattr(transformers, model_class).from_pretrained(
+      directory, local_files_only=True, output_loading_info=True)
   problems = {k: v for k, v in info.items() if v}
   if problems:
     raise ValueError(f"{directory}: {problems}")
@@ -55,10 +42,8 @@ def _dinov3_pooler(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
 def _hf(directory: str, images_nhwc: np.ndarray) -> np.ndarray:
   with open(os.path.join(directory, "config.json")) as f:
     architectures = json.load(f)["architectures"]
-  if architectures == ["DINOv3ViTModel"]:
-    return _dinov3_pooler(directory, images_nhwc)
-  if architectures == ["ViTModel"]:
-    return _pooler_output(directory, images_nhwc)
+  if architectures in (["ViTModel"], ["DINOv3ViTModel"]):
+    return _pooler_output(directory, images_nhwc, architectures[0])
   return torch_reference.hf_vit_logits_from_dir(directory, images_nhwc)
 
 

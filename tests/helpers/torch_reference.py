@@ -222,17 +222,18 @@ def _family_options(family: str) -> dict:
   return options
 
 
-def _randomize_family(model, seed: int):
+def randomize_family(model, seed: int, layer_scales=(".gamma",)):
   """`randomize`, then LayerNorm scales near 1 (pre-activations O(1),
-  where QuickGELU and GELU differ) and layer-scale gammas of std 0.5 (not
-  timm's 1e-5 or 1e-6, so that they matter)."""
+  where QuickGELU and GELU differ) and layer-scale gammas (the parameters
+  whose names end with one of `layer_scales`) of std 0.5 (not timm's 1e-5
+  or 1e-6, so that they matter)."""
   import torch  # pylint: disable=g-import-not-at-top
   model = randomize(model, seed=seed)
   with torch.no_grad():
     for name, p in model.named_parameters():
       if "norm" in name and name.endswith("weight"):
         p.add_(1.0)
-      elif name.endswith(".gamma"):
+      elif name.endswith(layer_scales):
         p.mul_(2.5)
   return model
 
@@ -246,7 +247,7 @@ def timm_family(family: str, seed: int = None):
       **TINY_FAMILY_SIZE,
       **_family_options(family)
   })
-  return _randomize_family(model, seed)
+  return randomize_family(model, seed)
 
 
 def timm_family_check(family: str, model, images_BxHxWxC: np.ndarray):
@@ -352,21 +353,14 @@ def tiny_hf_config(name: str):
 
 
 def hugging_face_dinov2(name: str = "dinov2", seed: int = None):
-  """TINY_HF_MODELS[name], random weights as `_randomize_family`'s:
+  """TINY_HF_MODELS[name], random weights as `randomize_family`'s:
   LayerNorm scales near 1, layer-scale lambdas of std 0.5."""
-  import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   if seed is None:
     seed = 20 + list(TINY_HF_MODELS).index(name)
   model_class = getattr(transformers, TINY_HF_MODELS[name][1])
-  model = randomize(model_class(tiny_hf_config(name)), seed=seed)
-  with torch.no_grad():
-    for parameter_name, p in model.named_parameters():
-      if "norm" in parameter_name and parameter_name.endswith("weight"):
-        p.add_(1.0)
-      elif parameter_name.endswith(".lambda1"):
-        p.mul_(2.5)
-  return model
+  return randomize_family(model_class(tiny_hf_config(name)), seed,
+                          (".lambda1",))
 
 
 def hugging_face_outputs(model, images_BxHxWxC: np.ndarray):

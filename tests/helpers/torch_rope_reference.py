@@ -26,20 +26,12 @@ TINY_ROPE_MODELS = {
 def timm_rope_model(name: str, seed: int = None):
   """TINY_ROPE_MODELS[name], random weights: LayerNorm scales near 1 and
   LayerScale gammas of std 0.5 (not 1e-5, so that the blocks matter)."""
-  import torch  # pylint: disable=g-import-not-at-top
   timm = torch_reference.import_timm()
   if seed is None:
     seed = 40 + list(TINY_ROPE_MODELS).index(name)
   model = timm.create_model(TINY_ROPE_MODELS[name], pretrained=False,
                             **TINY_ROPE_SIZE)
-  model = torch_reference.randomize(model, seed=seed)
-  with torch.no_grad():
-    for key, p in model.named_parameters():
-      if "norm" in key and key.endswith("weight"):
-        p.add_(1.0)
-      elif key.endswith(("gamma_1", "gamma_2")):
-        p.mul_(2.5)
-  return model.eval()
+  return torch_reference.randomize_family(model, seed, ("gamma_1", "gamma_2"))
 
 
 # transformers' DINOv3ViTModel at the same size: its defaults (query and
@@ -52,18 +44,11 @@ TINY_HF_DINOV3 = dict(hidden_size=32, num_hidden_layers=2,
 def hf_dinov3(seed: int = 50):
   """transformers' tiny DINOv3ViTModel, random weights as timm_rope_model's
   (its LayerScale `lambda1` of std 0.5)."""
-  import torch  # pylint: disable=g-import-not-at-top
   from transformers import DINOv3ViTConfig  # pylint: disable=g-import-not-at-top
   from transformers import DINOv3ViTModel  # pylint: disable=g-import-not-at-top
   config = DINOv3ViTConfig(**TINY_HF_DINOV3, attn_implementation="eager")
-  model = torch_reference.randomize(DINOv3ViTModel(config), seed=seed)
-  with torch.no_grad():
-    for key, p in model.named_parameters():
-      if "norm" in key and key.endswith("weight"):
-        p.add_(1.0)
-      elif key.endswith("lambda1"):
-        p.mul_(2.5)
-  return model.eval()
+  return torch_reference.randomize_family(DINOv3ViTModel(config), seed,
+                                          (".lambda1",))
 
 
 def hf_outputs(model, images_BxHxWxC, wide_BxHxWxC) -> dict:

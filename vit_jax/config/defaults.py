@@ -135,7 +135,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # fine-tune; timm's --layer-decay), for any model: block i of L learns at
   # lr * d^(L - i), the embeddings at lr * d^(L + 1), the head and final
   # norms at lr; with lr_mults, both apply.
-  config.layer_decay = None  # d in (0, 1], e.g. 0.75; None: off.
+  config.layer_decay = config_dict.placeholder(float)  # In (0, 1]; None: off.
   config.ema_decay = 0.0  # EMA of params, what evaluation uses (paper: 0.9999).
 
   # Devices and sharding (see vit_jax/sharding.py).

@@ -22,9 +22,6 @@ same image.
 
 import jax.numpy as jnp
 
-# RoPE forms (config.model.rope), besides "none".
-FORMS = ("dinov3",)
-
 
 def dinov3_sin_cos(coords_BxNx2, grids_BxNx2, head_dim: int,
                    temperature: float):
@@ -48,10 +45,11 @@ def dinov3_sin_cos(coords_BxNx2, grids_BxNx2, head_dim: int,
 
 def sin_cos(form: str, coords_BxNx2, grids_BxNx2, head_dim: int,
             temperature: float):
-  """The (sin, cos) tables of RoPE form `form` (one of `FORMS`)."""
+  """The (sin, cos) tables of RoPE form `form` (config.model.rope's
+  choices; the config's checks refuse others)."""
   if form == "dinov3":
     return dinov3_sin_cos(coords_BxNx2, grids_BxNx2, head_dim, temperature)
-  raise ValueError(f"Unknown RoPE form {form!r}; one of {FORMS}.")
+  raise ValueError(f"Unknown RoPE form {form!r}.")
 
 
 def rotate(x_BxNxHxK, sin_BxNxK, cos_BxNxK, prefix: int):

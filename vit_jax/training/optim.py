@@ -141,8 +141,7 @@ def _layer_decay(decay: float) -> optax.GradientTransformation:
     del params
     depths, num_layers = layer_depths(updates)
     return jax.tree.map(
-        lambda u, d: u * (decay**(num_layers + 1 - d)).astype(u.dtype)
-        if isinstance(d, np.ndarray) else u * decay**(num_layers + 1 - d),
+        lambda u, d: u * jnp.asarray(decay**(num_layers + 1 - d), u.dtype),
         updates, depths), state
 
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)

@@ -241,8 +241,11 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   _check_family_options(path, source, model_options)
   report = Report(path=path, origin=source.origin, notes=list(source.notes))
   if POSEMB not in source.params and POSEMB not in target_flat:
-    report.notes.append("position embeddings: fixed 2D sin-cos (sincos2d), "
-                        "none stored")
+    none = model_options is not None and model_options["posemb"] == "none"
+    report.notes.append(
+        "position embeddings: none (RoPE, or no position information)"
+        if none else "position embeddings: fixed 2D sin-cos (sincos2d), "
+        "none stored")
   _check_dont_load(dont_load, target_flat, source.params, path)
   reports.compare_gelu(origin_gelu(path, source.origin), gelu_approximate,
                        report)

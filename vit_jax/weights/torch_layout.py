@@ -146,3 +146,20 @@ def to_torch(params, table: Sequence[Module], naming: str, out: dict,
                        "every parameter.")
   # safetensors writes the raw buffer: every array must be C-ordered.
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def renamed(tensors: dict, rename, left_out: dict, path: str,
+            family: str) -> tuple[dict, list[str]]:
+  """(`tensors` under `rename(name)`'s names, what was left out): names in
+  `left_out` ({name: why}) are dropped and said; a name `rename` does not
+  know (None) refuses the file."""
+  out, said = {}, []
+  for name, value in tensors.items():
+    if name in left_out:
+      said.append(f"{name} ({left_out[name]})")
+      continue
+    new = rename(name)
+    if new is None:
+      raise WeightsError(f"{path}: unknown {family} parameter {name!r}.")
+    out[new] = value
+  return out, said

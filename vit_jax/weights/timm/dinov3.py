@@ -16,8 +16,6 @@ Its models with SwiGLU MLPs (ViT-S+/16, H+/16, 7B/16) are not computed yet:
 such a file is refused in one line (`weights/unsupported.py`).
 """
 
-import re
-
 # What the file cannot show (config.model fields), besides what its
 # parameters say (registers, LayerScale, query/key/value biases).
 OPTIONS = {
@@ -28,7 +26,13 @@ OPTIONS = {
     "classifier": "gap",
     "class_token": True,
 }
-_LAYER_SCALE = re.compile(r"^(blocks\.\d+)\.gamma_([12])$")
+# timm's VisionTransformer names -> Eva's, one way or the other.
+_EVA_NAMES = (
+    (".attn.q.bias", ".attn.q_bias"),
+    (".attn.v.bias", ".attn.v_bias"),
+    (".ls1.gamma", ".gamma_1"),
+    (".ls2.gamma", ".gamma_2"),
+)
 
 
 def _eva_with_registers(names) -> bool:
@@ -53,16 +57,24 @@ def is_swiglu_dinov3(names) -> bool:
   return _eva_with_registers(names) and _swiglu(names)
 
 
-def as_vit_names(tensors, path) -> dict:
-  """Eva's state dict in a standard VisionTransformer's names."""
-  del path  # Every DINOv3 file `is_dinov3` finds renames.
+def _renamed(tensors: dict, endings) -> dict:
+  """`tensors` with each name's ending `old` of `endings` made `new`."""
   out = {}
   for name, value in tensors.items():
-    match = _LAYER_SCALE.match(name)
-    if match:
-      out[f"{match[1]}.ls{match[2]}.gamma"] = value
-    elif name.endswith((".attn.q_bias", ".attn.v_bias")):
-      out[name.replace("_bias", ".bias")] = value  # `attn.q.bias`, as split.
-    else:
-      out[name] = value
+    for old, new in endings:
+      if name.endswith(old):
+        name = name[:-len(old)] + new
+    out[name] = value
   return out
+
+
+def as_vit_names(tensors, path) -> dict:
+  """Eva's state dict in a standard VisionTransformer's names (the query
+  and value biases as split from `attn.qkv`: `attn.q.bias`)."""
+  del path  # Every DINOv3 file `is_dinov3` finds renames.
+  return _renamed(tensors, [(eva, vit) for vit, eva in _EVA_NAMES])
+
+
+def as_eva_names(tensors) -> dict:
+  """The inverse of `as_vit_names`."""
+  return _renamed(tensors, _EVA_NAMES)

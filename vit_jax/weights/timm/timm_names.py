@@ -130,15 +130,6 @@ def from_timm(tensors, num_heads, path, overrides=None) -> Converted:
   })
 
 
-# timm's VisionTransformer names -> Eva's.
-_EVA_NAMES = (
-    (".attn.q.bias", ".attn.q_bias"),
-    (".attn.v.bias", ".attn.v_bias"),
-    (".ls1.gamma", ".gamma_1"),
-    (".ls2.gamma", ".gamma_2"),
-)
-
-
 def to_timm_split(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """Our params of a model without a position table (RoPE) in timm's
   names, the query, key and value apart (`attn.q`, `attn.k`, `attn.v`)."""
@@ -156,12 +147,7 @@ def to_timm_eva(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "RoPE it changes the attention. Fine-tune with "
         "config.model.key_bias=False (or qkv_bias=False), or use "
         "--format=npz.")
-  out = {}
-  for name, value in to_timm_split(params).items():
-    for ours, eva in _EVA_NAMES:
-      name = name.replace(ours, eva)
-    out[name] = value
-  return _fuse_qkv(out)
+  return _fuse_qkv(dinov3.as_eva_names(to_timm_split(params)))
 
 
 def _split_qkv(tensors) -> dict:

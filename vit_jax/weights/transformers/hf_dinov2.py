@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from vit_jax.errors import WeightsError
+from vit_jax.weights import torch_layout
 
 # (transformers' pattern, timm's replacement); {i} is a block's index.
 _RENAMES = (
@@ -42,6 +42,15 @@ LEFT_OUT = {
 }
 
 
+def _timm_name(name: str):
+  """timm's name of a transformers DINOv2 parameter; None if unknown."""
+  for pattern, replacement in _RENAMES:
+    renamed, count = re.subn(f"^{pattern}$", replacement, name)
+    if count:
+      return renamed
+  return None
+
+
 def is_family(names) -> bool:
   return any(
       ".layer_scale1." in n or re.search(r"encoder\.layer\.\d+\.mlp\.", n)
@@ -54,19 +63,8 @@ def to_timm(tensors: dict, path: str) -> tuple[dict, list[str]]:
       (k[len("dinov2."):] if k.startswith("dinov2.") else k): v
       for k, v in tensors.items()
   }
-  out, left_out = {}, []
-  for name, value in tensors.items():
-    if name in LEFT_OUT:
-      left_out.append(f"{name} ({LEFT_OUT[name]})")
-      continue
-    for pattern, replacement in _RENAMES:
-      renamed, count = re.subn(f"^{pattern}$", replacement, name)
-      if count:
-        out[renamed] = value
-        break
-    else:
-      raise WeightsError(f"{path}: unknown transformers DINOv2 parameter "
-                         f"{name!r}.")
+  out, left_out = torch_layout.renamed(tensors, _timm_name, LEFT_OUT, path,
+                                       "transformers DINOv2")
   if "reg_token" in out and "pos_embed" in out:
     table = out["pos_embed"]
     out["cls_token"] = out["cls_token"] + table[:, :1]

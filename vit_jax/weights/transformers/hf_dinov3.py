@@ -19,23 +19,43 @@ import numpy as np
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import families
+from vit_jax.weights import torch_layout
+from vit_jax.weights.timm import dinov3
 from vit_jax.weights.timm import timm_names
 
-# (transformers' pattern, Eva's replacement) for each module.
-_RENAMES = (
-    (r"embeddings\.cls_token", "cls_token"),
-    (r"embeddings\.register_tokens", "reg_token"),
-    (r"embeddings\.patch_embeddings\.(\w+)", r"patch_embed.proj.\1"),
-    (r"model\.layer\.(\d+)\.norm([12])\.(\w+)", r"blocks.\1.norm\2.\3"),
-    (r"model\.layer\.(\d+)\.attention\.([qkv])_proj\.(\w+)",
-     r"blocks.\1.attn.\2.\3"),
-    (r"model\.layer\.(\d+)\.attention\.o_proj\.(\w+)",
-     r"blocks.\1.attn.proj.\2"),
-    (r"model\.layer\.(\d+)\.layer_scale([12])\.lambda1", r"blocks.\1.gamma_\2"),
-    (r"model\.layer\.(\d+)\.mlp\.up_proj\.(\w+)", r"blocks.\1.mlp.fc1.\2"),
-    (r"model\.layer\.(\d+)\.mlp\.down_proj\.(\w+)", r"blocks.\1.mlp.fc2.\2"),
-    (r"norm\.(\w+)", r"norm.\1"),
+# (transformers' name, timm's VisionTransformer name) of each module, as
+# prefixes; {} is a block's index. Read both ways.
+_NAMES = (
+    ("embeddings.cls_token", "cls_token"),
+    ("embeddings.register_tokens", "reg_token"),
+    ("embeddings.patch_embeddings.", "patch_embed.proj."),
+    ("model.layer.{}.norm1.", "blocks.{}.norm1."),
+    ("model.layer.{}.norm2.", "blocks.{}.norm2."),
+    *((f"model.layer.{{}}.attention.{part}_proj.", f"blocks.{{}}.attn.{part}.")
+      for part in "qkv"),
+    ("model.layer.{}.attention.o_proj.", "blocks.{}.attn.proj."),
+    ("model.layer.{}.layer_scale1.lambda1", "blocks.{}.ls1.gamma"),
+    ("model.layer.{}.layer_scale2.lambda1", "blocks.{}.ls2.gamma"),
+    ("model.layer.{}.mlp.up_proj.", "blocks.{}.mlp.fc1."),
+    ("model.layer.{}.mlp.down_proj.", "blocks.{}.mlp.fc2."),
+    ("norm.", "norm."),
 )
+
+
+def _renamer(to_timm: bool):
+  """name -> the other side's name by `_NAMES` (None if unknown)."""
+  pairs = [(a, b) if to_timm else (b, a) for a, b in _NAMES]
+
+  def rename(name: str):
+    for source, target in pairs:
+      match = re.match(re.escape(source).replace(r"\{\}", r"(\d+)"), name)
+      if match:
+        return target.format(*match.groups()) + name[match.end():]
+    return None
+
+  return rename
+
+
 LEFT_OUT = {"embeddings.mask_token": "DINOv3's masked-image training only"}
 
 
@@ -46,24 +66,13 @@ def is_family(names) -> bool:
 
 def to_timm(tensors: dict, path: str) -> tuple[dict, list[str]]:
   """(Eva-named state dict, what was left out) of a DINOv3ViTModel."""
-  out, left_out = {}, []
-  for name, value in tensors.items():
-    if name in LEFT_OUT:
-      left_out.append(f"{name} ({LEFT_OUT[name]})")
-      continue
-    for pattern, replacement in _RENAMES:
-      renamed, count = re.subn(f"^{pattern}$", replacement, name)
-      if count:
-        out[renamed] = value
-        break
-    else:
-      raise WeightsError(f"{path}: unknown transformers DINOv3 parameter "
-                         f"{name!r}.")
+  out, left_out = torch_layout.renamed(tensors, _renamer(to_timm=True),
+                                       LEFT_OUT, path, "transformers DINOv3")
   if "reg_token" not in out or not out["reg_token"].size:
     raise WeightsError(
         f"{path} is transformers' DINOv3 without register tokens, which "
         "this project does not read yet; DINOv3's released models have 4.")
-  return out, left_out
+  return dinov3.as_eva_names(out), left_out
 
 
 def stated_options(config: dict) -> dict:
@@ -72,24 +81,6 @@ def stated_options(config: dict) -> dict:
       "rope_temperature": float(config.get("rope_theta", 100.0)),
       "classifier": "token",
   }
-
-
-# timm's names (query, key and value apart) -> transformers'.
-_FROM_TIMM = (
-    (r"cls_token", "embeddings.cls_token"),
-    (r"reg_token", "embeddings.register_tokens"),
-    (r"patch_embed\.proj\.(\w+)", r"embeddings.patch_embeddings.\1"),
-    (r"blocks\.(\d+)\.norm([12])\.(\w+)", r"model.layer.\1.norm\2.\3"),
-    (r"blocks\.(\d+)\.attn\.([qkv])\.(\w+)",
-     r"model.layer.\1.attention.\2_proj.\3"),
-    (r"blocks\.(\d+)\.attn\.proj\.(\w+)",
-     r"model.layer.\1.attention.o_proj.\2"),
-    (r"blocks\.(\d+)\.ls([12])\.gamma",
-     r"model.layer.\1.layer_scale\2.lambda1"),
-    (r"blocks\.(\d+)\.mlp\.fc1\.(\w+)", r"model.layer.\1.mlp.up_proj.\2"),
-    (r"blocks\.(\d+)\.mlp\.fc2\.(\w+)", r"model.layer.\1.mlp.down_proj.\2"),
-    (r"norm\.(\w+)", r"norm.\1"),
-)
 
 
 def write_model(params: dict, model_config,
@@ -119,13 +110,9 @@ def write_model(params: dict, model_config,
         ", ".join(wrong or ["another RoPE"]) +
         ": use --format=timm-dir or --format=npz (or export it without "
         "its head).")
-  state = {}
-  for name, value in timm_names.to_timm_split(params).items():
-    for pattern, replacement in _FROM_TIMM:
-      renamed, count = re.subn(f"^{pattern}$", replacement, name)
-      if count:
-        state[renamed] = value
-        break
+  state, _ = torch_layout.renamed(timm_names.to_timm_split(params),
+                                  _renamer(to_timm=False), {}, "the model",
+                                  "timm")
   width = state["embeddings.cls_token"].shape[-1]
   state["embeddings.mask_token"] = np.zeros((1, 1, width), np.float32)
   if "model.layer.0.layer_scale1.lambda1" not in state:  # Always there.
