@@ -14,6 +14,11 @@ The numpy forward is written from DINOv3's definition (Siméoni et al.
   x'    = x cos(theta, theta) + [-x2, x1] sin(theta, theta), x = [x1, x2]
           (halves), on the patch tokens' queries and keys after their
           projection; the class token and registers are not rotated
+
+and the other forms from timm's RotaryEmbeddingCat and RoPE-ViT's paper
+(Heo et al. 2024): axial p = (c + offset) r / n (r a reference grid, where
+set), theta = p / T_k, channel pairs (2j, 2j + 1) where interleaved;
+mixed theta_h = p_row f_0h + p_col f_1h of learned f.
 """
 
 import dataclasses
@@ -143,28 +148,59 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
 # ---------------------------------------------------- float64 reference --
 
 
-def _rope_tables(grid, head_dim, base=100.0):
-  """(sin, cos), (h*w, K), by the module doc's definition."""
+def _positions(grid, form):
+  """(h*w, 2) positions of the patches, by the module doc's definitions."""
   h, w = grid
   rows, cols = np.divmod(np.arange(h * w), w)
-  position = np.stack([2 * (rows + 0.5) / h - 1, 2 * (cols + 0.5) / w - 1], -1)
-  periods = base**(4 * np.arange(head_dim // 4) / head_dim)
-  theta = (2 * np.pi * position[:, :, None] / periods).reshape(h * w, -1)
-  theta = np.concatenate([theta, theta], -1)
+  if form.get("rope", "dinov3") == "dinov3":
+    p = np.stack([2 * (rows + 0.5) / h - 1, 2 * (cols + 0.5) / w - 1], -1)
+  else:  # timm's index grid: offset, then scaled to the reference grid.
+    p = np.stack([rows, cols], -1) + form.get("rope_grid_offset", 0.0)
+    if form.get("rope_reference_grid"):
+      p = p / np.array([h, w]) * form["rope_reference_grid"]
+  return p[:, ::-1] if form.get("rope_axes") == "column_row" else p
+
+
+def _rope_tables(grid, head_dim, form, frequencies=None):
+  """(sin, cos), (h*w, K) or with mixed frequencies (h*w, H, K)."""
+  p = _positions(grid, form)
+  if frequencies is not None:  # theta_h = p_0 f_0h + p_1 f_1h.
+    theta = np.einsum("na,ahk->nhk", p, frequencies)
+  else:
+    periods = form.get("rope_temperature", 100.0)**(
+        4 * np.arange(head_dim // 4) / head_dim)
+    scale = 2 * np.pi if form.get("rope", "dinov3") == "dinov3" else 1.0
+    theta = (scale * p[:, :, None] / periods).reshape(len(p), -1)
+  if form.get("rope_layout", "half") == "half":
+    theta = np.concatenate([theta, theta], -1)
+  else:
+    theta = np.repeat(theta, 2, -1)
   return np.sin(theta), np.cos(theta)
 
 
-def _rotated(x_BxNxHxK, sin, cos, prefix):
-  half = x_BxNxHxK.shape[-1] // 2
+def _rotated(x_BxNxHxK, sin, cos, prefix, layout="half"):
   patches = x_BxNxHxK[:, prefix:]
-  turned = np.concatenate([-patches[..., half:], patches[..., :half]], -1)
-  patches = patches * cos[:, None] + turned * sin[:, None]
+  if layout == "half":
+    half = x_BxNxHxK.shape[-1] // 2
+    turned = np.concatenate([-patches[..., half:], patches[..., :half]], -1)
+  else:  # Channel pairs (2j, 2j + 1) -> (-x_2j+1, x_2j).
+    turned = np.stack([-patches[..., 1::2], patches[..., ::2]],
+                      -1).reshape(patches.shape)
+  if sin.ndim == 2:
+    sin, cos = sin[:, None], cos[:, None]
+  patches = patches * cos + turned * sin
   return np.concatenate([x_BxNxHxK[:, :prefix], patches], 1)
 
 
-def _numpy_forward(params, images, patch, registers):
+def _silu(x):
+  return x / (1 + np.exp(-x))
+
+
+def _numpy_forward(params, images, patch, registers, form):
   """Logits of a RoPE ViT: class token, registers, no position table,
-  LayerScale, the mean of the patch tokens."""
+  LayerScale, the mean of the patch tokens; with `form`'s SwiGLU MLP
+  (SiLU(x Gate) * (x Dense_0)), LayerNorms inside the MLP and over the
+  attention's heads, and RoPE-Mixed's frequencies per block."""
   p = jax.tree.map(lambda v: np.asarray(v, np.float64), params)
   kernel = p["embedding"]["kernel"]
   grid = (images.shape[1] // patch, images.shape[2] // patch)
@@ -184,15 +220,27 @@ def _numpy_forward(params, images, patch, registers):
     heads = lambda name, y=y, mha=mha: (np.einsum("bnd,dhk->bnhk", y, mha[name][
         "kernel"]) + mha[name]["bias"])
     q, k, v = heads("query"), heads("key"), heads("value")
-    sin, cos = _rope_tables(grid, q.shape[-1])
-    q, k = (_rotated(t, sin, cos, 1 + registers) for t in (q, k))
+    sin, cos = _rope_tables(grid, q.shape[-1], form,
+                            mha.get("rope_frequencies"))
+    layout = form.get("rope_layout", "half")
+    q, k = (_rotated(t, sin, cos, 1 + registers, layout) for t in (q, k))
     a = ref.softmax(np.einsum("bmhk,bnhk->bhmn", q, k) / np.sqrt(q.shape[-1]))
-    a = np.einsum("bmhk,hkd->bmd", np.einsum("bhmn,bnhk->bmhk", a, v),
-                  mha["out"]["kernel"]) + mha["out"]["bias"]
+    a = np.einsum("bhmn,bnhk->bmhk", a, v)
+    if "heads_ln" in mha:  # One LayerNorm over all heads' outputs.
+      flat = a.reshape(*a.shape[:2], -1)
+      flat = ref.layer_norm(flat, {
+          n: mha["heads_ln"][n].reshape(-1) for n in ("scale", "bias")})
+      a = flat.reshape(a.shape)
+    a = np.einsum("bmhk,hkd->bmd", a, mha["out"]["kernel"]) + mha["out"]["bias"]
     x = x + a * block["LayerScale_attention"]["scale"]
-    m = ref.mlp_block(ref.layer_norm(x, block["LayerNorm_2"]),
-                      block["MlpBlock_3"], ref.gelu_tanh)
-    x = x + m * block["LayerScale_mlp"]["scale"]
+    mlp, y = block["MlpBlock_3"], ref.layer_norm(x, block["LayerNorm_2"])
+    if "Gate" in mlp:
+      h = _silu(ref.dense(y, mlp["Gate"])) * ref.dense(y, mlp["Dense_0"])
+    else:
+      h = ref.gelu_tanh(ref.dense(y, mlp["Dense_0"]))
+    if "LayerNorm_0" in mlp:
+      h = ref.layer_norm(h, mlp["LayerNorm_0"])
+    x = x + ref.dense(h, mlp["Dense_1"]) * block["LayerScale_mlp"]["scale"]
   x = ref.layer_norm(x, enc["encoder_norm"])[:, 1 + registers:].mean(1)
   return ref.dense(x, p["head"])
 
@@ -205,30 +253,51 @@ def _tiny_rope_model(**options):
                          })
 
 
+# The forms the float64 forward checks: DINOv3's; EVA-02's axial RoPE
+# (interleaved, column first, offset, reference grid) with SwiGLU and its
+# LayerNorms; RoPE-Mixed's learned frequencies.
+_FORMS = (
+    dict(ROPE),
+    dict(rope="axial", rope_temperature=10000.0, rope_layout="interleaved",
+         rope_axes="column_row", rope_grid_offset=1.0, rope_reference_grid=6,
+         posemb="none", swiglu=True, mlp_norm=True, attention_norm=True),
+    dict(rope="mixed", rope_temperature=10.0, rope_layout="interleaved",
+         posemb="none"),
+)
+
+
 def test_a_rope_model_matches_a_float64_numpy_forward_at_two_shapes():
   """In float64, at 16 x 16 and 12 x 20 px (4 x 4 and 3 x 5 grids), the
-  same weights: logits to 1e-5 (RoPE's angles are float32, as DINOv3's);
-  RoPE stores nothing (no position table), and without it the logits
+  same weights, for each RoPE form (`_FORMS`): logits to 1e-5 (RoPE's
+  angles are float32, as DINOv3's and timm's); RoPE stores nothing but the
+  mixed form's frequencies (no position table), and without it the logits
   differ (the check can fail)."""
-  model = _tiny_rope_model(class_token=True, num_registers=2, layer_scale=0.5)
   rng = np.random.default_rng(0)
-  with jax.enable_x64(True):
-    model = tiny_models.with_form(model, dtype="float64", param_dtype="float64")
-    shapes = jax.eval_shape(model.init, jax.random.key(0),
-                            np.zeros((1, 16, 16, 3)))["params"]
-    params = jax.tree.map(lambda v: v.astype(np.float64),
-                          ref.trained_like_params(shapes, seed=3))
-    flat = flax.traverse_util.flatten_dict(params, sep="/")
-    assert not [n for n in flat if "posembed" in n]
-    for size in ((16, 16), (12, 20)):
-      images = rng.normal(size=(2, *size, 3))
-      logits, _ = jax.jit(model.apply)({"params": params}, images)
-      want = _numpy_forward(params, images, 4, registers=2)
-      assert np.abs(want).max() > 0.5
-      np.testing.assert_allclose(logits, want, atol=1e-5, rtol=0)
-      without = tiny_models.with_form(model, rope="none")
-      plain, _ = jax.jit(without.apply)({"params": params}, images)
-      assert np.abs(plain - want).max() > 1e-2
+  for form in _FORMS:
+    model = _tiny_rope_model(class_token=True, num_registers=2,
+                             layer_scale=0.5, **form)
+    with jax.enable_x64(True):
+      model = tiny_models.with_form(model, dtype="float64",
+                                    param_dtype="float64")
+      shapes = jax.eval_shape(model.init, jax.random.key(0),
+                              np.zeros((1, 16, 16, 3)))["params"]
+      params = jax.tree.map(lambda v: v.astype(np.float64),
+                            ref.trained_like_params(shapes, seed=3))
+      flat = flax.traverse_util.flatten_dict(params, sep="/")
+      assert not [n for n in flat if "posembed" in n]
+      assert bool([n for n in flat if "rope_frequencies" in n
+                  ]) == (form["rope"] == "mixed")
+      for size in ((16, 16), (12, 20)):
+        images = rng.normal(size=(2, *size, 3))
+        logits, _ = jax.jit(model.apply)({"params": params}, images)
+        want = _numpy_forward(params, images, 4, 2, form)
+        assert np.abs(want).max() > 0.5
+        np.testing.assert_allclose(logits, want, atol=1e-5, rtol=0,
+                                   err_msg=form["rope"])
+        if form["rope"] != "mixed":  # Its frequencies are parameters.
+          without = tiny_models.with_form(model, rope="none")
+          plain, _ = jax.jit(without.apply)({"params": params}, images)
+          assert np.abs(plain - want).max() > 1e-2
 
 
 def _packed(first, second):

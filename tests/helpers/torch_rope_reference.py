@@ -1,6 +1,6 @@
-"""timm's RoPE encoders at a tiny size, random weights: DINOv3 (timm's
-`Eva` with `rope_type='dinov3'`), built by its registered model function
-so that every option is the family's own.
+"""timm's RoPE encoders at a tiny size, random weights: DINOv3, EVA-02,
+RoPE-ViT, timm's own RoPE ViT and PE (each timm's `Eva`), built by its
+registered model function so that every option is the family's own.
 
 Used where torch is installed (tests/references/generate.py `rope`), never
 by the suite, which reads what these computed (`stored.py`).
@@ -20,7 +20,40 @@ TINY_ROPE_MODELS = {
     "dinov3": "vit_small_patch16_dinov3",
     # Its `_qkvb` form: a query and a value bias, the key's a zero buffer.
     "dinov3_qkvb": "vit_small_patch16_dinov3_qkvb",
+    # EVA-02 Ti's form: axial RoPE (base 10000, interleaved, positions
+    # scaled to a 16-patch grid), a query and value bias, SwiGLU with its
+    # two inputs packed in one fc1, a learned table, mean pooling, fc_norm.
+    "eva02": "eva02_tiny_patch14_224",
+    # EVA-02 B's: query, key, value apart, SwiGLU with a LayerNorm inside.
+    "eva02_subln": "eva02_base_patch14_224",
+    # EVA-02's CLIP tower: also a LayerNorm over the attention's heads.
+    "eva02_clip": "eva02_base_patch16_clip_224",
+    # RoPE-ViT's axial form (Naver): base 100, column then row, LayerScale,
+    # no table, the class token.
+    "rope_axial": "vit_small_patch16_rope_224",
+    # ... with a learned table of the patches only.
+    "rope_ape": "vit_small_patch16_rope_ape_224",
+    # RoPE-ViT's mixed form: frequencies learned per block and head.
+    "rope_mixed": "vit_small_patch16_rope_mixed_224",
+    # timm's own RoPE ViT: no class token, 1 register, mean pooling.
+    "rope_sbb": "vit_medium_patch16_rope_reg1_gap_256",
+    # Perception Encoder (core): axial RoPE (offset 1, column then row,
+    # scaled to the table's grid), a learned table, a LayerNorm before the
+    # blocks, an attention pool of 8 heads, LayerNorm eps 1e-5.
+    "pe": "vit_pe_core_tiny_patch16_384",
 }
+# What each function's options are at the tiny size: PE's released models
+# scale RoPE's positions to their table's grid (24 at 384 px), here 4; the
+# models without a table read any grid (wide images too).
+_ANY_GRID = dict(dynamic_img_size=True)
+TINY_ROPE_ARGS = {
+    "pe": dict(ref_feat_shape=(4, 4)),
+    "rope_axial": _ANY_GRID,
+    "rope_mixed": _ANY_GRID,
+    "rope_sbb": _ANY_GRID,
+}
+# The models with a learned table, which timm computes at its own size only.
+WITH_TABLE = ("eva02", "eva02_subln", "eva02_clip", "rope_ape", "pe")
 
 
 def timm_rope_model(name: str, seed: int = None):
@@ -30,7 +63,7 @@ def timm_rope_model(name: str, seed: int = None):
   if seed is None:
     seed = 40 + list(TINY_ROPE_MODELS).index(name)
   model = timm.create_model(TINY_ROPE_MODELS[name], pretrained=False,
-                            **TINY_ROPE_SIZE)
+                            **TINY_ROPE_SIZE, **TINY_ROPE_ARGS.get(name, {}))
   return torch_reference.randomize_family(model, seed, ("gamma_1", "gamma_2"))
 
 
@@ -69,13 +102,16 @@ def hf_outputs(model, images_BxHxWxC, wide_BxHxWxC) -> dict:
 
 
 def outputs(name: str, model, images_BxHxWxC, wide_BxHxWxC) -> dict:
-  """Its logits of the tiny images and of wider ones (another grid, no
-  resizing), and its features (all tokens after the final norm)."""
-  return {
+  """Its logits of the tiny images and, without a learned table, of wider
+  ones (another grid, no resizing), and its features (all tokens after
+  the final norm)."""
+  out = {
       name: torch_reference.torch_logits(model, images_BxHxWxC),
-      f"{name}_wide": torch_reference.torch_logits(model, wide_BxHxWxC),
       f"{name}_features": torch_reference.torch_features(model, images_BxHxWxC),
   }
+  if name not in WITH_TABLE:
+    out[f"{name}_wide"] = torch_reference.torch_logits(model, wide_BxHxWxC)
+  return out
 
 
 def wide_images() -> np.ndarray:

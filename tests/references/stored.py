@@ -124,6 +124,15 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                                           100), LayerNorm eps 1e-5, the
                                           mean of the patch tokens
                              dinov3_qkvb  the same with q_bias, v_bias
+                           and, in TINY_EVA_MODELS (torch_rope_reference
+                           says each one's form; `tiny_rope_timm_model`
+                           its function): eva02 (SwiGLU packed),
+                           eva02_subln (SwiGLU with its LayerNorm, q/k/v
+                           apart), eva02_clip (and attn.norm), rope_axial,
+                           rope_ape (and a table of the patches),
+                           rope_mixed (rope.freqs), rope_sbb (timm's, 1
+                           register, no class token), pe (PE core, its
+                           RoPE scaled to a 4-patch grid, attn_pool)
   tiny_hf_dinov3.safetensors
                            transformers' DINOv3ViTModel at that size (its
                            defaults: query and value biases, no key bias,
@@ -134,7 +143,9 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            "wide_images" (2 x 32 x 48: a 4 x 6 grid, read
                            with no resizing) ("<name>_wide"), and their
                            features ("<name>_features": 3 x 21 x 32 after
-                           the final norm); the DINOv3ViTModel's
+                           the final norm for DINOv3; 17 for EVA-02 and PE, 16 for
+                           rope_sbb); "_wide" only for models without a
+                           table; the DINOv3ViTModel's
                            "hf_dinov3_tokens" and "hf_dinov3_pooler" (and
                            "_wide"); metadata: each one's timm model
                            ("timm_model:<name>"), the size, and the
@@ -167,6 +178,8 @@ def path(name: str) -> str:
 
 
 TINY_ROPE_MODELS = ("dinov3", "dinov3_qkvb")
+TINY_EVA_MODELS = ("eva02", "eva02_subln", "eva02_clip", "rope_axial",
+                   "rope_ape", "rope_mixed", "rope_sbb", "pe")
 
 
 def tiny_rope_output(key: str) -> np.ndarray:

@@ -106,14 +106,13 @@ def rollout_matrix(attention_LxBxHxTxT):
 
 def head_reads(classifier: str, tokens: int, batch: int,
                map_attention_BxHx1xN=None, num_prefix: int = 0):
-  """B x T: how the head weighs the encoder's output tokens (gap and map
-  read the patch tokens only, the last T - num_prefix)."""
+  """B x T: how the head weighs the encoder's output tokens (gap reads the
+  patch tokens only, the last T - num_prefix; map every token)."""
   if classifier == "token":
     return jnp.zeros((batch, tokens)).at[:, 0].set(1.0)
   reads = jnp.zeros((batch, tokens))
   if classifier == "map":
-    return reads.at[:, num_prefix:].set(
-        jnp.mean(map_attention_BxHx1xN[:, :, 0], axis=1))
+    return jnp.mean(map_attention_BxHx1xN[:, :, 0], axis=1)
   # gap: the mean patch token.
   return reads.at[:, num_prefix:].set(1.0 / (tokens - num_prefix))
 

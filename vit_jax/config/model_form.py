@@ -54,9 +54,19 @@ class ModelForm:
   # Rotary position embeddings on each head's queries and keys of the
   # patches, from each patch's (row, column) in its grid (models/rope.py):
   # none | dinov3 (DINOv3's: positions centred and scaled into [-1, 1] per
-  # axis, so any resolution or aspect ratio reads the same weights).
-  rope: Literal["none", "dinov3"] = _vit("none")
+  # axis) | axial (timm's RotaryEmbeddingCat: patch indices; EVA-02, PE,
+  # RoPE-ViT) | mixed (RoPE-ViT's: frequencies learned per block and head).
+  rope: Literal["none", "dinov3", "axial", "mixed"] = _vit("none")
   rope_temperature: float = _vit(100.0)  # The base of RoPE's periods.
+  # Which channels an angle turns together: j and j + K/2 (half; DINOv3's)
+  # or 2j and 2j + 1 (interleaved; EVA-02's, PE's, RoPE-ViT's).
+  rope_layout: Literal["half", "interleaved"] = _vit("half")
+  # The axis whose angles come first (timm's grid_indexing ij | xy).
+  rope_axes: Literal["row_column", "column_row"] = _vit("row_column")
+  rope_grid_offset: float = _vit(0.0)  # Added to the indices (axial, mixed).
+  # Axial and mixed: positions rescaled as if the grid were this many
+  # patches a side (EVA's ref_feat_shape: the pre-training grid); 0: none.
+  rope_reference_grid: int = _vit(0)
   # How images at their own shape (config.sequence_length) resize learned
   # position embeddings to each image's grid, antialiased: bilinear
   # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). Open: as the weights'
@@ -85,6 +95,16 @@ class ModelForm:
   quick_gelu: bool = _vit(False)  # x sigmoid(1.702 x) in the MLPs (OpenAI's).
   # The final LayerNorm on the pooled features, not every token (fc_norm).
   pooled_norm: bool = _vit(False)
+  # SwiGLU MLPs: SiLU(x W_gate) * (x W) -> W_out (EVA-02's, DINOv3's larger
+  # models), the hidden width the variant's mlp_dim.
+  swiglu: bool = _vit(False)
+  # A LayerNorm inside the MLP before its output projection (EVA-02's
+  # "sub-LN", timm's scale_mlp), and one over the attention's heads before
+  # its output projection (timm's scale_attn_inner; EVA-02's CLIP towers).
+  mlp_norm: bool = _vit(False)
+  attention_norm: bool = _vit(False)
+  # Heads of the MAP head's attention; None: the encoder's (PE's: 8).
+  map_heads: Optional[int] = _vit(None)
   layer_norm_eps: float = _vit(1e-6)  # Every LayerNorm's (timm's CLIP: 1e-5).
   # FP8 training: the encoder blocks' matmuls (attention projections, MLP)
   # in e4m3 forward and e5m2 gradients, with delayed scaling whose state the

@@ -80,9 +80,12 @@ class MultiHeadDotProductAttention(nn.Module):
   `fp8_matmuls`), the query/key/value biases (`qkv_bias`, `key_bias`;
   none without `use_bias`, which also drops the output projection's), a
   LayerNorm over each head's queries and keys (`qk_norm`: `query_ln`,
-  `key_ln`), the attention dropout, dtypes. `rope`: (sin, cos) B x N x K
-  tables that rotate the queries and keys of the tokens after the form's
-  prefix tokens (RoPE, `models/rope.py`), after their LayerNorms.
+  `key_ln`), a LayerNorm over all heads' outputs before `out`
+  (`attention_norm`: `heads_ln`), the attention dropout, dtypes. `rope`
+  rotates the queries and keys of the tokens after the form's prefix
+  tokens (RoPE, `models/rope.py`), after their LayerNorms: (sin, cos)
+  B x N x K tables, or with `rope="mixed"` the patches' positions
+  B x N x 2, turned by this block's learned `rope_frequencies`.
 
   `mask` (B x 1 x M x N, True where a query may attend to a key; patch
   sequences' images and padding) masks every form alike; no row may be
@@ -116,9 +119,15 @@ class MultiHeadDotProductAttention(nn.Module):
       q_BxMxHxK = norm(name="query_ln")(q_BxMxHxK)
       k_BxNxHxK = norm(name="key_ln")(k_BxNxHxK)
     if rope is not None:
+      if form.rope == "mixed":
+        frequencies = self.param(
+            "rope_frequencies",
+            rotary.init_mixed_frequencies(form.rope_temperature),
+            (2, self.num_heads, head_dim // 2), param_dtype)
+        rope = rotary.mixed_sin_cos(rope, frequencies, form.rope_layout)
       prefix = form.num_prefix_tokens
-      q_BxMxHxK = rotary.rotate(q_BxMxHxK, *rope, prefix)
-      k_BxNxHxK = rotary.rotate(k_BxNxHxK, *rope, prefix)
+      q_BxMxHxK = rotary.rotate(q_BxMxHxK, *rope, prefix, form.rope_layout)
+      k_BxNxHxK = rotary.rotate(k_BxNxHxK, *rope, prefix, form.rope_layout)
     q_BxMxHxK = q_BxMxHxK / jnp.sqrt(head_dim).astype(dtype)
     q_BxMxHxK, k_BxNxHxK, v_BxNxHxK = (nn.with_logical_constraint(
         t, lx.QKV_AXES) for t in (q_BxMxHxK, k_BxNxHxK, v_BxNxHxK))
@@ -143,6 +152,11 @@ class MultiHeadDotProductAttention(nn.Module):
       y_BxMxHxK = fused_attention(
           q_BxMxHxK, k_BxNxHxK, v_BxNxHxK, implementation,
           _CUDNN_LENGTH_MULTIPLE if implementation == "cudnn" else 1, mask)
+    if form.attention_norm:
+      y_BxMxHxK = nn.LayerNorm(form.layer_norm_eps, dtype=dtype,
+                               param_dtype=param_dtype, reduction_axes=(-2, -1),
+                               feature_axes=(-2, -1),
+                               name="heads_ln")(y_BxMxHxK)
     out_BxMxD = nn.DenseGeneral(
         width, axis=(-2, -1), dtype=dtype, param_dtype=param_dtype,
         kernel_init=nn.initializers.xavier_uniform(), use_bias=form.use_bias,

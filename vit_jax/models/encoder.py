@@ -32,7 +32,9 @@ REMAT_POLICIES = {
 
 class MlpBlock(nn.Module):
   """Dense -> GELU (the form's: tanh, erf or QuickGELU) -> Dense, with
-  dropout after each; FP8 matmuls in training where the form says."""
+  dropout after each; FP8 matmuls in training where the form says. With
+  `swiglu`, SiLU(x Gate) * (x Dense_0) in place of the GELU; with
+  `mlp_norm`, a LayerNorm (`LayerNorm_0`) before `Dense_1`."""
   mlp_dim: int
   form: ModelForm = ModelForm()
 
@@ -45,12 +47,19 @@ class MlpBlock(nn.Module):
         bias_init=nn.initializers.normal(stddev=1e-6),
         dot_general_cls=fp8_matmuls(form.fp8, deterministic))
     h_BxNxF = dense(self.mlp_dim, name="Dense_0")(x_BxNxD)
-    if form.quick_gelu:  # x sigmoid(1.702 x): OpenAI's CLIP.
+    if form.swiglu:
+      gate_BxNxF = dense(self.mlp_dim, name="Gate")(x_BxNxD)
+      h_BxNxF = nn.silu(gate_BxNxF) * h_BxNxF
+    elif form.quick_gelu:  # x sigmoid(1.702 x): OpenAI's CLIP.
       h_BxNxF = h_BxNxF * nn.sigmoid(1.702 * h_BxNxF)
     else:
       h_BxNxF = nn.gelu(h_BxNxF, approximate=form.gelu_approximate)
     h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(form.dropout_rate)(h_BxNxF, deterministic)
+    if form.mlp_norm:
+      h_BxNxF = nn.LayerNorm(form.layer_norm_eps, dtype=jnp.dtype(form.dtype),
+                             param_dtype=jnp.dtype(form.param_dtype),
+                             name="LayerNorm_0")(h_BxNxF)
     y_BxNxD = dense(x_BxNxD.shape[-1], name="Dense_1")(h_BxNxF)
     return nn.Dropout(form.dropout_rate)(y_BxNxD, deterministic)
 

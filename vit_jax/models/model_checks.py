@@ -65,6 +65,14 @@ def _check_torch_family_options(model_config: ml_collections.ConfigDict):
       (m.pooled_norm and m.classifier == "map",
        "pooled_norm normalises pooled patches or the class token (timm's "
        "fc_norm); a MAP head has its own LayerNorm"),
+      (m.rope in ("none", "dinov3") and
+       (m.rope_grid_offset or m.rope_reference_grid),
+       "rope_grid_offset and rope_reference_grid move the patch indices of "
+       "rope=axial or mixed; DINOv3's positions are centred and scaled"),
+      (m.rope_reference_grid < 0, "rope_reference_grid must be 0 (none) or a "
+       "grid's side in patches"),
+      (m.map_heads is not None and m.map_heads < 1,
+       "config.model.map_heads must be positive, or None (the encoder's)"),
   )
   for refused, why in refusals:
     if refused:

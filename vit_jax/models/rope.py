@@ -1,63 +1,122 @@
 """Rotary position embeddings (RoPE) in 2D: each head's queries and keys of
 the patch tokens are rotated by angles read from the patch's (row, column),
 so attention logits depend on where two patches are relative to each other,
-and nothing is stored: a model reads the same weights at any resolution or
-aspect ratio. The class token and registers are not rotated.
+and nothing is stored but (in the mixed form) the frequencies: a model reads
+the same weights at any resolution or aspect ratio. The class token and
+registers are not rotated. With K the head width:
 
-DINOv3's form (`rope="dinov3"`; Siméoni et al. 2025), as its code and
-timm's port compute it:
-
-  position  p = 2 (c + 0.5) / n - 1, per axis: the patch's centre in its
-            grid of n rows (or columns), scaled into [-1, 1]
-  periods   T_k = base^(4k / K), k = 0 .. K/4 - 1, K the head width
-            (base: `rope_temperature`, DINOv3's 100)
-  angles    2 pi p / T_k: K/4 for the row, then K/4 for the column
-  layout    "half": angle j turns channels j and j + K/2 together,
-            x' = x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
+  positions  per axis, from the patch's index c in a grid of n:
+             dinov3  2 (c + 0.5) / n - 1 (its centre, scaled into [-1, 1])
+             axial, mixed  c + offset, times r / n where a reference grid
+                     r is set (EVA's resize: the grid read as r patches)
+             in row, column order, or column, row (`rope_axes`)
+  angles     dinov3  2 pi p / T_k, T_k = base^(4k / K), k < K/4
+             axial   p / T_k (timm's RotaryEmbeddingCat; EVA-02, PE,
+                     RoPE-ViT)
+             each axis K/4 angles, the first axis's first: K/2 per head
+             mixed   p_0 f_0 + p_1 f_1 per head: K/2 frequencies learned
+                     per block and head (RoPE-ViT's RoPE-Mixed)
+  layout     half: angle j turns channels j and j + K/2 together;
+             interleaved: channels 2j and 2j + 1
 
 Images give every patch its grid; patch sequences (NaFlex, packing) give
 each patch its own image's grid, so both read the same angles for the
 same image.
 """
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 
-def dinov3_sin_cos(coords_BxNx2, grids_BxNx2, head_dim: int,
-                   temperature: float):
-  """(sin, cos), each B x N x K in float32: the angles of each patch at
-  (row, column) `coords` in a grid of `grids` (rows, columns)."""
+def _check(head_dim: int):
   if head_dim % 4:
     raise ValueError(f"RoPE in 2D needs a head width divisible by 4, not "
                      f"{head_dim}.")
-  quarter = head_dim // 4
-  exponents = 2.0 * jnp.arange(quarter, dtype=jnp.float32) / (head_dim // 2)
-  periods = jnp.float32(temperature)**exponents
-  # As float32 as DINOv3 computes them: centre / size, then to [-1, 1].
-  centred = (coords_BxNx2.astype(jnp.float32) + 0.5) / grids_BxNx2.astype(
-      jnp.float32)
-  position = 2.0 * centred - 1.0
-  angles = 2 * jnp.pi * position[..., None] / periods  # B x N x 2 x K/4
-  angles = angles.reshape(*angles.shape[:-2], head_dim // 2)
-  angles = jnp.concatenate([angles, angles], axis=-1)  # The half layout.
+
+
+def positions(form, coords_BxNx2, grids_BxNx2):
+  """Each patch's position (B x N x 2, float32) in RoPE form `form`'s
+  units and axis order (a ModelForm's rope fields)."""
+  coords = coords_BxNx2.astype(jnp.float32)
+  grids = grids_BxNx2.astype(jnp.float32)
+  if form.rope == "dinov3":  # As float32 as DINOv3: centre / size, scaled.
+    p = 2.0 * ((coords + 0.5) / grids) - 1.0
+  else:
+    p = coords + jnp.float32(form.rope_grid_offset)
+    if form.rope_reference_grid:
+      p = p / grids * jnp.float32(form.rope_reference_grid)
+  return p[..., ::-1] if form.rope_axes == "column_row" else p
+
+
+def _layout(angles, layout: str):
+  """K/2 angles per head -> K channels in `layout`."""
+  if layout == "half":
+    return jnp.concatenate([angles, angles], axis=-1)
+  return jnp.repeat(angles, 2, axis=-1)
+
+
+def sin_cos(form, coords_BxNx2, grids_BxNx2, head_dim: int):
+  """(sin, cos), each B x N x K in float32, of the fixed forms (dinov3,
+  axial) at the patches' (row, column) `coords` in grids `grids`."""
+  _check(head_dim)
+  p = positions(form, coords_BxNx2, grids_BxNx2)
+  exponents = 4.0 * jnp.arange(head_dim // 4, dtype=jnp.float32) / head_dim
+  periods = jnp.float32(form.rope_temperature)**exponents
+  scale = 2 * jnp.pi if form.rope == "dinov3" else 1.0
+  angles = scale * p[..., None] / periods  # B x N x 2 x K/4
+  angles = _layout(angles.reshape(*angles.shape[:-2], head_dim // 2),
+                   form.rope_layout)
   return jnp.sin(angles), jnp.cos(angles)
 
 
-def sin_cos(form: str, coords_BxNx2, grids_BxNx2, head_dim: int,
-            temperature: float):
-  """The (sin, cos) tables of RoPE form `form` (config.model.rope's
-  choices; the config's checks refuse others)."""
-  if form == "dinov3":
-    return dinov3_sin_cos(coords_BxNx2, grids_BxNx2, head_dim, temperature)
-  raise ValueError(f"Unknown RoPE form {form!r}.")
+def mixed_sin_cos(positions_BxNx2, frequencies_2xHxK2, layout: str):
+  """(sin, cos), each B x N x H x K in float32, of RoPE-Mixed: per head,
+  the angles p_0 f_0 + p_1 f_1 of learned frequencies."""
+  f = frequencies_2xHxK2.astype(jnp.float32)
+  angles = jnp.einsum("bna,ahk->bnhk", positions_BxNx2, f,
+                      precision=jax.lax.Precision.HIGHEST)
+  angles = _layout(angles, layout)
+  return jnp.sin(angles), jnp.cos(angles)
 
 
-def rotate(x_BxNxHxK, sin_BxNxK, cos_BxNxK, prefix: int):
-  """The tokens after the first `prefix` rotated (half layout), in float32
-  at least, and returned in x's dtype."""
+def init_mixed_frequencies(temperature: float):
+  """RoPE-Mixed's initial frequencies (2 x H x K/2): the axial form's
+  magnitudes base^(-4k/K), turned per head by a random angle theta, as
+  (cos theta, cos(theta + pi/2)) on the first axis and the sines on the
+  second, so each head starts looking along its own direction."""
+
+  def init(key, shape, dtype=jnp.float32):
+    _, heads, half = shape
+    magnitudes = temperature**(-4.0 * np.arange(half // 2) / (2 * half))
+    theta = jax.random.uniform(key, (heads, 1), jnp.float32) * 2 * jnp.pi
+    first = jnp.concatenate(
+        [magnitudes * jnp.cos(theta), magnitudes * jnp.cos(theta + jnp.pi / 2)],
+        axis=-1)
+    second = jnp.concatenate(
+        [magnitudes * jnp.sin(theta), magnitudes * jnp.sin(theta + jnp.pi / 2)],
+        axis=-1)
+    return jnp.stack([first, second]).astype(dtype)
+
+  return init
+
+
+def _turned(x, layout: str):
+  """The rotation's partner of each channel, negated where it leads."""
+  if layout == "half":
+    first, second = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([-second, first], axis=-1)
+  pairs = x.reshape(*x.shape[:-1], -1, 2)
+  return jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
+
+
+def rotate(x_BxNxHxK, sin, cos, prefix: int, layout: str = "half"):
+  """The tokens after the first `prefix` rotated, in float32 at least, and
+  returned in x's dtype; `sin`, `cos`: B x N x K (every head alike) or
+  B x N x H x K."""
   head, patches = x_BxNxHxK[:, :prefix], x_BxNxHxK[:, prefix:]
+  if sin.ndim == 3:
+    sin, cos = sin[:, :, None], cos[:, :, None]
   p = patches.astype(jnp.promote_types(patches.dtype, jnp.float32))
-  first, second = jnp.split(p, 2, axis=-1)
-  turned = jnp.concatenate([-second, first], axis=-1)
-  p = p * cos_BxNxK[:, :, None] + turned * sin_BxNxK[:, :, None]
+  p = p * cos + _turned(p, layout) * sin
   return jnp.concatenate([head, p.astype(x_BxNxHxK.dtype)], axis=1)

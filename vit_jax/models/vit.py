@@ -55,7 +55,7 @@ class MAPHead(nn.Module):
   (B x K x N, a patch sequence's images) one probe per image: B x K x D.
 
   big_vision's form whatever the encoder's: of the model's form it reads
-  only the GELU and the dtypes (`head_form`).
+  only the GELU, the LayerNorm epsilon and the dtypes (`head_form`).
   """
   mlp_dim: int
   num_heads: int
@@ -74,17 +74,18 @@ class MAPHead(nn.Module):
         self.num_heads, form, name="MultiHeadDotProductAttention_0")(
             probe_BxKxD, x_BxNxD, True, need_weights=True,
             mask=None if mask_BxKxN is None else mask_BxKxN[:, None])
-    y = nn.LayerNorm(dtype=dtype, param_dtype=param_dtype,
+    y = nn.LayerNorm(form.layer_norm_eps, dtype=dtype, param_dtype=param_dtype,
                      name="LayerNorm_0")(x_BxKxD)
     x_BxKxD = x_BxKxD + MlpBlock(self.mlp_dim, form, name="MlpBlock_0")(y, True)
     return (x_BxKxD[:, 0] if mask_BxKxN is None else x_BxKxD), weights_BxHxKxN
 
 
 def head_form(form: ModelForm) -> ModelForm:
-  """The form a MAP head computes with: the defaults, but the model's GELU
-  and dtypes."""
+  """The form a MAP head computes with: the defaults, but the model's GELU,
+  LayerNorm epsilon and dtypes."""
   return ModelForm(gelu_approximate=form.gelu_approximate, dtype=form.dtype,
-                   param_dtype=form.param_dtype)
+                   param_dtype=form.param_dtype,
+                   layer_norm_eps=form.layer_norm_eps)
 
 
 class VisionTransformer(nn.Module):
@@ -180,10 +181,13 @@ class VisionTransformer(nn.Module):
       x_BxD = jnp.mean(patch_tokens, axis=1)
     elif form.classifier == "gap":
       x_BxD = sequences.masked_mean(patch_tokens, pool_mask)
-    elif form.classifier == "map":
-      x_BxD, probe_attention = MAPHead(size.mlp_dim, size.num_heads, form,
-                                       name="MAPHead_0")(patch_tokens,
-                                                         pool_mask)
+    elif form.classifier == "map":  # Over every token, as timm's (PE's).
+      if pool_mask is not None and prefix:
+        pool_mask = jnp.pad(pool_mask, ((0, 0), (0, 0), (prefix, 0)),
+                            constant_values=True)
+      x_BxD, probe_attention = MAPHead(size.mlp_dim, form.map_heads or
+                                       size.num_heads, form,
+                                       name="MAPHead_0")(encoded, pool_mask)
       if return_intermediates:
         out["map_attention"] = probe_attention  # B x H x K x N
     else:  # The config's checks refuse others before this runs.
@@ -198,17 +202,19 @@ class VisionTransformer(nn.Module):
     return pre_logits_and_head(self, x_BxD, out)
 
   def _rope(self, coords, grid_hw, seq):
-    """RoPE's (sin, cos) tables of the patches, None without RoPE: each
-    patch's position in its own image's grid."""
+    """RoPE's (sin, cos) tables of the patches, or with learned frequencies
+    (mixed) their positions, each block turning its own; None without
+    RoPE. Each patch's position is in its own image's grid."""
     form, size = self.form, self.size
     if form.rope == "none":
       return None
     grids = (jnp.asarray(grid_hw)[None, None]
              if seq is None else sequences.token_grids(seq))
     grids = jnp.broadcast_to(grids, coords.shape)
-    return rotary.sin_cos(form.rope, coords, grids,
-                          size.hidden_size // size.num_heads,
-                          form.rope_temperature)
+    if form.rope == "mixed":
+      return rotary.positions(form, coords, grids)
+    return rotary.sin_cos(form, coords, grids,
+                          size.hidden_size // size.num_heads)
 
   def _embed_images(self, images_BxHxWxC, out: dict):
     """Patch embeddings of images (through the hybrid's stem, if any):

@@ -24,7 +24,7 @@ from vit_jax.config import model_form
 POSEMB = "Transformer/posembed_input/pos_embedding"
 # ViT-22B's block options (config.model fields; models/encoder.py).
 BLOCK_OPTIONS = ("parallel_block", "use_bias", "qkv_bias", "key_bias",
-                 "qk_norm")
+                 "qk_norm", "swiglu", "mlp_norm", "attention_norm")
 _LAYER_SCALE = "/LayerScale_attention/scale"
 _BLOCK = "Transformer/encoderblock_0/"
 _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
@@ -35,6 +35,9 @@ _BLOCK_WORDS = {
     "qkv_bias": "no query/key/value biases",
     "key_bias": "query and value biases only",
     "qk_norm": "query/key LayerNorms",
+    "swiglu": "SwiGLU MLPs",
+    "mlp_norm": "a LayerNorm inside the MLP",
+    "attention_norm": "a LayerNorm over the attention's heads",
 }
 
 
@@ -53,6 +56,9 @@ def block_options(params) -> dict:
       "key_bias": (_ATTENTION + "query/bias" not in params or
                    _ATTENTION + "key/bias" in params),
       "qk_norm": _ATTENTION + "query_ln/scale" in params,
+      "swiglu": _BLOCK + "MlpBlock_3/Gate/kernel" in params,
+      "mlp_norm": _BLOCK + "MlpBlock_3/LayerNorm_0/scale" in params,
+      "attention_norm": _ATTENTION + "heads_ln/scale" in params,
   }
 
 
@@ -60,7 +66,8 @@ def block_options(params) -> dict:
 # blocks), LayerNorm and projection biases, the query/key LayerNorms.
 BLOCK_OPTION_NAMES = re.compile(
     r"(/LayerNorm_2/|LayerNorm_\d/bias$|encoder_norm/bias$|pre_norm/bias$|"
-    r"/(query|key|value|out)/bias$|/(query|key)_ln/)")
+    r"/(query|key|value|out)/bias$|/(query|key)_ln/|/Gate/|"
+    r"MlpBlock_3/LayerNorm_0/|/heads_ln/)")
 
 
 def other_block(path: str, file_params, target_flat) -> str:

@@ -249,8 +249,10 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   _check_dont_load(dont_load, target_flat, source.params, path)
   reports.compare_gelu(origin_gelu(path, source.origin), gelu_approximate,
                        report)
-  reports.advise_activation(path, source.params, origins.stated_options(path),
-                            quick_gelu, report)
+  reports.advise_activation(path, source.params, {
+      **source.options,
+      **origins.stated_options(path)
+  }, quick_gelu, report)
   policy = load_steps.Target(
       num_prefix_tokens, tuple(grid), resize_method,
       tuple(source_grid) if source_grid else None, tuple(dont_load),
@@ -280,8 +282,10 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
 
 
 # What a family computes that its parameters cannot show and a model must
-# match to compute its outputs (DINOv3's RoPE and LayerNorms).
-_COMPUTED_OPTIONS = ("posemb", "rope", "rope_temperature", "layer_norm_eps")
+# match to compute its outputs (RoPE's form, the LayerNorms, PE's pool).
+_COMPUTED_OPTIONS = ("posemb", "rope", "rope_temperature", "rope_layout",
+                     "rope_axes", "rope_grid_offset", "rope_reference_grid",
+                     "layer_norm_eps", "map_heads")
 
 
 def _check_family_options(path, source: Converted, model_options):

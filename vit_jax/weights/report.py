@@ -108,10 +108,11 @@ def advise_activation(path: str, file_params, stated: dict,
   """A file with CLIP's names (a pre-norm image encoder) cannot say its
   activation: OpenAI's weights compute QuickGELU, OpenCLIP's GELU. Where
   nothing beside it says (a timm or transformers directory's config.json
-  does) and the model computes GELU, the report says how to choose."""
+  does) and the model computes GELU, the report says how to choose. A
+  family that states its form (PE's RoPE) is not CLIP."""
   if (quick_gelu is not False or
       "Transformer/pre_norm/scale" not in file_params or
-      {"quick_gelu", "gelu_approximate"} & set(stated)):
+      {"quick_gelu", "gelu_approximate", "rope"} & set(stated)):
     return
   message = (
       f"{path} has CLIP's names (a LayerNorm before the blocks), and the "

@@ -40,7 +40,10 @@ OPTIONAL = ("cls", "head", "pre_logits", "Transformer/encoder_norm",
                 BLOCK + m
                 for m in ("LayerScale_attention/scale", "LayerScale_mlp/scale",
                           "MultiHeadDotProductAttention_1/query_ln",
-                          "MultiHeadDotProductAttention_1/key_ln"))
+                          "MultiHeadDotProductAttention_1/key_ln",
+                          "MultiHeadDotProductAttention_1/heads_ln",
+                          "MultiHeadDotProductAttention_1/rope_frequencies",
+                          "MlpBlock_3/Gate", "MlpBlock_3/LayerNorm_0"))
 # Arrays a model may lack, by how they convert: the query/key/value
 # biases (timm's and transformers' qkv_bias=False; config.model.qkv_bias).
 _OPTIONAL_ARRAYS = ("bias_in",)
@@ -55,6 +58,9 @@ ARRAYS = {
         (".weight", "/kernel", "heads_in"), (".bias", "/bias", "bias_in")),
     "heads_out": (
         (".weight", "/kernel", "heads_out"), (".bias", "/bias", "same")),
+    # A LayerNorm over all heads' outputs, ours per head (H x K).
+    "heads_norm": (
+        (".weight", "/scale", "bias_in"), (".bias", "/bias", "bias_in")),
 }
 
 

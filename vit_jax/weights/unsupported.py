@@ -10,7 +10,7 @@ origin's table of families (`timm/timm_names.py`'s, transformers').
 from typing import Callable
 from typing import NamedTuple
 
-from vit_jax.weights.timm import dinov3
+from vit_jax.errors import WeightsError
 
 
 class Unsupported(NamedTuple):
@@ -25,41 +25,42 @@ def _has(*parts: str):
   return lambda names: any(p in n for n in names for p in parts)
 
 
-def _but_dinov3(found):
-  """`found`, except for DINOv3's files (Eva's names too; computed:
-  timm/dinov3.py)."""
-  return lambda names: found(names) and not dinov3.is_dinov3(names)
-
-
-def _perception_encoder(names) -> bool:
-  """PE in timm: CLIP's pre-norm with an attention pool (PE core), or
-  with no final norm (PE spatial); its RoPE stores nothing."""
-  return "norm_pre.weight" in names and (
-      "attn_pool.latent" in names or
-      not ({"norm.weight", "fc_norm.weight"} & set(names)))
+def _perception_encoder_no_final_norm(names) -> bool:
+  """PE spatial and lang in timm: a LayerNorm before the blocks, none
+  after them or on pooled features, no attention pool."""
+  return "norm_pre.weight" in names and not (
+      {"norm.weight", "fc_norm.weight", "attn_pool.latent"} & set(names))
 
 
 _ROPE = "rotary position embeddings (RoPE) on each head's queries and keys"
-# timm's, first match names it (`timm/models/eva.py` builds all but the
-# last); a family timm_names.FAMILIES computes is not refused (DINOv3).
+# timm's, first match names it; the families timm/timm_names.FAMILIES
+# computes (DINOv3, EVA-02, RoPE-ViT, timm's RoPE ViTs, PE core) are not
+# refused.
 TIMM = (
-    Unsupported("DINOv3 with SwiGLU MLPs (its ViT-S+/16, H+/16, 7B/16)",
-                "SwiGLU MLPs", dinov3.is_swiglu_dinov3,
-                "DINOv3's ViT-S/16, B/16 and L/16 load"),
-    Unsupported("RoPE-ViT (Naver's, learned mixed frequencies)",
-                f"{_ROPE}, frequencies learned per head", _has("rope.freqs")),
-    Unsupported(
-        "EVA-02", f"{_ROPE}; a query and value bias without a key "
-        "bias, SwiGLU MLPs with a LayerNorm inside",
-        _but_dinov3(_has(".attn.q_bias", ".attn.q_proj.", ".mlp.norm."))),
-    Unsupported("timm's RoPE ViT", f"{_ROPE}; Eva's blocks",
-                _but_dinov3(_has(".gamma_1", "rope."))),
-    Unsupported("Perception Encoder (PE)",
-                f"{_ROPE} beside its learned position table",
-                _perception_encoder),
-    Unsupported("a ViT with a SwiGLU MLP (DINOv2's ViT-g/14)", "SwiGLU MLPs",
-                _has(".mlp.fc1_g.", ".mlp.w12."), "DINOv2's ViT-S/B/L/14 load"),
+    Unsupported("Perception Encoder spatial or lang (PE spatial, PE lang)",
+                f"{_ROPE} and no final LayerNorm",
+                _perception_encoder_no_final_norm, "PE core loads"),
+    Unsupported("DINOv2's own SwiGLU MLP (w12, w3: DINOv2's ViT-g/14)",
+                "SwiGLU MLPs in DINOv2's own names", _has(".mlp.w12."),
+                "timm's and transformers' DINOv2 files load"),
 )
+# What is left of timm's Eva names once a family has renamed them: a form
+# no family here reads (EVA-01, Eva's post-norm blocks, ...).
+_EVA_LEFT = (".attn.q_bias", ".attn.q_proj.", ".gamma_1", "rope.")
+
+
+def refuse_eva_left(tensors, path):
+  """Refuses, in one line, a timm Eva state dict no family read."""
+  left = sorted(n for n in tensors if any(p in n for p in _EVA_LEFT))
+  if left:
+    raise WeightsError(
+        f"{path} is timm's Eva model in a form this project does not "
+        f"compute (e.g. EVA-01, or RoPE without EVA-02's SwiGLU: "
+        f"{left[0]!r} is not read); it is not loaded (as a plain ViT its "
+        "logits would differ). DINOv3, EVA-02, RoPE-ViT, timm's RoPE ViTs "
+        "and PE core load.")
+
+
 # transformers', by their names (a directory's config.json also says its
 # model_type: `MODEL_TYPES`).
 TRANSFORMERS = (Unsupported(
@@ -68,10 +69,7 @@ TRANSFORMERS = (Unsupported(
     "DINOv3's ViT-S/16, B/16 and L/16 load"),)
 MODEL_TYPES = {}  # Where a model_type alone says the family: none now.
 # timm's model functions (a directory's config.json names one).
-TIMM_ARCHITECTURES = {
-    "vit_pe_": next(r for r in TIMM if r.name.startswith("Perception")),
-    "eva02_": next(r for r in TIMM if r.name == "EVA-02"),
-}
+TIMM_ARCHITECTURES = {"vit_pe_spatial_": TIMM[0], "vit_pe_lang_": TIMM[0]}
 
 
 def refusal(family: Unsupported, path) -> str:

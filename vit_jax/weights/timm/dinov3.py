@@ -12,8 +12,8 @@ of 100, on the patches only (class token and 4 registers are not
 rotated). timm pools by the mean of the patch tokens after the final norm
 (its default for these models; DINOv3's own probes read the class token).
 
-Its models with SwiGLU MLPs (ViT-S+/16, H+/16, 7B/16) are not computed yet:
-such a file is refused in one line (`weights/unsupported.py`).
+Its models with SwiGLU MLPs (ViT-S+/16, H+/16, 7B/16) read the same, with
+`swiglu` (`eva.py` renames every Eva file).
 """
 
 # What the file cannot show (config.model fields), besides what its
@@ -26,7 +26,7 @@ OPTIONS = {
     "classifier": "gap",
     "class_token": True,
 }
-# timm's VisionTransformer names -> Eva's, one way or the other.
+# timm's VisionTransformer names -> Eva's (for export; `eva.py` reads).
 _EVA_NAMES = (
     (".attn.q.bias", ".attn.q_bias"),
     (".attn.v.bias", ".attn.v_bias"),
@@ -43,18 +43,9 @@ def _eva_with_registers(names) -> bool:
           "pos_embed" not in names)
 
 
-def _swiglu(names) -> bool:
-  return any(".mlp.fc1_g." in n for n in names)
-
-
 def is_dinov3(names) -> bool:
-  """DINOv3 with GELU MLPs (ViT-S/16, B/16, L/16): computed here."""
-  return _eva_with_registers(names) and not _swiglu(names)
-
-
-def is_swiglu_dinov3(names) -> bool:
-  """DINOv3 with SwiGLU MLPs (ViT-S+/16, H+/16, 7B/16): not yet."""
-  return _eva_with_registers(names) and _swiglu(names)
+  """DINOv3: GELU MLPs (ViT-S/16, B/16, L/16) or SwiGLU's (S+/16, H+/16)."""
+  return _eva_with_registers(names)
 
 
 def _renamed(tensors: dict, endings) -> dict:
@@ -68,13 +59,7 @@ def _renamed(tensors: dict, endings) -> dict:
   return out
 
 
-def as_vit_names(tensors, path) -> dict:
-  """Eva's state dict in a standard VisionTransformer's names (the query
-  and value biases as split from `attn.qkv`: `attn.q.bias`)."""
-  del path  # Every DINOv3 file `is_dinov3` finds renames.
-  return _renamed(tensors, [(eva, vit) for vit, eva in _EVA_NAMES])
-
-
 def as_eva_names(tensors) -> dict:
-  """The inverse of `as_vit_names`."""
+  """timm's VisionTransformer names -> Eva's (`eva.as_vit_names` reads
+  them back)."""
   return _renamed(tensors, _EVA_NAMES)

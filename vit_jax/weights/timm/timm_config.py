@@ -1,9 +1,11 @@
 """What a timm directory's config.json says that its weights cannot show:
 the activation, the LayerNorm epsilon, a NaFlexViT's resizing of its
-position table, DINOv3's pooling and RoPE base (`model_args` over the
-defaults of the model function it names, `architecture`).
+position table, DINOv3's pooling and RoPE base, the RoPE form and pooling
+of the other Eva families (`model_args` over the defaults of the model
+function it names, `architecture`).
 """
 
+from vit_jax.errors import WeightsError
 from vit_jax.weights.timm import naflexvit
 from vit_jax.weights.torch_layout import ACTIVATIONS
 
@@ -24,7 +26,8 @@ def stated_options(config: dict) -> dict:
                                                "bicubic")
     options["posemb_keep_aspect"] = bool(
         args.get("pos_embed_ar_preserving", False))
-  if "_clip_" in config["architecture"]:
+  if "_clip_" in config["architecture"] and not config["architecture"].startswith(
+      "eva"):
     options["layer_norm_eps"] = 1e-5  # timm's CLIP functions' LayerNorm.
   if "_quickgelu_" in config["architecture"] and "act_layer" not in args:
     options["quick_gelu"] = True  # e.g. vit_base_patch16_clip_quickgelu_224.
@@ -32,4 +35,44 @@ def stated_options(config: dict) -> dict:
     pool = args.get("global_pool", config.get("global_pool", "avg"))
     options["classifier"] = "token" if pool == "token" else "gap"
     options["rope_temperature"] = float(args.get("rope_temperature", 100.0))
+  elif any(part in config["architecture"] for part in _EVA_FUNCTIONS):
+    options.update(_eva_options(args))
+  return options
+
+
+# timm's Eva functions whose family (weights/timm/eva.py) the file says;
+# model_args may change what the family's functions set.
+_EVA_FUNCTIONS = ("eva02_", "_rope_", "vit_pe_core_")
+_POOLS = {"avg": "gap", "token": "token", "map": "map"}
+
+
+def _eva_options(args: dict) -> dict:
+  """The config.model fields of an Eva model's model_args: RoPE's base,
+  layout, axis order, offset and reference grid, the pooling, PE's pool's
+  heads."""
+  options = {}
+  if "rope_temperature" in args:
+    options["rope_temperature"] = float(args["rope_temperature"])
+  if "rope_rotate_half" in args:
+    options["rope_layout"] = ("half"
+                              if args["rope_rotate_half"] else "interleaved")
+  if "rope_grid_indexing" in args:
+    options["rope_axes"] = ("column_row" if args["rope_grid_indexing"] == "xy"
+                            else "row_column")
+  if "rope_grid_offset" in args:
+    options["rope_grid_offset"] = float(args["rope_grid_offset"])
+  if "ref_feat_shape" in args:
+    reference = args["ref_feat_shape"]
+    reference = reference if isinstance(reference, (list, tuple)) else [
+        reference, reference]
+    if reference[0] != reference[1]:
+      raise WeightsError(
+          f"RoPE's reference grid {tuple(reference)} (model_args "
+          "ref_feat_shape) is not square; this project scales both axes to "
+          "one side (config.model.rope_reference_grid).")
+    options["rope_reference_grid"] = int(reference[0])
+  if args.get("global_pool") in _POOLS:
+    options["classifier"] = _POOLS[args["global_pool"]]
+  if "attn_pool_num_heads" in args:
+    options["map_heads"] = int(args["attn_pool_num_heads"])
   return options

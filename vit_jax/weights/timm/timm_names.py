@@ -3,9 +3,10 @@
 One table of modules (`MODULES`, read both ways through `torch_layout`),
 and the families of timm's ViTs (`FAMILIES`): each a layout read in a
 standard VisionTransformer's names by a module of this room (NaFlexViT's
-embeddings, ViT-22B's parallel block), or refused in one line where it
-computes something this project does not (rotary position embeddings,
-SwiGLU MLPs): such a file is never loaded without it. A new family is a
+embeddings, ViT-22B's parallel block, timm's Eva: DINOv3, EVA-02,
+RoPE-ViT, PE), or refused in one line where it computes something this
+project does not (`unsupported.py`): such a file is never loaded without
+it. A new family is a
 module here and a row of `FAMILIES`.
 """
 
@@ -24,6 +25,7 @@ from vit_jax.weights.names import Converted
 from vit_jax.weights.names import posemb_prefix
 from vit_jax.weights.timm import attention_pool
 from vit_jax.weights.timm import dinov3
+from vit_jax.weights.timm import eva
 from vit_jax.weights.timm import naflexvit
 from vit_jax.weights.timm import parallel_scaling
 from vit_jax.weights.timm import resnetv2
@@ -58,27 +60,36 @@ MODULES = (
     *(Module(_ATTENTION + f"{name}_ln", "norm",
              f"blocks.{{}}.attn.{short}_norm")
       for short, name in (("q", "query"), ("k", "key"))),
+    # Eva's (eva.py): SwiGLU's gate, the LayerNorms inside the MLP and over
+    # the attention's heads, RoPE-Mixed's learned frequencies.
+    Module(BLOCK + "MlpBlock_3/Gate", "dense", "blocks.{}.mlp.fc1_g"),
+    Module(BLOCK + "MlpBlock_3/LayerNorm_0", "norm", "blocks.{}.mlp.norm"),
+    Module(_ATTENTION + "heads_ln", "heads_norm", "blocks.{}.attn.norm"),
+    Module(_ATTENTION + "rope_frequencies", "tensor",
+           "blocks.{}.attn.rope_frequencies"),
 )
 
 
 class Family(NamedTuple):
-  """A layout of timm's ViT state dicts: `found(names)` says a file has
+  """A layout of timm's ViT state dicts: `found(tensors)` says a file has
   it, `standard(tensors, path)` renames it into a standard
-  VisionTransformer's, which lacks our modules `lacks`; `options`: the
-  config.model fields it computes with that no parameter shows."""
+  VisionTransformer's, which lacks our modules `lacks`; `options(tensors)`:
+  the config.model fields it computes with that no parameter shows."""
   name: str
   found: Callable[[dict], bool]
   standard: Callable[[dict, str], dict]
   lacks: tuple[str, ...] = ()
-  options: tuple = ()  # ((field, value), ...)
+  options: Callable[[dict], dict] = lambda tensors: {}
 
 
 FAMILIES = (
     Family("ViT-22B's parallel block (ParallelScalingBlock)",
            parallel_scaling.is_parallel, parallel_scaling.as_standard_blocks,
            (BLOCK + "LayerNorm_2",)),
-    Family("DINOv3 (timm's Eva, RoPE)", dinov3.is_dinov3, dinov3.as_vit_names,
-           (POSEMB,), tuple(dinov3.OPTIONS.items())),
+    Family("DINOv3 (timm's Eva, RoPE)", dinov3.is_dinov3, eva.as_vit_names,
+           (POSEMB,), lambda tensors: dict(dinov3.OPTIONS)),
+    *(Family(name, found, eva.as_vit_names, (), options)
+      for name, found, options in eva.FAMILIES),
 )
 
 
@@ -94,17 +105,23 @@ def from_timm(tensors, num_heads, path, overrides=None) -> Converted:
   refused = unsupported.find(unsupported.TIMM, tensors)
   if refused and not found_families:
     raise WeightsError(unsupported.refusal(refused, path))
-  lacks, family_options = (), {}
+  lacks, family_options, named = (), {}, None
   for family in found_families:
+    stated = family.options(tensors)
+    named = named or (family.name if stated else None)
+    family_options.update(stated)
     tensors, lacks = family.standard(tensors, path), lacks + family.lacks
-    family_options.update(family.options)
+  if family_options.get("posemb") == "none":
+    lacks += (POSEMB,)
   if found_families:
     family_options.update(overrides or {})
+  unsupported.refuse_eva_left(tensors, path)
   naflex, factorized, naflex_options = naflexvit.is_naflex(tensors), {}, {}
   if naflex:  # Its embeddings under `embeds.`: renamed to a ViT's.
     naflex_options = naflexvit.options(tensors)
     tensors, factorized = naflexvit.to_timm_vit(tensors)
-  pool, pool_names = attention_pool.from_timm(tensors, num_heads)
+  pool, pool_names = attention_pool.from_timm(
+      tensors, family_options.get("map_heads") or num_heads)
   tensors = {k: v for k, v in tensors.items() if k not in pool_names}
   if ("patch_embed.proj.weight" in tensors and
       "patch_embed.proj.bias" not in tensors):  # CLIP's: no bias, zero here.
@@ -119,7 +136,6 @@ def from_timm(tensors, num_heads, path, overrides=None) -> Converted:
   params.update(factorized)
   prefix = posemb_prefix(params)
   found = {**families.options(params, prefix), **family_options}
-  named = next((f.name for f in found_families if f.options), None)
   note = (f"family: {named or families.name(found)}" +
           (f"; it needs {families.config_fix(found)}" if found else ""))
   if naflex:
