@@ -44,6 +44,14 @@ practice of its papers:
             lr decay 0.75 and stochastic depth 0.1, as BEiT, MAE and
             DINOv2 fine-tune. E.g. `cifar10,family=dinov3,variant=ViT-S/16,
             init=vit_small_patch16_dinov3.safetensors`.
+  eva02     EVA-02's B/14 and L/14 (timm's eva02_{base,large}_patch14_*
+            files; variants EVA02-B/14, EVA02-L/14): axial RoPE (base
+            10000, interleaved, scaled to the 16-patch pre-training grid)
+            beside a learned table, a query and value bias, SwiGLU MLPs
+            with a LayerNorm inside, mean pooling with fc_norm; AdamW (lr
+            1e-4, weight decay 0.05), layer-wise lr decay 0.7 (EVA-02's
+            for B) and stochastic depth 0.1. Ti/14 and S/14 have no
+            LayerNorm in their MLPs: add --config.model.mlp_norm=False.
 """
 
 from vit_jax.config import defaults
@@ -77,6 +85,12 @@ FAMILIES = {
                     gelu_approximate=False, drop_path_rate=0.1),
                dict(optimizer="adam", lr=1e-4, weight_decay=0.05,
                     layer_decay=0.75)),
+    "eva02": (
+        dict(posemb="learn", rope="axial", rope_temperature=10000.0,
+             rope_layout="interleaved", rope_reference_grid=16, key_bias=False,
+             swiglu=True, mlp_norm=True, classifier="gap", class_token=True,
+             pooled_norm=True, gelu_approximate=False, drop_path_rate=0.1),
+        dict(optimizer="adam", lr=1e-4, weight_decay=0.05, layer_decay=0.7)),
 }
 
 

@@ -47,7 +47,14 @@ _SIZES = {
     # The FlexiViT file's model as exported: run (and written) at patch 4.
     "tiny-vit-p4": variants.Variant(**dict(test_big_vision.TINY, patch_size=4)),
     "tiny-mixer": variants.MixerVariant(32, 16, 128, 2, 8),  # timm's own.
+    # EVA-02's MLP: 8/3 of the width.
+    "tiny-eva": variants.Variant(hidden_size=32, mlp_dim=85, num_heads=4,
+                                 num_layers=2, patch_size=8),
 }
+# timm's Eva families written back by timm's Eva (eva_export.py): SwiGLU
+# packed, SwiGLU with both LayerNorms, learned frequencies, registers and
+# no class token, PE's pool over a class token, DINOv3's SwiGLU.
+_EVA = ("eva02", "eva02_clip", "rope_mixed", "rope_sbb", "pe", "dinov3_swiglu")
 # What the weights cannot show: OpenAI's CLIP computes QuickGELU; our
 # Mixer-S/32 was built with the erf GELU (a released file's is tanh).
 _CONFIG = {
@@ -86,8 +93,11 @@ MODELS = {
     "flexi_p8_run_at_4": (None, None),
     # timm's tiny DINOv3s (RoPE): timm's Eva writes them back.
     **dict.fromkeys(stored.TINY_ROPE_MODELS, (_TIMM_DIR, None)),
-    # transformers' DINOv3ViTModel (no head): both write it.
+    **dict.fromkeys(_EVA, (_TIMM_DIR, None)),
+    # transformers' DINOv3ViTModel (no head), and its gated form: both
+    # write it.
     "hf_dinov3": (None, None),
+    "hf_dinov3_gated": (None, None),
 }
 
 
@@ -98,10 +108,10 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
   if name in _TIMM_FAMILIES:
     st_numpy.save_file(stored.tiny_family_state(name), path)
     return path, stored.tiny_family_logits(name)
-  if name == "hf_dinov3":  # Its pooler output: the class token.
-    return (stored.path("tiny_hf_dinov3.safetensors"),
-            stored.tiny_rope_output("hf_dinov3_pooler"))
-  if name in stored.TINY_ROPE_MODELS:
+  if name.startswith("hf_dinov3"):  # Its pooler output: the class token.
+    return (stored.path(f"tiny_{name}.safetensors"),
+            stored.tiny_rope_output(f"{name}_pooler"))
+  if name in stored.TINY_ROPE_MODELS + _EVA:
     return (stored.path(f"tiny_{name}.safetensors"),
             stored.tiny_rope_output(name))
   if name in ("timm_vit", "hf_vit"):
@@ -293,6 +303,18 @@ def test_the_written_configs_say_what_the_libraries_need(exported):
   assert (config["model_type"], config["num_register_tokens"],
           config["query_bias"], config["key_bias"]) == ("dinov3_vit", 4, True,
                                                         False)
+  directory, _ = exported["hf_dinov3_gated", "hf"]
+  config = json.loads(open(os.path.join(directory, "config.json")).read())
+  assert (config["use_gated_mlp"], config["hidden_act"]) == (True, "silu")
+  # Eva's function by LayerNorm epsilon; model_args say the form.
+  for name, function, rope in (("eva02", "eva02_tiny_patch14_224", "cat"),
+                               ("pe", "vit_pe_core_tiny_patch16_384",
+                                "cat"), ("rope_mixed", "eva02_tiny_patch14_224",
+                                         "mixed")):
+    directory, _ = exported[name, "timm-dir"]
+    config = json.loads(open(os.path.join(directory, "config.json")).read())
+    assert (config["architecture"],
+            config["model_args"]["rope_type"]) == (function, rope), name
 
 
 def test_a_hybrid_is_refused_by_both_formats_naming_npz(tmp_path):

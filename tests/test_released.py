@@ -297,9 +297,11 @@ def test_the_table_names_variants_and_the_bucket_layout():
   for name, entry in weights.RELEASED.items():
     assert entry.variant in VARIANTS, name
     assert name.startswith(entry.variant + "@"), name
-    assert entry.url.startswith(
-        ("gs://vit_models/", "gs://big_vision/",
-         "gs://mixer_models/")) and entry.url.endswith(".npz"), name
+    assert (entry.url.startswith(
+        ("gs://vit_models/", "gs://big_vision/", "gs://mixer_models/")) and
+            entry.url.endswith(".npz")) or (re.fullmatch(
+                r"https://huggingface\.co/timm/[a-z0-9_]+\.[a-z0-9_]+/"
+                r"resolve/main/model\.safetensors", entry.url)), name
   assert weights.lookup_released("ViT-B/16@i21k").url == (
       "gs://vit_models/imagenet21k/ViT-B_16.npz")
   assert weights.lookup_released("R50+ViT-B/16@i21k-ft-i1k").url == (
@@ -318,3 +320,53 @@ def test_the_table_names_variants_and_the_bucket_layout():
   assert weights.cache_path(
       "gs://vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz",
       "/c") == "/c/gs/vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz"
+
+
+def test_a_hub_name_downloads_over_http_and_loads_its_family(
+    monkeypatch, tmp_path):
+  """A RoPE encoder's name (timm's Hub repository, `model.safetensors`)
+  resolves to its URL; through a local HTTP stand-in of the Hub, it is
+  downloaded once into the cache and loads as its family (RoPE-ViT,
+  axial), with timm's logits."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import http.server  # pylint: disable=g-import-not-at-top
+
+  from tests.helpers import compiled  # pylint: disable=g-import-not-at-top
+  from tests.references import stored  # pylint: disable=g-import-not-at-top
+  name = "ViT-S/16@rope-axial-i1k"
+  assert weights.RELEASED[name].url == (
+      "https://huggingface.co/timm/vit_small_patch16_rope_224.naver_in1k/"
+      "resolve/main/model.safetensors")
+  repository = tmp_path / "hub/timm/tiny_rope/resolve/main"
+  repository.mkdir(parents=True)
+  (repository / "model.safetensors").write_bytes(
+      open(stored.path("tiny_rope_axial.safetensors"), "rb").read())
+
+  class Quiet(http.server.SimpleHTTPRequestHandler):
+
+    def log_message(self, *args):
+      del args
+
+  handler = functools.partial(Quiet, directory=str(tmp_path / "hub"))
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  url = (f"http://127.0.0.1:{server.server_port}/timm/tiny_rope/resolve/main/"
+         "model.safetensors")
+  VARIANTS.setdefault(
+      "tiny-timm",
+      models.Variant(hidden_size=32, mlp_dim=128, num_heads=4, num_layers=2,
+                     patch_size=8))
+  monkeypatch.setitem(weights.RELEASED, name,
+                      weights.Released(url, "tiny-timm", "a tiny stand-in"))
+  try:
+    path = weights.locate(name)
+    assert path.startswith(str(
+        tmp_path / "cache")) and weights.locate(name) == path
+    loaded = inference.load(name, image_size=32)
+    assert (loaded.model.form.rope,
+            loaded.model.form.rope_axes) == ("axial", "column_row")
+    logits = compiled.logits(loaded.model, jax.device_get(loaded.params),
+                             stored.tiny_images())
+    assert np.abs(logits - stored.tiny_rope_output("rope_axial")).max() < 1e-5
+  finally:
+    server.shutdown()

@@ -54,7 +54,7 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
   is resized) and its features (all 21 tokens); transformers' tiny
   DINOv3ViTModel, its tokens and pooler output, from its file and its
   directory; a timm directory as the file; into a model without RoPE, one
-  line with the flags."""
+  line with the flags. transformers' gated DINOv3 (SwiGLU) as well."""
   variants.register("tiny-timm", TINY_TIMM)
   wide = stored.tiny_rope_output("wide_images")
   for name in stored.TINY_ROPE_MODELS:
@@ -98,25 +98,30 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
                                stored.tiny_rope_output(f"{name}_features"),
                                atol=1e-5, rtol=0)
 
-  # transformers' DINOv3ViTModel (no head; it pools the class token): its
-  # tokens and pooler output at both shapes, from the file and a directory.
-  hf_path = stored.path("tiny_hf_dinov3.safetensors")
-  hf_directory = tmp_path / "hf_dinov3"
-  hf_directory.mkdir()
-  (hf_directory / "model.safetensors").write_bytes(open(hf_path, "rb").read())
-  (hf_directory / "config.json").write_text(
-      stored.tiny_rope_metadata("config:hf_dinov3"))
-  for checkpoint in (hf_path, str(hf_directory)):
-    loaded = inference.load(checkpoint, image_size=32)
-    assert (loaded.model.form.classifier, loaded.model.form.key_bias,
-            loaded.model.num_classes) == ("token", False, None)
-    for images, suffix in ((stored.tiny_images(), ""), (wide, "_wide")):
-      _, out = loaded.model.apply({"params": jax.device_get(loaded.params)},
-                                  images)
-      for ours, theirs in (("encoded", "tokens"), ("pre_logits", "pooler")):
-        np.testing.assert_allclose(
-            out[ours], stored.tiny_rope_output(f"hf_dinov3_{theirs}{suffix}"),
-            atol=1e-5, rtol=0)
+  # transformers' DINOv3ViTModel (no head; it pools the class token), and
+  # its gated form (SwiGLU): its tokens and pooler output at both shapes,
+  # from the file and a directory.
+  for hf_name in ("hf_dinov3", "hf_dinov3_gated"):
+    hf_path = stored.path(f"tiny_{hf_name}.safetensors")
+    hf_directory = tmp_path / hf_name
+    hf_directory.mkdir()
+    (hf_directory / "model.safetensors").write_bytes(open(hf_path, "rb").read())
+    (hf_directory / "config.json").write_text(
+        stored.tiny_rope_metadata(f"config:{hf_name}"))
+    for checkpoint in (hf_path, str(hf_directory)):
+      loaded = inference.load(checkpoint, image_size=32)
+      assert (loaded.model.form.classifier, loaded.model.form.key_bias,
+              loaded.model.form.swiglu,
+              loaded.model.num_classes) == ("token", False,
+                                            hf_name.endswith("gated"), None)
+      for images, suffix in ((stored.tiny_images(), ""), (wide, "_wide")):
+        _, out = jax.jit(loaded.model.apply)({
+            "params": jax.device_get(loaded.params)
+        }, images)
+        for ours, theirs in (("encoded", "tokens"), ("pre_logits", "pooler")):
+          np.testing.assert_allclose(
+              out[ours], stored.tiny_rope_output(f"{hf_name}_{theirs}{suffix}"),
+              atol=1e-5, rtol=0)
 
   # A timm directory (save_for_hf's layout) reads as the file.
   directory = tmp_path / "dinov3_dir"
@@ -167,8 +172,8 @@ def _rope_tables(grid, head_dim, form, frequencies=None):
   if frequencies is not None:  # theta_h = p_0 f_0h + p_1 f_1h.
     theta = np.einsum("na,ahk->nhk", p, frequencies)
   else:
-    periods = form.get("rope_temperature", 100.0)**(
-        4 * np.arange(head_dim // 4) / head_dim)
+    periods = form.get("rope_temperature",
+                       100.0)**(4 * np.arange(head_dim // 4) / head_dim)
     scale = 2 * np.pi if form.get("rope", "dinov3") == "dinov3" else 1.0
     theta = (scale * p[:, :, None] / periods).reshape(len(p), -1)
   if form.get("rope_layout", "half") == "half":
@@ -184,8 +189,8 @@ def _rotated(x_BxNxHxK, sin, cos, prefix, layout="half"):
     half = x_BxNxHxK.shape[-1] // 2
     turned = np.concatenate([-patches[..., half:], patches[..., :half]], -1)
   else:  # Channel pairs (2j, 2j + 1) -> (-x_2j+1, x_2j).
-    turned = np.stack([-patches[..., 1::2], patches[..., ::2]],
-                      -1).reshape(patches.shape)
+    turned = np.stack([-patches[..., 1::2], patches[..., ::2]], -1).reshape(
+        patches.shape)
   if sin.ndim == 2:
     sin, cos = sin[:, None], cos[:, None]
   patches = patches * cos + turned * sin
@@ -228,8 +233,8 @@ def _numpy_forward(params, images, patch, registers, form):
     a = np.einsum("bhmn,bnhk->bmhk", a, v)
     if "heads_ln" in mha:  # One LayerNorm over all heads' outputs.
       flat = a.reshape(*a.shape[:2], -1)
-      flat = ref.layer_norm(flat, {
-          n: mha["heads_ln"][n].reshape(-1) for n in ("scale", "bias")})
+      flat = ref.layer_norm(
+          flat, {n: mha["heads_ln"][n].reshape(-1) for n in ("scale", "bias")})
       a = flat.reshape(a.shape)
     a = np.einsum("bmhk,hkd->bmd", a, mha["out"]["kernel"]) + mha["out"]["bias"]
     x = x + a * block["LayerScale_attention"]["scale"]
@@ -274,8 +279,8 @@ def test_a_rope_model_matches_a_float64_numpy_forward_at_two_shapes():
   differ (the check can fail)."""
   rng = np.random.default_rng(0)
   for form in _FORMS:
-    model = _tiny_rope_model(class_token=True, num_registers=2,
-                             layer_scale=0.5, **form)
+    model = _tiny_rope_model(class_token=True, num_registers=2, layer_scale=0.5,
+                             **form)
     with jax.enable_x64(True):
       model = tiny_models.with_form(model, dtype="float64",
                                     param_dtype="float64")
@@ -400,3 +405,29 @@ def test_a_dinov3_file_fine_tunes_at_two_shapes_predicts_exports_and_sweeps(
   fewshot_config.fewshot.layer = "class_and_patch_mean"
   table, _ = sweep.sweep(fewshot_config, [path])
   assert 0.1 < table[path]["digits"]["5shot"] <= 1.0
+
+
+def test_dinovs_position_augmentations_apply_in_training_only():
+  """rope_shift, rope_jitter and rope_rescale (DINOv3's) leave evaluation
+  as without them; in training they move each image's positions with its
+  own draw (two copies of one image differ), the same for the same rng."""
+  model = _tiny_rope_model(rope_shift=0.2, rope_jitter=1.5, rope_rescale=2.0)
+  image = np.random.default_rng(5).normal(size=(1, 16, 16, 3))
+  twice = np.concatenate([image, image])
+  params = model.init(jax.random.key(0), twice)["params"]
+  params = jax.tree.map(jnp.asarray, ref.trained_like_params(params, seed=6))
+  plain = tiny_models.with_form(model, rope_shift=0.0, rope_jitter=1.0,
+                                rope_rescale=1.0)
+
+  @functools.partial(jax.jit, static_argnums=(0, 2))
+  def logits(m, x, train, seed=0):
+    return m.apply({"params": params}, x, train=train,
+                   rngs={"dropout": jax.random.key(seed)})[0]
+
+  np.testing.assert_array_equal(logits(model, twice, False),
+                                logits(plain, twice, False))
+  trained = logits(model, twice, True)
+  assert np.abs(trained[0] - trained[1]).max() > 1e-3  # A draw per image.
+  assert np.abs(trained - logits(plain, twice, True)).max() > 1e-3
+  np.testing.assert_array_equal(trained, logits(model, twice, True))
+  assert np.abs(trained - logits(model, twice, True, 1)).max() > 1e-3

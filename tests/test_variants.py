@@ -44,6 +44,12 @@ GOLDEN_PARAM_COUNTS = {
     "ViT-g-opt/16": 1_136_286_184,
     "ViT-G-opt/14": 1_664_842_216,
     "ViT-e/14": 3_807_214_312,
+    # EVA-02's sizes in the plain form (its files add SwiGLU's gate).
+    "EVA02-Ti/14": 4_511_656,
+    "EVA02-S/14": 17_279_848,
+    "EVA02-B/14": 67_588_840,
+    "EVA02-L/14": 237_029_336,
+    "EVA02-B/16": 67_681_000,
     "R50+ViT-B/16": 98_659_112,
     "R50+ViT-L/32": 328_994_856,
     "R26+ViT-S/32": 36_431_912,

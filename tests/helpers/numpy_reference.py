@@ -183,9 +183,10 @@ def vit(params, images_BxHxWxC, patch, classifier="token", gelu=gelu_tanh,
         standardize_fn=standardize, class_token=None, posemb="learn"):
   """Returns (logits, pre-logits) of ViT or the hybrid (if `conv_root`).
 
-  `class_token` None: with one exactly for the token classifier; gap and map
-  pool the patch tokens. `posemb`: learn (the stored table covers the class
-  token too) or sincos2d (the patches only).
+  `class_token` None: with one exactly for the token classifier; gap pools
+  the patch tokens, map every token (timm's attn_pool does). `posemb`:
+  learn (the stored table covers the class token too) or sincos2d (the
+  patches only).
   """
   p = _to_float64(params)
   x = np.asarray(images_BxHxWxC, np.float64)
@@ -214,7 +215,7 @@ def vit(params, images_BxHxWxC, patch, classifier="token", gelu=gelu_tanh,
   if classifier == "token":
     x = x[:, 0]
   elif classifier == "map":
-    x = map_head(x[:, prefix:], p["MAPHead_0"], gelu)
+    x = map_head(x, p["MAPHead_0"], gelu)
   else:
     x = x[:, prefix:].mean(axis=1)
   if "pre_logits" in p:
@@ -353,7 +354,7 @@ def vit_sequence(params, patches_BxNxF, coords_BxNx2, segments_BxN, grids_BxKx2,
       if classifier == "token":
         pooled = x[:, 0]
       elif classifier == "map":
-        pooled = map_head(x[:, int(class_token):], p["MAPHead_0"], gelu)
+        pooled = map_head(x, p["MAPHead_0"], gelu)
       else:
         pooled = x[:, int(class_token):].mean(axis=1)
       out[b, k] = dense(pooled, p["head"])[0]

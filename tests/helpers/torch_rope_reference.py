@@ -41,6 +41,8 @@ TINY_ROPE_MODELS = {
     # scaled to the table's grid), a learned table, a LayerNorm before the
     # blocks, an attention pool of 8 heads, LayerNorm eps 1e-5.
     "pe": "vit_pe_core_tiny_patch16_384",
+    # DINOv3 ViT-S+/16's: SwiGLU (its gate and input apart), mean pooling.
+    "dinov3_swiglu": "vit_small_plus_patch16_dinov3",
 }
 # What each function's options are at the tiny size: PE's released models
 # scale RoPE's positions to their table's grid (24 at 384 px), here 4; the
@@ -73,18 +75,25 @@ TINY_HF_DINOV3 = dict(hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=128,
                       patch_size=8, image_size=32, num_register_tokens=4)
 
+# Its gated form (the larger models'): down(SiLU(gate x) * up x).
+TINY_HF_DINOV3_GATED = dict(TINY_HF_DINOV3, use_gated_mlp=True,
+                            hidden_act="silu")
 
-def hf_dinov3(seed: int = 50):
+
+def hf_dinov3(seed: int = 50, gated: bool = False):
   """transformers' tiny DINOv3ViTModel, random weights as timm_rope_model's
   (its LayerScale `lambda1` of std 0.5)."""
   from transformers import DINOv3ViTConfig  # pylint: disable=g-import-not-at-top
   from transformers import DINOv3ViTModel  # pylint: disable=g-import-not-at-top
-  config = DINOv3ViTConfig(**TINY_HF_DINOV3, attn_implementation="eager")
+  config = DINOv3ViTConfig(
+      **(TINY_HF_DINOV3_GATED if gated else TINY_HF_DINOV3),
+      attn_implementation="eager")
   return torch_reference.randomize_family(DINOv3ViTModel(config), seed,
                                           (".lambda1",))
 
 
-def hf_outputs(model, images_BxHxWxC, wide_BxHxWxC) -> dict:
+def hf_outputs(model, images_BxHxWxC, wide_BxHxWxC,
+               name: str = "hf_dinov3") -> dict:
   """Its tokens after the final norm and its pooler output (the class
   token's), of the tiny images and the wide ones."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -94,9 +103,9 @@ def hf_outputs(model, images_BxHxWxC, wide_BxHxWxC) -> dict:
     with torch.no_grad():
       result = model(pixel_values=x)
     # Contiguous: safetensors writes an array's buffer as it lies.
-    out[f"hf_dinov3_tokens{suffix}"] = np.ascontiguousarray(
+    out[f"{name}_tokens{suffix}"] = np.ascontiguousarray(
         result.last_hidden_state.numpy())
-    out[f"hf_dinov3_pooler{suffix}"] = np.ascontiguousarray(
+    out[f"{name}_pooler{suffix}"] = np.ascontiguousarray(
         result.pooler_output.numpy())
   return out
 

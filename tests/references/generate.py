@@ -172,6 +172,12 @@ def write_rope(versions: dict):
                                   stored.path("tiny_hf_dinov3.safetensors"))
   out.update(torch_rope_reference.hf_outputs(model, images, wide))
   metadata["config:hf_dinov3"] = model.config.to_json_string()
+  model = torch_rope_reference.hf_dinov3(seed=51, gated=True)
+  torch_reference.save_state_dict(
+      model, stored.path("tiny_hf_dinov3_gated.safetensors"))
+  out.update(
+      torch_rope_reference.hf_outputs(model, images, wide, "hf_dinov3_gated"))
+  metadata["config:hf_dinov3_gated"] = model.config.to_json_string()
   st_numpy.save_file(out, stored.path("tiny_rope_logits.safetensors"),
                      metadata=metadata)
 

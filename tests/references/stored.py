@@ -132,24 +132,30 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            rope_ape (and a table of the patches),
                            rope_mixed (rope.freqs), rope_sbb (timm's, 1
                            register, no class token), pe (PE core, its
-                           RoPE scaled to a 4-patch grid, attn_pool)
+                           RoPE scaled to a 4-patch grid, attn_pool),
+                           dinov3_swiglu (vit_small_plus_patch16_dinov3)
   tiny_hf_dinov3.safetensors
                            transformers' DINOv3ViTModel at that size (its
                            defaults: query and value biases, no key bias,
                            4 registers here), random weights likewise: its
                            state dict
+  tiny_hf_dinov3_gated.safetensors
+                           the same with use_gated_mlp (SiLU), seed 51
   tiny_rope_logits.safetensors
                            their logits of tiny_images() ("<name>"), of
                            "wide_images" (2 x 32 x 48: a 4 x 6 grid, read
                            with no resizing) ("<name>_wide"), and their
                            features ("<name>_features": 3 x 21 x 32 after
-                           the final norm for DINOv3; 17 for EVA-02 and PE, 16 for
-                           rope_sbb); "_wide" only for models without a
+                           the final norm for DINOv3; 17 for EVA-02 and
+                           PE, 16 for rope_sbb); "_wide" only for models
+                           without a
                            table; the DINOv3ViTModel's
                            "hf_dinov3_tokens" and "hf_dinov3_pooler" (and
-                           "_wide"); metadata: each one's timm model
+                           "_wide"; "hf_dinov3_gated_*" likewise);
+                           metadata: each one's timm model
                            ("timm_model:<name>"), the size, and the
-                           DINOv3ViTModel's config.json ("config:hf_dinov3");
+                           DINOv3ViTModels' config.json ("config:hf_dinov3",
+                           "config:hf_dinov3_gated");
                            written by `generate.py rope`
   full_size.json           timm's ViT-B/16 and R50+ViT-B/16 and Hugging
                            Face's ViT-B/16 at 224 px: each parameter's name
@@ -179,7 +185,7 @@ def path(name: str) -> str:
 
 TINY_ROPE_MODELS = ("dinov3", "dinov3_qkvb")
 TINY_EVA_MODELS = ("eva02", "eva02_subln", "eva02_clip", "rope_axial",
-                   "rope_ape", "rope_mixed", "rope_sbb", "pe")
+                   "rope_ape", "rope_mixed", "rope_sbb", "pe", "dinov3_swiglu")
 
 
 def tiny_rope_output(key: str) -> np.ndarray:

@@ -67,6 +67,14 @@ class ModelForm:
   # Axial and mixed: positions rescaled as if the grid were this many
   # patches a side (EVA's ref_feat_shape: the pre-training grid); 0: none.
   rope_reference_grid: int = _vit(0)
+  # In training only, RoPE's positions moved per image (DINOv3's
+  # augmentations, in the form's units): shifted by up to +-rope_shift on
+  # each axis, scaled by a factor in [1/J, J] per axis (rope_jitter) and one
+  # in [1/R, R] for both (rope_rescale; DINOv3 pre-trains with 2),
+  # log-uniform; 0, 1, 1: none.
+  rope_shift: float = _vit(0.0)  # Up to +- this (0: none).
+  rope_jitter: float = _vit(1.0)  # A factor per axis (1: none).
+  rope_rescale: float = _vit(1.0)  # One factor for both (1: none).
   # How images at their own shape (config.sequence_length) resize learned
   # position embeddings to each image's grid, antialiased: bilinear
   # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). Open: as the weights'
@@ -102,7 +110,7 @@ class ModelForm:
   # "sub-LN", timm's scale_mlp), and one over the attention's heads before
   # its output projection (timm's scale_attn_inner; EVA-02's CLIP towers).
   mlp_norm: bool = _vit(False)
-  attention_norm: bool = _vit(False)
+  attention_norm: bool = _vit(False)  # The heads' LayerNorm (see above).
   # Heads of the MAP head's attention; None: the encoder's (PE's: 8).
   map_heads: Optional[int] = _vit(None)
   layer_norm_eps: float = _vit(1e-6)  # Every LayerNorm's (timm's CLIP: 1e-5).

@@ -57,8 +57,8 @@ class MlpBlock(nn.Module):
     h_BxNxF = nn.with_logical_constraint(h_BxNxF, lx.HIDDEN_AXES)
     h_BxNxF = nn.Dropout(form.dropout_rate)(h_BxNxF, deterministic)
     if form.mlp_norm:
-      h_BxNxF = nn.LayerNorm(form.layer_norm_eps, dtype=jnp.dtype(form.dtype),
-                             param_dtype=jnp.dtype(form.param_dtype),
+      h_BxNxF = nn.LayerNorm(form.layer_norm_eps, dtype=jnp.dtype(
+          form.dtype), param_dtype=jnp.dtype(form.param_dtype),
                              name="LayerNorm_0")(h_BxNxF)
     y_BxNxD = dense(x_BxNxD.shape[-1], name="Dense_1")(h_BxNxF)
     return nn.Dropout(form.dropout_rate)(y_BxNxD, deterministic)

@@ -71,6 +71,13 @@ def _check_torch_family_options(model_config: ml_collections.ConfigDict):
        "rope=axial or mixed; DINOv3's positions are centred and scaled"),
       (m.rope_reference_grid < 0, "rope_reference_grid must be 0 (none) or a "
        "grid's side in patches"),
+      (m.rope_shift < 0 or m.rope_jitter < 1 or m.rope_rescale < 1,
+       "rope_shift must be 0 or more, rope_jitter and rope_rescale 1 (none) "
+       "or more"),
+      (m.rope == "none" and
+       (m.rope_shift or m.rope_jitter != 1 or m.rope_rescale != 1),
+       "rope_shift, rope_jitter and rope_rescale move RoPE's positions; set "
+       "config.model.rope"),
       (m.map_heads is not None and m.map_heads < 1,
        "config.model.map_heads must be positive, or None (the encoder's)"),
   )

@@ -19,6 +19,9 @@ registers are not rotated. With K the head width:
   layout     half: angle j turns channels j and j + K/2 together;
              interleaved: channels 2j and 2j + 1
 
+In training, DINOv3's augmentations may move the positions per image
+(`augmented`: shift, per-axis jitter, rescale).
+
 Images give every patch its grid; patch sequences (NaFlex, packing) give
 each patch its own image's grid, so both read the same angles for the
 same image.
@@ -49,6 +52,31 @@ def positions(form, coords_BxNx2, grids_BxNx2):
   return p[..., ::-1] if form.rope_axes == "column_row" else p
 
 
+def augmented(form, positions_BxNx2, rng):
+  """DINOv3's training-time augmentations of RoPE's positions, one draw
+  per image (row): a shift of up to +-rope_shift per axis, then a factor
+  in [1/J, J] per axis (rope_jitter) and one in [1/R, R] for both
+  (rope_rescale), log-uniform, in that order."""
+  batch = positions_BxNx2.shape[0]
+  shift_key, jitter_key, rescale_key = jax.random.split(rng, 3)
+  p = positions_BxNx2
+  if form.rope_shift:
+    p = p + jax.random.uniform(shift_key, (batch, 1, 2), jnp.float32,
+                               -form.rope_shift, form.rope_shift)
+  for key, factor, axes in ((jitter_key, form.rope_jitter, 2),
+                            (rescale_key, form.rope_rescale, 1)):
+    if factor != 1:
+      log = float(np.log(factor))
+      p = p * jnp.exp(
+          jax.random.uniform(key, (batch, 1, axes), jnp.float32, -log, log))
+  return p
+
+
+def augments(form) -> bool:
+  return bool(form.rope_shift or form.rope_jitter != 1 or
+              form.rope_rescale != 1)
+
+
 def _layout(angles, layout: str):
   """K/2 angles per head -> K channels in `layout`."""
   if layout == "half":
@@ -56,11 +84,11 @@ def _layout(angles, layout: str):
   return jnp.repeat(angles, 2, axis=-1)
 
 
-def sin_cos(form, coords_BxNx2, grids_BxNx2, head_dim: int):
+def sin_cos(form, p_BxNx2, head_dim: int):
   """(sin, cos), each B x N x K in float32, of the fixed forms (dinov3,
-  axial) at the patches' (row, column) `coords` in grids `grids`."""
+  axial) at the patches' `positions`."""
   _check(head_dim)
-  p = positions(form, coords_BxNx2, grids_BxNx2)
+  p = p_BxNx2
   exponents = 4.0 * jnp.arange(head_dim // 4, dtype=jnp.float32) / head_dim
   periods = jnp.float32(form.rope_temperature)**exponents
   scale = 2 * jnp.pi if form.rope == "dinov3" else 1.0

@@ -88,6 +88,19 @@ _R50_FULL = ResNetSpec(num_layers=(3, 4, 6, 3))
 _R26 = ResNetSpec(num_layers=(2, 2, 2, 2))
 _R_ROOT = ResNetSpec(num_layers=())
 
+
+def _eva02(size: str, patch: int) -> Variant:
+  widths = _WIDTHS[size]
+  return Variant(**dict(widths, mlp_dim=widths["hidden_size"] * 8 // 3),
+                 patch_size=patch)
+
+
+# EVA-02 (Fang et al. 2023): SwiGLU MLPs 8/3 as wide as the blocks.
+_EVA02 = {
+    f"EVA02-{size}/{patch}": _eva02(size, patch)
+    for size, patch in (("Ti", 14), ("S", 14), ("B", 14), ("L", 14), ("B", 16))
+}
+
 VARIANTS: dict[str, Variant | MixerVariant] = {
     "ViT-Ti/16": Variant(**_WIDTHS["Ti"], patch_size=16),
     "ViT-S/16": Variant(**_WIDTHS["S"], patch_size=16),
@@ -112,6 +125,7 @@ VARIANTS: dict[str, Variant | MixerVariant] = {
     "ViT-g-opt/16": Variant(**_WIDTHS["g-opt"], patch_size=16),
     "ViT-G-opt/14": Variant(**_WIDTHS["G-opt"], patch_size=14),
     "ViT-e/14": Variant(**_WIDTHS["e"], patch_size=14),
+    **_EVA02,
     "R50+ViT-B/16": Variant(**_WIDTHS["B"], patch_size=1, resnet=_R50),
     "R50+ViT-L/32": Variant(**_WIDTHS["L"], patch_size=1, resnet=_R50_FULL),
     "R26+ViT-S/32": Variant(**_WIDTHS["S"], patch_size=1, resnet=_R26),

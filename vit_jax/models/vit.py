@@ -164,7 +164,7 @@ class VisionTransformer(nn.Module):
         gather_block=self.gather_block, name="Transformer")(
             x_BxNxD, not train, return_intermediates, grid_hw, positions,
             None if seq is None else sequences.attention_mask(segments),
-            self._rope(coords, grid_hw, seq))
+            self._rope(coords, grid_hw, seq, train, batch))
     out["encoded"] = encoded
     # The patches' output tokens (without the class token).
     out["patch_tokens"] = patch_tokens = encoded[:, prefix:]
@@ -186,8 +186,8 @@ class VisionTransformer(nn.Module):
         pool_mask = jnp.pad(pool_mask, ((0, 0), (0, 0), (prefix, 0)),
                             constant_values=True)
       x_BxD, probe_attention = MAPHead(size.mlp_dim, form.map_heads or
-                                       size.num_heads, form,
-                                       name="MAPHead_0")(encoded, pool_mask)
+                                       size.num_heads, form, name="MAPHead_0")(
+                                           encoded, pool_mask)
       if return_intermediates:
         out["map_attention"] = probe_attention  # B x H x K x N
     else:  # The config's checks refuse others before this runs.
@@ -201,20 +201,24 @@ class VisionTransformer(nn.Module):
 
     return pre_logits_and_head(self, x_BxD, out)
 
-  def _rope(self, coords, grid_hw, seq):
+  def _rope(self, coords, grid_hw, seq, train: bool, batch: int):
     """RoPE's (sin, cos) tables of the patches, or with learned frequencies
     (mixed) their positions, each block turning its own; None without
-    RoPE. Each patch's position is in its own image's grid."""
+    RoPE. Each patch's position is in its own image's grid, moved in
+    training by the form's augmentations (if any)."""
     form, size = self.form, self.size
     if form.rope == "none":
       return None
     grids = (jnp.asarray(grid_hw)[None, None]
              if seq is None else sequences.token_grids(seq))
     grids = jnp.broadcast_to(grids, coords.shape)
+    positions = rotary.positions(form, coords, grids)
+    if train and rotary.augments(form):  # One draw per image.
+      positions = jnp.broadcast_to(positions, (batch, *positions.shape[1:]))
+      positions = rotary.augmented(form, positions, self.make_rng("dropout"))
     if form.rope == "mixed":
-      return rotary.positions(form, coords, grids)
-    return rotary.sin_cos(form, coords, grids,
-                          size.hidden_size // size.num_heads)
+      return positions
+    return rotary.sin_cos(form, positions, size.hidden_size // size.num_heads)
 
   def _embed_images(self, images_BxHxWxC, out: dict):
     """Patch embeddings of images (through the hybrid's stem, if any):

@@ -32,9 +32,11 @@ from vit_jax.weights.files import released
 
 
 def _released_name(checkpoint: str) -> bool:
-  """A released checkpoint's name (not a local file of that name)."""
-  return released.lookup(str(checkpoint)) is not None and not os.path.exists(
-      os.path.expanduser(str(checkpoint)))
+  """A released `.npz` checkpoint's name (not a local file of that name;
+  the Hub's timm files say their origin once read)."""
+  entry = released.lookup(str(checkpoint))
+  return entry is not None and entry.url.endswith(".npz") and (
+      not os.path.exists(os.path.expanduser(str(checkpoint))))
 
 
 def decide(config: ml_collections.ConfigDict, resumed_workdir=None,

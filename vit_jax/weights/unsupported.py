@@ -63,10 +63,7 @@ def refuse_eva_left(tensors, path):
 
 # transformers', by their names (a directory's config.json also says its
 # model_type: `MODEL_TYPES`).
-TRANSFORMERS = (Unsupported(
-    "DINOv3 with gated MLPs (transformers' DINOv3ViTModel, use_gated_mlp)",
-    "SwiGLU MLPs", _has(".mlp.gate_proj."),
-    "DINOv3's ViT-S/16, B/16 and L/16 load"),)
+TRANSFORMERS = ()  # transformers' DINOv3 with gated MLPs now loads.
 MODEL_TYPES = {}  # Where a model_type alone says the family: none now.
 # timm's model functions (a directory's config.json names one).
 TIMM_ARCHITECTURES = {"vit_pe_spatial_": TIMM[0], "vit_pe_lang_": TIMM[0]}

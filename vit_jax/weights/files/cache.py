@@ -166,8 +166,9 @@ def _remote_info(fs, inner, url, name, cache_dir):
     problem = "the object does not exist"
     if name:
       problem += (" (released names come from google-research/"
-                  "vision_transformer's README and gs://vit_models/augreg/"
-                  "index.csv; check the name there)")
+                  "vision_transformer's README, gs://vit_models/augreg/"
+                  "index.csv, big_vision and timm's Hub repositories; "
+                  "check the name there)")
   except Exception as e:  # pylint: disable=broad-except
     # Storage clients raise many types for a network or credentials error.
     problem = f"the storage could not be asked ({type(e).__name__}: {e})"

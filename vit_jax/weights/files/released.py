@@ -22,7 +22,14 @@ A name is `VARIANT@ORIGIN`, the variant as in `models/variants.py`:
                        images at their own shape, a 16 x 16 position
                        table resized to each image's grid (image_size 256);
   flexivit-i1k         FlexiViT S/B/L (patch 16 stored; any patch size);
-  i1k, i21k            for Mixer-B/16 and Mixer-L/16: the released MLP-Mixers.
+  i1k, i21k            for Mixer-B/16 and Mixer-L/16: the released MLP-Mixers;
+  mim-in22k, mim-in22k-ft-i1k, ...
+                       EVA-02 (variants EVA02-*/14), from timm on the
+                       Hugging Face Hub, as the RoPE encoders below;
+  rope-{axial,mixed}[-ape]-i1k, rope-reg1-gap-sbb-i1k, pe-core,
+  dinov3[-qkvb]-lvd1689m
+                       Naver's RoPE-ViT, timm's RoPE ViTs, Perception
+                       Encoder core and DINOv3 (its licence's terms).
 
 Any other AugReg checkpoint is named by its file stem, as in the `filename`
 and `adapt_filename` columns of gs://vit_models/augreg/index.csv (e.g.
@@ -158,11 +165,62 @@ def _big_vision() -> dict[str, Released]:
   return table
 
 
+HUB = "https://huggingface.co"
+
+
+def _timm_hub() -> dict[str, Released]:
+  """The RoPE encoders timm serves on the Hugging Face Hub (its
+  `timm/MODEL.TAG` repositories, each a `model.safetensors`)."""
+  table = {}
+
+  def add(name, variant, model, about):
+    table[f"{variant}@{name}"] = Released(
+        f"{HUB}/timm/{model}/resolve/main/model.safetensors", variant, about)
+
+  for size, short in (("Ti", "tiny"), ("S", "small"), ("B", "base"), ("L",
+                                                                      "large")):
+    add("mim-in22k", f"EVA02-{size}/14", f"eva02_{short}_patch14_224.mim_in22k",
+        "EVA-02, masked image modelling on ImageNet-22k, 224 px")
+    fine_tuned = 336 if size in ("Ti", "S") else 448
+    add("mim-in22k-ft-i1k", f"EVA02-{size}/14",
+        f"eva02_{short}_patch14_{fine_tuned}.mim_in22k_ft_in1k",
+        f"EVA-02 fine-tuned on ImageNet-1k, {fine_tuned} px")
+  for size, short in (("B", "base"), ("L", "large")):
+    add("mim-in22k-ft-i22k-i1k", f"EVA02-{size}/14",
+        f"eva02_{short}_patch14_448.mim_in22k_ft_in22k_in1k",
+        "EVA-02 fine-tuned on ImageNet-22k then 1k, 448 px")
+  add("mim-m38m", "EVA02-L/14", "eva02_large_patch14_224.mim_m38m",
+      "EVA-02, masked image modelling on Merged-38M, 224 px")
+  for size, short in (("S", "small"), ("B", "base"), ("L", "large")):
+    for form in ("axial", "mixed", "axial-ape", "mixed-ape"):
+      function = form.replace("axial", "").replace("-", "_").strip("_")
+      add(
+          f"rope-{form}-i1k", f"ViT-{size}/16",
+          f"vit_{short}_patch16_rope{'_' + function if function else ''}"
+          "_224.naver_in1k", f"RoPE-ViT ({form}), ImageNet-1k, 224 px")
+    add("dinov3-lvd1689m", f"ViT-{size}/16",
+        f"vit_{short}_patch16_dinov3.lvd1689m", "DINOv3, LVD-1689M")
+    add("dinov3-qkvb-lvd1689m", f"ViT-{size}/16",
+        f"vit_{short}_patch16_dinov3_qkvb.lvd1689m", "DINOv3, LVD-1689M")
+  for size, short in (("M", "medium"), ("B", "base")):
+    add("rope-reg1-gap-sbb-i1k", f"ViT-{size}/16",
+        f"vit_{short}_patch16_rope_reg1_gap_256.sbb_in1k",
+        "timm's RoPE ViT, 1 register, ImageNet-1k, 256 px")
+  for variant, model in (("ViT-Ti/16", "tiny_patch16_384"),
+                         ("ViT-S/16", "small_patch16_384"),
+                         ("ViT-B/16", "base_patch16_224"),
+                         ("ViT-L/14", "large_patch14_336")):
+    add("pe-core", variant, f"vit_pe_core_{model}.fb",
+        "Perception Encoder core (its image tower), MetaCLIP data")
+  return table
+
+
 # Name -> checkpoint. Tests add entries (pytest's monkeypatch.setitem).
 CHECKPOINTS: dict[str, Released] = {
     **_original_release(),
     **_augreg_recommended(),
-    **_big_vision()
+    **_big_vision(),
+    **_timm_hub()
 }
 
 # The model part of AugReg file stems (google-research/vision_transformer's

@@ -50,8 +50,8 @@ def _rope_vit(tensors) -> bool:
   patches in its `_ape` models."""
   names = _names(tensors)
   return ("blocks.0.gamma_1" in names and "cls_token" in names and
-          "blocks.0.attn.qkv.bias" in names and not {
-              "reg_token", "rope.freqs", "norm_pre.weight"} & names)
+          "blocks.0.attn.qkv.bias" in names and
+          not {"reg_token", "rope.freqs", "norm_pre.weight"} & names)
 
 
 def _rope_mixed(tensors) -> bool:
@@ -69,8 +69,10 @@ def _pe_core(tensors) -> bool:
   """PE core: a LayerNorm before the blocks, a learned table, a class
   token, an attention pool and a final norm."""
   names = _names(tensors)
-  return {"norm_pre.weight", "attn_pool.latent", "pos_embed", "cls_token",
-          "norm.weight"} <= names
+  return {
+      "norm_pre.weight", "attn_pool.latent", "pos_embed", "cls_token",
+      "norm.weight"
+  } <= names
 
 
 def _pe_options(tensors) -> dict:
@@ -78,30 +80,46 @@ def _pe_options(tensors) -> dict:
   its attention pool has 8 heads whatever the encoder's."""
   patches = tensors["pos_embed"].shape[1] - 1
   side = int(round(patches**0.5))
-  return {**_AXIAL, "rope_temperature": 10000.0, "rope_axes": "column_row",
-          "rope_grid_offset": 1.0, "rope_reference_grid": side,
-          "map_heads": 8, "layer_norm_eps": 1e-5, "classifier": "map",
-          "class_token": True}
+  return {
+      **_AXIAL, "rope_temperature": 10000.0,
+      "rope_axes": "column_row",
+      "rope_grid_offset": 1.0,
+      "rope_reference_grid": side,
+      "map_heads": 8,
+      "layer_norm_eps": 1e-5,
+      "classifier": "map",
+      "class_token": True
+  }
 
 
 # (name, found(tensors), options(tensors)): what each family computes.
 FAMILIES = (
     ("EVA-02 (timm's Eva, axial RoPE, SwiGLU)", _eva02, lambda t: {
-        **_AXIAL, "rope_temperature": 10000.0, "rope_reference_grid": 16,
+        **_AXIAL, "rope_temperature": 10000.0,
+        "rope_reference_grid": 16,
         "classifier": "gap" if "fc_norm.weight" in t else "token",
-        "class_token": True}),
+        "class_token": True
+    }),
     ("RoPE-ViT, axial (Naver's; timm's Eva)", _rope_vit, lambda t: {
         **_AXIAL, "posemb": "learn" if "pos_embed" in t else "none",
-        "rope_temperature": 100.0, "rope_axes": "column_row",
-        "classifier": "token"}),
-    ("RoPE-ViT, mixed (Naver's; learned frequencies)", _rope_mixed,
-     lambda t: {**_AXIAL, "rope": "mixed", "posemb": "none",
-                "rope_temperature": 10.0, "rope_axes": "column_row",
-                "classifier": "token"}),
+        "rope_temperature": 100.0,
+        "rope_axes": "column_row",
+        "classifier": "token"
+    }),
+    ("RoPE-ViT, mixed (Naver's; learned frequencies)", _rope_mixed, lambda t: {
+        **_AXIAL, "rope": "mixed",
+        "posemb": "learn" if "pos_embed" in t else "none",
+        "rope_temperature": 10.0,
+        "rope_axes": "column_row",
+        "classifier": "token"
+    }),
     ("timm's RoPE ViT (Eva, registers)", _timm_rope, lambda t: {
-        **_AXIAL, "posemb": "none", "rope_temperature": 10000.0,
-        "rope_reference_grid": 16, "classifier": "gap",
-        "class_token": False}),
+        **_AXIAL, "posemb": "none",
+        "rope_temperature": 10000.0,
+        "rope_reference_grid": 16,
+        "classifier": "gap",
+        "class_token": False
+    }),
     ("Perception Encoder (PE core; timm's Eva)", _pe_core, _pe_options),
 )
 # Eva's names -> timm's VisionTransformer's (and this project's extras).
@@ -151,7 +169,6 @@ def as_vit_names(tensors, path=None) -> dict:
   freqs = out.pop("rope.freqs", None)
   if freqs is not None:  # 2 x depth x H x K/2 -> per block 2 x H x K/2.
     for i in range(freqs.shape[1]):
-      out[f"blocks.{i}.attn.rope_frequencies"] = np.ascontiguousarray(
-          freqs[:, i])
+      out[f"blocks.{i}.attn.rope_frequencies"] = np.ascontiguousarray(freqs[:,
+                                                                            i])
   return out
-

@@ -26,8 +26,8 @@ def stated_options(config: dict) -> dict:
                                                "bicubic")
     options["posemb_keep_aspect"] = bool(
         args.get("pos_embed_ar_preserving", False))
-  if "_clip_" in config["architecture"] and not config["architecture"].startswith(
-      "eva"):
+  if "_clip_" in config[
+      "architecture"] and not config["architecture"].startswith("eva"):
     options["layer_norm_eps"] = 1e-5  # timm's CLIP functions' LayerNorm.
   if "_quickgelu_" in config["architecture"] and "act_layer" not in args:
     options["quick_gelu"] = True  # e.g. vit_base_patch16_clip_quickgelu_224.
@@ -62,9 +62,10 @@ def _eva_options(args: dict) -> dict:
   if "rope_grid_offset" in args:
     options["rope_grid_offset"] = float(args["rope_grid_offset"])
   if "ref_feat_shape" in args:
-    reference = args["ref_feat_shape"]
-    reference = reference if isinstance(reference, (list, tuple)) else [
-        reference, reference]
+    reference = args["ref_feat_shape"] or [0, 0]  # None: none.
+    reference = reference if isinstance(reference,
+                                        (list,
+                                         tuple)) else [reference, reference]
     if reference[0] != reference[1]:
       raise WeightsError(
           f"RoPE's reference grid {tuple(reference)} (model_args "

@@ -31,6 +31,7 @@ from vit_jax.weights import writers
 from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import posemb_prefix
+from vit_jax.weights.timm import eva_export
 from vit_jax.weights.timm import naflexvit
 from vit_jax.weights.timm import timm_mixer
 from vit_jax.weights.timm import timm_names
@@ -62,8 +63,8 @@ def write(directory: str, params: dict, model_config, image_size: int,
     architecture, model_args, state = _naflex(params, model_config, image_size)
     first_conv = "embeds.proj"
   elif model_config.rope != "none":
-    architecture, model_args = _dinov3_args(params, model_config, image_size)
-    state, first_conv = timm_names.to_timm_eva(params), "patch_embed.proj"
+    architecture, model_args = eva_export.args(params, model_config, image_size)
+    state, first_conv = eva_export.state(params), "patch_embed.proj"
   else:
     architecture, model_args, params = _vit_args(params, model_config,
                                                  image_size)
@@ -154,52 +155,6 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
     raise WeightsError(f"timm cannot build an MLP of {mlp} units on a width "
                        f"of {width} (mlp_ratio); use --format=npz.")
   return _VIT_BY_EPS[eps], args, params
-
-
-def _dinov3_args(params, model_config, image_size) -> tuple[str, dict]:
-  """(timm's DINOv3 function, its model_args) of a model of DINOv3's form:
-  RoPE (DINOv3's), a class token, erf GELU and LayerNorm epsilon 1e-5, as
-  timm's Eva builds them."""
-  block = families.block_options(params)
-  differs = {
-      "rope": (model_config.rope, "dinov3"),
-      "class_token": ("cls" in params, True),
-      "gelu": (_activation(model_config), "gelu"),
-      "layer_norm_eps": (model_config.layer_norm_eps, 1e-5),
-      "posemb": (model_config.posemb, "none"),
-      "classifier": (model_config.classifier in ("token", "gap"), True),
-      "pre_norm": ("Transformer/pre_norm/scale" in params, False),
-      "parallel_block": (block["parallel_block"], False),
-      "qk_norm": (block["qk_norm"], False),
-  }
-  wrong = [k for k, (value, eva) in differs.items() if value != eva]
-  if wrong:
-    raise WeightsError(
-        "timm writes RoPE models as DINOv3's Eva (RoPE dinov3, a class token, "
-        "erf GELU, LayerNorm epsilon 1e-5, no position table, token or mean "
-        f"pooling); this model differs in {', '.join(wrong)}: use "
-        "--format=npz.")
-  variant = architecture.variant_of(params, "the model")
-  head = params.get("head/kernel")
-  layer_scale = any(k.endswith("/LayerScale_attention/scale") for k in params)
-  args = {
-      "img_size": image_size,
-      "patch_size": variant.patch_size,
-      "embed_dim": variant.hidden_size,
-      "depth": variant.num_layers,
-      "num_heads": variant.num_heads,
-      "mlp_ratio": variant.mlp_dim / variant.hidden_size,
-      "num_reg_tokens": (
-          params["registers"].shape[1] if "registers" in params else 0),
-      "init_values": model_config.layer_scale or 1e-5 if layer_scale else None,
-      "rope_temperature": model_config.rope_temperature,
-      "global_pool": "token" if model_config.classifier == "token" else "avg",
-      "use_fc_norm": "pooled_norm/scale" in params,
-      "num_classes": 0 if head is None else head.shape[-1],
-  }
-  function = ("vit_small_patch16_dinov3_qkvb"
-              if block["qkv_bias"] else "vit_small_patch16_dinov3")
-  return function, args
 
 
 def _naflex(params, model_config, image_size) -> tuple[str, dict, dict]:

@@ -121,7 +121,8 @@ def from_timm(tensors, num_heads, path, overrides=None) -> Converted:
     naflex_options = naflexvit.options(tensors)
     tensors, factorized = naflexvit.to_timm_vit(tensors)
   pool, pool_names = attention_pool.from_timm(
-      tensors, family_options.get("map_heads") or num_heads)
+      tensors,
+      family_options.get("map_heads") or num_heads)
   tensors = {k: v for k, v in tensors.items() if k not in pool_names}
   if ("patch_embed.proj.weight" in tensors and
       "patch_embed.proj.bias" not in tensors):  # CLIP's: no bias, zero here.
@@ -153,19 +154,6 @@ def to_timm_split(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return torch_layout.to_torch(params, modules, "timm", {}, set())
 
 
-def to_timm_eva(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """A DINOv3-form model (no position table: RoPE) in timm's Eva names:
-  LayerScale as `gamma_1`/`gamma_2`, one `qkv` weight, and the query and
-  value biases as `q_bias`/`v_bias` (Eva has no key bias)."""
-  if any(k.endswith("/key/bias") for k in params):
-    raise WeightsError(
-        "timm's Eva (DINOv3) has no key bias, which this model has: with "
-        "RoPE it changes the attention. Fine-tune with "
-        "config.model.key_bias=False (or qkv_bias=False), or use "
-        "--format=npz.")
-  return _fuse_qkv(dinov3.as_eva_names(to_timm_split(params)))
-
-
 def _split_qkv(tensors) -> dict:
   """timm's fused `attn.qkv` as three modules, `attn.q`, `attn.k`, `attn.v`."""
   out = dict(tensors)
@@ -175,7 +163,7 @@ def _split_qkv(tensors) -> dict:
   return out
 
 
-def _fuse_qkv(tensors) -> dict:
+def fuse_qkv(tensors) -> dict:
   """The inverse of `_split_qkv`."""
   out = dict(tensors)
   for name in [n for n in tensors if ".attn.q." in n]:
@@ -221,4 +209,4 @@ def to_timm(params: dict[str, np.ndarray],
         "must be told so (class_token, global_pool): use --format=timm-dir, "
         "which writes that config beside the weights.")
   out, used = attention_pool.to_timm(params)
-  return _fuse_qkv(torch_layout.to_torch(params, MODULES, "timm", out, used))
+  return fuse_qkv(torch_layout.to_torch(params, MODULES, "timm", out, used))

@@ -8,8 +8,9 @@ defaults; `key_bias=True` adds one), RoPE in DINOv3's form with base
 `rope_theta`, the final norm on every token. transformers' output is the
 tokens (`last_hidden_state`) and the class token's (`pooler_output`): the
 model here pools the class token and has no head. Its gated MLPs
-(`use_gated_mlp`, the larger models') are refused in one line
-(`weights/unsupported.py`).
+(`use_gated_mlp`, the larger models': down(SiLU(gate x) * up x)) are
+SwiGLU's (`config.model.swiglu`); a config.json naming another gate
+activation is refused.
 """
 
 import re
@@ -37,6 +38,7 @@ _NAMES = (
     ("model.layer.{}.layer_scale1.lambda1", "blocks.{}.ls1.gamma"),
     ("model.layer.{}.layer_scale2.lambda1", "blocks.{}.ls2.gamma"),
     ("model.layer.{}.mlp.up_proj.", "blocks.{}.mlp.fc1."),
+    ("model.layer.{}.mlp.gate_proj.", "blocks.{}.mlp.fc1_g."),
     ("model.layer.{}.mlp.down_proj.", "blocks.{}.mlp.fc2."),
     ("norm.", "norm."),
 )
@@ -77,6 +79,11 @@ def to_timm(tensors: dict, path: str) -> tuple[dict, list[str]]:
 
 def stated_options(config: dict) -> dict:
   """What a DINOv3ViTModel's config.json says beside its weights."""
+  if config.get("use_gated_mlp") and config.get("hidden_act") not in ("silu",
+                                                                      "swish"):
+    raise WeightsError(
+        f"transformers' DINOv3 with a gated MLP of {config.get('hidden_act')!r}"
+        " is not computed here: its gated models' SiLU (SwiGLU) is.")
   return {
       "rope_temperature": float(config.get("rope_theta", 100.0)),
       "classifier": "token",
@@ -93,8 +100,11 @@ def write_model(params: dict, model_config,
           k.startswith(("head/", "pre_logits/")) for k in params),
       "no class token": "cls" not in params,
       "no registers": "registers" not in params,
-      "another activation": (model_config.quick_gelu or
+      "another activation": not model_config.swiglu and
+                            (model_config.quick_gelu or
                              model_config.gelu_approximate),
+      "a LayerNorm inside the MLP or over the heads": (block["mlp_norm"] or
+                                                       block["attention_norm"]),
       "a pre-norm or pooled norm": any(
           k.startswith(("Transformer/pre_norm/", "pooled_norm/"))
           for k in params),
@@ -133,7 +143,7 @@ def write_model(params: dict, model_config,
       "patch_size": variant.patch_size,
       "image_size": image_size,
       "num_register_tokens": int(params["registers"].shape[1]),
-      "hidden_act": "gelu",
+      "hidden_act": "silu" if block["swiglu"] else "gelu",
       "layer_norm_eps": model_config.layer_norm_eps,
       "rope_theta": model_config.rope_temperature,
       "query_bias": biased,
@@ -141,7 +151,7 @@ def write_model(params: dict, model_config,
       "value_bias": biased,
       "proj_bias": True,
       "mlp_bias": True,
-      "use_gated_mlp": False,
+      "use_gated_mlp": block["swiglu"],
       "dtype": "float32",
   }
   return state, config
