@@ -35,6 +35,13 @@ MISTAKES = {
         "--workdir=/tmp/unused"
     ], "error: flag --config=configs/finetune.py:nosuch: Unknown fine-tuning "
                              "preset 'nosuch'"),
+    "export: a RoPE model as a bare timm file": ([
+        "vit_jax", "export",
+        "--checkpoint=tests/references/tiny_rope_axial.safetensors",
+        "--format=timm", "--out={tmp}/rope.safetensors"
+    ], ("error: tests/references/tiny_rope_axial.safetensors computes "
+        "rotary position embeddings (rope=axial), which a timm state dict "
+        "cannot say")),
     "main: layer decay past 1": ([
         "vit_jax", "train", "--config=configs/digits.py:runlocal",
         "--workdir=/tmp/unused", "--config.layer_decay=1.5"

@@ -316,29 +316,34 @@ def _packed(first, second):
 
 
 def test_sequences_equal_images_and_scanned_equals_looped():
-  """A RoPE model (no prefix tokens, GAP) on a square and a non-square
-  image: each as a one-image sequence, and both packed in one, gives the
-  image path's logits; scanned and rematerialised, the looped model's."""
-  model = _tiny_rope_model()
+  """A RoPE model (no prefix tokens, GAP) of each form (`_FORMS`: DINOv3's;
+  axial with an offset and a reference grid, which scale by each image's
+  own grid; mixed) on a square and a non-square image: each as a
+  one-image sequence, and both packed in one, gives the image path's
+  logits; scanned and rematerialised, the looped model's."""
+  from vit_jax.models import scan  # pylint: disable=g-import-not-at-top
   square = np.random.default_rng(1).normal(size=(2, 16, 16, 3))
   wide = np.random.default_rng(2).normal(size=(2, 12, 20, 3))
-  params = model.init(jax.random.key(0), square)["params"]
-  params = jax.tree.map(jnp.asarray, ref.trained_like_params(params, seed=4))
-  apply = jax.jit(lambda x: model.apply({"params": params}, x)[0])
-  by_image = [apply(square), apply(wide)]
-  assert np.abs(by_image[0]).max() > 0.1
   one = [sequences.from_images(x, 4, length=16) for x in (square, wide)]
-  for seq, want in zip(one, by_image):
-    np.testing.assert_allclose(apply(seq), want, atol=1e-5, rtol=0)
-  both = apply(_packed(*one))  # B x 2 x classes.
-  np.testing.assert_allclose(both[:, 0], by_image[0], atol=1e-5, rtol=0)
-  np.testing.assert_allclose(both[:, 1], by_image[1], atol=1e-5, rtol=0)
+  for form in _FORMS:
+    model = _tiny_rope_model(**form)
+    params = model.init(jax.random.key(0), square)["params"]
+    params = jax.tree.map(jnp.asarray, ref.trained_like_params(params, seed=4))
+    apply = jax.jit(lambda x, m=model, p=params: m.apply({"params": p}, x)[0])
+    by_image = [apply(square), apply(wide)]
+    assert np.abs(by_image[0]).max() > 0.1
+    for seq, want in zip(one, by_image):
+      np.testing.assert_allclose(apply(seq), want, atol=1e-5, rtol=0)
+    both = apply(_packed(*one))  # B x 2 x classes.
+    np.testing.assert_allclose(both[:, 0], by_image[0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(both[:, 1], by_image[1], atol=1e-5, rtol=0)
 
-  from vit_jax.models import scan  # pylint: disable=g-import-not-at-top
-  scanned = tiny_models.with_form(model, scan_layers=True, remat="full")
-  stacked = scan.stack_layers(params)
-  got = jax.jit(functools.partial(scanned.apply, {"params": stacked}))(wide)[0]
-  np.testing.assert_allclose(got, by_image[1], atol=1e-5, rtol=0)
+    scanned = tiny_models.with_form(model, scan_layers=True, remat="full")
+    stacked = scan.stack_layers(params)
+    got = jax.jit(functools.partial(scanned.apply,
+                                    {"params": stacked}))(wide)[0]
+    np.testing.assert_allclose(got, by_image[1], atol=1e-5, rtol=0,
+                               err_msg=form["rope"])
 
 
 def test_a_dinov3_file_fine_tunes_at_two_shapes_predicts_exports_and_sweeps(

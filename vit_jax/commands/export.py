@@ -71,7 +71,30 @@ def _say_stored_patch_size(checkpoint, params):
         stored, run_patch, run_patch)
 
 
+def _refuse_rope_as_timm_file(checkpoint: str, num_heads):
+  """A RoPE model's timm state dict alone would load as timm's
+  VisionTransformer, without its RoPE: timm builds it from a directory's
+  config.json (Eva), which `--format=timm-dir` writes."""
+  recorded = weights.recorded_config(checkpoint)
+  if recorded is not None:
+    rope = recorded["model"].get("rope", "none")
+  else:
+    try:  # Any head count shows the family (and its RoPE).
+      rope = weights.read_converted(checkpoint, num_heads or 1).options.get(
+          "rope", "none")
+    except UserError:
+      return  # Not a file the loader reads: save_timm says why.
+  if rope != "none":
+    raise UserError(
+        f"{checkpoint} computes rotary position embeddings (rope={rope}), "
+        "which a timm state dict cannot say (timm would build a plain "
+        "VisionTransformer): use --format=timm-dir (timm's Eva, with its "
+        "config.json) or --format=npz.")
+
+
 def _export_file(f):
+  if f.format == "timm":
+    _refuse_rope_as_timm_file(f.checkpoint, f.num_heads)
   params = weights.released_params(f.checkpoint, f.num_heads or 0)
   console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
   save = {"npz": weights.save_npz, "timm": weights.save_timm}[f.format]
