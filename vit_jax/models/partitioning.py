@@ -34,8 +34,10 @@ _PARAM_AXES: tuple[tuple[str, LogicalAxes], ...] = (
     (r".*/(query|key|value)/kernel", (EMBED, HEADS, HEAD_DIM)),
     (r".*/(query|key|value)/bias", (HEADS, HEAD_DIM)),
     (r".*/out/kernel", (HEADS, HEAD_DIM, EMBED)),
-    (r".*/Dense_0/kernel", (EMBED, MLP)),
-    (r".*/Dense_0/bias", (MLP,)),
+    (r".*/heads_ln/(scale|bias)", (HEADS, HEAD_DIM)),
+    (r".*/(Dense_0|Gate)/kernel", (EMBED, MLP)),
+    (r".*/(Dense_0|Gate)/bias", (MLP,)),
+    (r".*/MlpBlock_3/LayerNorm_0/(scale|bias)", (MLP,)),
     (r".*/Dense_1/kernel", (MLP, EMBED)),
 )
 
