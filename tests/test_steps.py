@@ -154,21 +154,20 @@ def test_fsdp_with_scanned_layers_equals_single_device(setup, layout):
   assert any("data" in spec for spec in specs)
 
 
-def test_rope_and_swiglu_blocks_under_fsdp_tp_and_scan_equal_one_device(
-    setup):
+def test_rope_and_swiglu_blocks_under_fsdp_tp_and_scan_equal_one_device(setup):
   """RoPE-Mixed's learned frequencies, SwiGLU with its LayerNorm and the
   heads' LayerNorm (EVA-02's block options), scanned, under FSDP and
   tensor parallelism: the same training as one device, with SwiGLU's gate
   split over the model axis as the MLP is."""
   config, model, *rest = setup
   form = dict(posemb="none", rope="mixed", rope_layout="interleaved",
-              swiglu=True, mlp_norm=True, attention_norm=True,
-              scan_layers=True)
+              swiglu=True, mlp_norm=True, attention_norm=True, scan_layers=True)
   rope = (config, tiny_models.with_form(model, **form), *rest)
   state = _sharded_state_after_training_like_one_device(rope, "fsdp+tp")
   block = state.params["Transformer"]["encoderblock"]
-  assert tuple(block["MlpBlock_3"]["Gate"]["kernel"].sharding.spec) == (
-      None, "data", "model")
+  assert tuple(
+      block["MlpBlock_3"]["Gate"]["kernel"].sharding.spec) == (None, "data",
+                                                               "model")
   assert "rope_frequencies" in block["MultiHeadDotProductAttention_1"]
 
 
