@@ -133,6 +133,8 @@ def test_eva_families_load_with_timms_outputs_from_files_and_directories(
       }, {
           "rope_temperature": 50.0
       }),
+      ("eva02", {}, {}),
+      ("rope_mixed", {}, {}),
   ):
     directory = tmp_path / name
     directory.mkdir()

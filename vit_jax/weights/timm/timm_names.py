@@ -6,8 +6,7 @@ standard VisionTransformer's names by a module of this room (NaFlexViT's
 embeddings, ViT-22B's parallel block, timm's Eva: DINOv3, EVA-02,
 RoPE-ViT, PE), or refused in one line where it computes something this
 project does not (`unsupported.py`): such a file is never loaded without
-it. A new family is a
-module here and a row of `FAMILIES`.
+it. A new family is a module here and a row of `FAMILIES`.
 """
 
 from typing import Callable
