@@ -23,6 +23,7 @@ from tests.references import stored
 from vit_jax import inference
 from vit_jax import weights
 from vit_jax.config import model_form
+from vit_jax.models import sequences
 from vit_jax.models import variants
 from vit_jax.weights import describe
 
@@ -109,6 +110,11 @@ def test_eva_families_load_with_timms_outputs_from_files_and_directories(
     np.testing.assert_allclose(out["encoded"],
                                stored.tiny_rope_output(f"{name}_features"),
                                atol=1e-5, rtol=0, err_msg=name)
+    if name == "pe":  # Its pool reads the class token on sequences too.
+      seq = sequences.from_images(stored.tiny_images(), 8, length=20)
+      np.testing.assert_allclose(
+          jax.jit(loaded.model.apply)({"params": params}, seq)[0], want,
+          atol=1e-5, rtol=0)
     if name in NO_TABLE:
       target = jax.eval_shape(loaded.model.init, jax.random.key(0),
                               jnp.zeros((1, 32, 48, 3)))["params"]
