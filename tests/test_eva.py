@@ -113,8 +113,9 @@ def test_eva_families_load_with_timms_outputs_from_files_and_directories(
     if name == "pe":  # Its pool reads the class token on sequences too.
       seq = sequences.from_images(stored.tiny_images(), 8, length=20)
       np.testing.assert_allclose(
-          jax.jit(loaded.model.apply)({"params": params}, seq)[0], want,
-          atol=1e-5, rtol=0)
+          jax.jit(loaded.model.apply)({
+              "params": params
+          }, seq)[0], want, atol=1e-5, rtol=0)
     if name in NO_TABLE:
       target = jax.eval_shape(loaded.model.init, jax.random.key(0),
                               jnp.zeros((1, 32, 48, 3)))["params"]
