@@ -9,7 +9,8 @@ For each position form and seed, `vit-jax train --config=configs/digits.py`
 weights evaluated with no further training (`--config.total_steps=0
 --config.init.checkpoint=WORKDIR`) at 16, 24 and 32 px: learned tables
 resized to the new grid (bilinear, the loader's default), sin-cos tables
-computed at it, RoPE (DINOv3's form, no table) read at it as it is.
+computed at it, RoPE (DINOv3's, timm's axial with and without a reference
+grid, RoPE-ViT's mixed; no table) read at it as it is.
 Printed: each run's test accuracies and wall time, then a table of the
 means and ranges over the seeds.
 """
@@ -29,12 +30,30 @@ flags.DEFINE_list("sizes", ["16", "24", "32"], "Evaluation resolutions.")
 flags.DEFINE_integer("steps", None, "Training steps (the recipe's: None).")
 flags.DEFINE_string("out", None, "Write the results as JSON here.")
 flags.DEFINE_string("data_dir", None, "TFDS data_dir with digits.")
+flags.DEFINE_list("forms", None, "Names of FORMS to run (None: all).")
 
 FORMS = {
     "learned": ["--config.model.posemb=learn"],
     "sincos2d": ["--config.model.posemb=sincos2d"],
     "RoPE (dinov3)": [
         "--config.model.posemb=none", "--config.model.rope=dinov3"
+    ],
+    # timm's axial form: patch indices (RoPE-ViT's base, 100), and scaled
+    # to the training grid (EVA's reference grid: 4 patches at 16 px).
+    "RoPE (axial)": [
+        "--config.model.posemb=none", "--config.model.rope=axial",
+        "--config.model.rope_layout=interleaved"
+    ],
+    "RoPE (axial, reference grid)": [
+        "--config.model.posemb=none", "--config.model.rope=axial",
+        "--config.model.rope_layout=interleaved",
+        "--config.model.rope_reference_grid=4"
+    ],
+    # RoPE-ViT's mixed form: frequencies learned per block and head.
+    "RoPE (mixed)": [
+        "--config.model.posemb=none", "--config.model.rope=mixed",
+        "--config.model.rope_layout=interleaved",
+        "--config.model.rope_temperature=10"
     ],
     "none": ["--config.model.posemb=none"],
 }
@@ -64,6 +83,8 @@ def main(argv):
   del argv
   results = {}
   for name, form in FORMS.items():
+    if FLAGS.forms and name not in FLAGS.forms:
+      continue
     runs = []
     for seed in FLAGS.seeds:
       with tempfile.TemporaryDirectory() as folder:
