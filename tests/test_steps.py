@@ -144,31 +144,25 @@ def test_sharded_layouts_equal_single_device(setup, layout):
 def test_fsdp_with_scanned_layers_equals_single_device(setup, layout):
   """With FSDP the scanned blocks gather their own weights (per layer, inside
   the scan): the same training as one device. The leading layer axis, which
-  the scan slices, is never split."""
+  the scan slices, is never split. Under FSDP and TP, the blocks are
+  EVA-02's and RoPE-Mixed's (learned RoPE frequencies, SwiGLU with its
+  LayerNorm, the heads' LayerNorm), SwiGLU's gate split as the MLP is."""
   config, model, *rest = setup
-  scanned = (config, tiny_models.with_form(model, scan_layers=True), *rest)
+  form = dict(scan_layers=True)
+  if layout == "fsdp+tp":
+    form.update(posemb="none", rope="mixed", rope_layout="interleaved",
+                swiglu=True, mlp_norm=True, attention_norm=True)
+  scanned = (config, tiny_models.with_form(model, **form), *rest)
   state = _sharded_state_after_training_like_one_device(scanned, layout)
   blocks = state.params["Transformer"]["encoderblock"]
   specs = [tuple(p.sharding.spec) for p in jax.tree.leaves(blocks)]
   assert all(not spec or spec[0] is None for spec in specs), specs
   assert any("data" in spec for spec in specs)
-
-
-def test_rope_and_swiglu_blocks_under_fsdp_tp_and_scan_equal_one_device(setup):
-  """RoPE-Mixed's learned frequencies, SwiGLU with its LayerNorm and the
-  heads' LayerNorm (EVA-02's block options), scanned, under FSDP and
-  tensor parallelism: the same training as one device, with SwiGLU's gate
-  split over the model axis as the MLP is."""
-  config, model, *rest = setup
-  form = dict(posemb="none", rope="mixed", rope_layout="interleaved",
-              swiglu=True, mlp_norm=True, attention_norm=True, scan_layers=True)
-  rope = (config, tiny_models.with_form(model, **form), *rest)
-  state = _sharded_state_after_training_like_one_device(rope, "fsdp+tp")
-  block = state.params["Transformer"]["encoderblock"]
-  assert tuple(
-      block["MlpBlock_3"]["Gate"]["kernel"].sharding.spec) == (None, "data",
-                                                               "model")
-  assert "rope_frequencies" in block["MultiHeadDotProductAttention_1"]
+  if layout == "fsdp+tp":
+    assert tuple(
+        blocks["MlpBlock_3"]["Gate"]["kernel"].sharding.spec) == (None, "data",
+                                                                  "model")
+    assert "rope_frequencies" in blocks["MultiHeadDotProductAttention_1"]
 
 
 @pytest.mark.parametrize("devices", [1, 8])
