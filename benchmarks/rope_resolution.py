@@ -44,7 +44,7 @@ FORMS = {
         "--config.model.posemb=none", "--config.model.rope=axial",
         "--config.model.rope_layout=interleaved"
     ],
-    "RoPE (axial, reference grid)": [
+    "RoPE (axial scaled to its training grid)": [
         "--config.model.posemb=none", "--config.model.rope=axial",
         "--config.model.rope_layout=interleaved",
         "--config.model.rope_reference_grid=4"
