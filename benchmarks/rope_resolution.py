@@ -3,6 +3,7 @@ Appendix D.4 question, with RoPE beside the learned and sin-cos tables.
 
     .venv/bin/python -m benchmarks.rope_resolution --seeds=0,1,2 \
         --out=/tmp/rope_resolution.json
+    .venv/bin/python -m benchmarks.rope_resolution --forms="RoPE (mixed)"
 
 For each position form and seed, `vit-jax train --config=configs/digits.py`
 (the demo's 16-px model, 2,500 steps) with that form, then the trained
