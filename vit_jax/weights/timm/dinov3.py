@@ -26,13 +26,6 @@ OPTIONS = {
     "classifier": "gap",
     "class_token": True,
 }
-# timm's VisionTransformer names -> Eva's (for export; `eva.py` reads).
-_EVA_NAMES = (
-    (".attn.q.bias", ".attn.q_bias"),
-    (".attn.v.bias", ".attn.v_bias"),
-    (".ls1.gamma", ".gamma_1"),
-    (".ls2.gamma", ".gamma_2"),
-)
 
 
 def _eva_with_registers(names) -> bool:
@@ -46,20 +39,3 @@ def _eva_with_registers(names) -> bool:
 def is_dinov3(names) -> bool:
   """DINOv3: GELU MLPs (ViT-S/16, B/16, L/16) or SwiGLU's (S+/16, H+/16)."""
   return _eva_with_registers(names)
-
-
-def _renamed(tensors: dict, endings) -> dict:
-  """`tensors` with each name's ending `old` of `endings` made `new`."""
-  out = {}
-  for name, value in tensors.items():
-    for old, new in endings:
-      if name.endswith(old):
-        name = name[:-len(old)] + new
-    out[name] = value
-  return out
-
-
-def as_eva_names(tensors) -> dict:
-  """timm's VisionTransformer names -> Eva's (`eva.as_vit_names` reads
-  them back)."""
-  return _renamed(tensors, _EVA_NAMES)

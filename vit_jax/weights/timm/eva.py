@@ -22,14 +22,10 @@ import numpy as np
 _AXIAL = {"posemb": "learn", "rope": "axial", "rope_layout": "interleaved"}
 
 
-def _names(tensors) -> set:
-  return set(tensors)
-
-
 def _eva02(tensors) -> bool:
   """A query and value bias (fused or apart), a learned table and SwiGLU
   MLPs (EVA-01, whose MLPs are GELU's, has no RoPE)."""
-  names = _names(tensors)
+  names = set(tensors)
   return ("pos_embed" in names and "cls_token" in names and
           any(".attn.q_bias" in n or ".attn.q_proj." in n for n in names) and
           _swiglu(tensors))
@@ -48,19 +44,19 @@ def _rope_vit(tensors) -> bool:
   """Naver's RoPE-ViT, axial (timm's AttentionRope: one fused qkv with its
   biases), a class token, LayerScale, no registers; a learned table of the
   patches in its `_ape` models."""
-  names = _names(tensors)
+  names = set(tensors)
   return ("blocks.0.gamma_1" in names and "cls_token" in names and
           "blocks.0.attn.qkv.bias" in names and
           not {"reg_token", "rope.freqs", "norm_pre.weight"} & names)
 
 
 def _rope_mixed(tensors) -> bool:
-  return "rope.freqs" in _names(tensors)
+  return "rope.freqs" in tensors
 
 
 def _timm_rope(tensors) -> bool:
   """timm's own (vit_*_rope_reg*_gap_256): registers, no class token."""
-  names = _names(tensors)
+  names = set(tensors)
   return ("blocks.0.gamma_1" in names and "cls_token" not in names and
           "reg_token" in names and "blocks.0.attn.q_bias" in names)
 
@@ -68,7 +64,7 @@ def _timm_rope(tensors) -> bool:
 def _pe_core(tensors) -> bool:
   """PE core: a LayerNorm before the blocks, a learned table, a class
   token, an attention pool and a final norm."""
-  names = _names(tensors)
+  names = set(tensors)
   return {
       "norm_pre.weight", "attn_pool.latent", "pos_embed", "cls_token",
       "norm.weight"
@@ -122,27 +118,33 @@ FAMILIES = (
     }),
     ("Perception Encoder (PE core; timm's Eva)", _pe_core, _pe_options),
 )
-# Eva's names -> timm's VisionTransformer's (and this project's extras).
-_RENAMES = (
+# Eva's name endings <-> timm's VisionTransformer's, read both ways.
+_ENDINGS = (
     (".attn.q_bias", ".attn.q.bias"),
     (".attn.v_bias", ".attn.v.bias"),
     (".gamma_1", ".ls1.gamma"),
     (".gamma_2", ".ls2.gamma"),
 )
+# Eva's modules apart where timm's VisionTransformer has them whole.
 _PARTS = ((".attn.q_proj.", ".attn.q."), (".attn.k_proj.", ".attn.k."),
           (".attn.v_proj.", ".attn.v."), (".mlp.fc1_x.", ".mlp.fc1."))
 
 
-def is_eva(tensors) -> bool:
-  return any(found(tensors) for _, found, _ in FAMILIES)
+def _renamed(tensors: dict, endings) -> dict:
+  """`tensors` with each name's ending `old` of `endings` made `new`."""
+  out = {}
+  for name, value in tensors.items():
+    for old, new in endings:
+      if name.endswith(old):
+        name = name[:-len(old)] + new
+    out[name] = value
+  return out
 
 
-def find(tensors):
-  """(name, options) of the family `tensors` is, or None."""
-  for name, found, options in FAMILIES:
-    if found(tensors):
-      return name, options(tensors)
-  return None
+def as_eva_names(tensors) -> dict:
+  """timm's VisionTransformer endings -> Eva's (LayerScale, the query and
+  value biases); `as_vit_names` reads them back."""
+  return _renamed(tensors, [(vit, eva) for eva, vit in _ENDINGS])
 
 
 def as_vit_names(tensors, path=None) -> dict:
@@ -150,10 +152,7 @@ def as_vit_names(tensors, path=None) -> dict:
   VisionTransformer names: see the module doc."""
   del path
   out = {}
-  for name, value in tensors.items():
-    for old, new in _RENAMES:
-      if name.endswith(old):
-        name = name[:-len(old)] + new
+  for name, value in _renamed(tensors, _ENDINGS).items():
     for old, new in _PARTS:
       name = name.replace(old, new)
     out[name] = value

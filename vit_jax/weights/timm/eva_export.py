@@ -17,7 +17,7 @@ from vit_jax.weights import families
 from vit_jax.weights import torch_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.timm import attention_pool
-from vit_jax.weights.timm import dinov3
+from vit_jax.weights.timm import eva
 from vit_jax.weights.timm import timm_names
 
 _POOLS = {"token": "token", "gap": "avg", "map": "map"}
@@ -133,9 +133,9 @@ def state(params) -> dict:
   if "Transformer/pre_norm/scale" in params:  # Eva's patch embedding: none.
     tensors.pop("patch_embed.proj.bias", None)
   if block["qkv_bias"] and block["key_bias"]:  # AttentionRope: qkv.bias.
-    tensors = dinov3.as_eva_names(timm_names.fuse_qkv(tensors))
+    tensors = eva.as_eva_names(timm_names.fuse_qkv(tensors))
   else:  # EvaAttention: q_bias and v_bias (or none), the weights fused.
-    tensors = timm_names.fuse_qkv(dinov3.as_eva_names(tensors))
+    tensors = timm_names.fuse_qkv(eva.as_eva_names(tensors))
   if block["swiglu"]:
     tensors = {
         k.replace(".mlp.fc1.", ".mlp.fc1_x."): v for k, v in tensors.items()

@@ -21,7 +21,7 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import families
 from vit_jax.weights import torch_layout
-from vit_jax.weights.timm import dinov3
+from vit_jax.weights.timm import eva
 from vit_jax.weights.timm import timm_names
 
 # (transformers' name, timm's VisionTransformer name) of each module, as
@@ -74,7 +74,7 @@ def to_timm(tensors: dict, path: str) -> tuple[dict, list[str]]:
     raise WeightsError(
         f"{path} is transformers' DINOv3 without register tokens, which "
         "this project does not read yet; DINOv3's released models have 4.")
-  return dinov3.as_eva_names(out), left_out
+  return eva.as_eva_names(out), left_out
 
 
 def stated_options(config: dict) -> dict:
