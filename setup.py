@@ -31,9 +31,11 @@ setuptools.setup(
         "safetensors>=0.8",
         "scikit-learn>=1.9",
         "scipy>=1.18",
+        "sentencepiece>=0.2.3",  # Tokenizers of image-text training.
         "tensorboard>=2.21",
         "tensorflow-cpu>=2.21",
         "tensorflow-datasets>=4.9.10",
+        "tokenizers>=0.23.3",  # Hugging Face tokenizer.json files.
         "tqdm>=4.70",  # Progress bars of long non-training work.
     ],
     # One command with subcommands (vit_jax/cli.py: COMMANDS); each is also

@@ -162,8 +162,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # What training learns: supervised (from labels, with config.loss) or
   # masked_patch, the paper's self-supervision (App. B.1.2; labels are not
   # read, so unlabelled data works): corrupt some patch embeddings and
-  # predict each corrupted patch's colours (vit_jax/models/masked_patch.py).
-  config.objective = "supervised"  # supervised | masked_patch | distill.
+  # predict each corrupted patch's colours (vit_jax/models/masked_patch.py);
+  # distill (below); siglip or clip, from image-text pairs (config.text).
+  config.objective = "supervised"  # See above.
   config.masked_patch = ml_collections.ConfigDict()  # Used by masked_patch.
   config.masked_patch.target = "mean_color"  # mean_color|downsized|pixels_l2.
   config.masked_patch.corrupt_rate = 0.5  # Share of the patches corrupted.
@@ -195,6 +196,38 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # paper (then the training data's labels are not read).
   config.distill.label_weight = 0.0  # See above.
 
+  # Image-text pre-training (siglip | clip objectives: vit_jax/training/
+  # contrastive.py): config.model is the image tower, this the text tower
+  # (vit_jax/models/text.py) and the data's captions. The two-tower model's
+  # names are big_vision's (img/, txt/, t, b).
+  config.text = ml_collections.ConfigDict()  # Used by siglip and clip.
+  # The text tower's widths, depth and heads: a ViT variant's (its patch
+  # size unused), e.g. "ViT-B/16" for SigLIP B's text tower.
+  config.text.variant = "ViT-B/16"  # See above.
+  # Which output token is the text's embedding: last (SigLIP's, the padding
+  # is EOS, so the last token sees every token), first, gap or map.
+  config.text.pool = "last"  # See above.
+  # A SentencePiece model file, a Hugging Face tokenizer.json, or 'digits'
+  # (the built-in captions' own, trained from them: vit_jax/data/tokenizer.py).
+  config.text.tokenizer = "digits"  # See above.
+  config.text.vocab_size = config_dict.placeholder(int)  # None: tokenizer's.
+  config.text.length = 16  # Tokens per text: truncated or padded to it.
+  config.text.key = "captions"  # The dataset's text feature (one or a list).
+  # The embedding both towers project to, compared by cosine similarity.
+  config.text.embedding_dim = 128  # See above.
+  # False (LiT's): the image tower has no projection, its pooled features
+  # are its embedding (embedding_dim must then be the image tower's width).
+  config.text.image_head = True  # See above.
+  # The learned temperature t (logits x t) starts here; None: the
+  # objective's (SigLIP: 10, CLIP: 1 / 0.07). bias_init: SigLIP's learned
+  # bias b (logits + b); None: -10 (SigLIP's); CLIP has none.
+  config.text.temperature_init = config_dict.placeholder(float)  # See above.
+  config.text.bias_init = config_dict.placeholder(float)  # See above.
+  # siglip's loss over the devices' ring (each device scores its images
+  # against every device's texts in turn, never the B x B matrix); False:
+  # the whole batch's logits on every device.
+  config.text.chunked = True  # See above.
+
   # Starting weights (fine-tuning); ignored when the workdir has a checkpoint
   # to resume from.
   config.init = ml_collections.ConfigDict()  # See above.
@@ -224,6 +257,13 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
       "masked_patch", enabled=None)
   config.evals.distill = eval_entry(  # Distillation runs: the teachers'
       "distill", enabled=None, cache_teacher=True)  # accuracy, agreement, KL.
+  # Image-text runs (siglip, clip): zero-shot accuracy on the evaluation
+  # data (class names: the dataset's; templates: CLIP's short set) and
+  # recall at 1, 5, 10 over its images and captions.
+  config.evals.zeroshot = eval_entry(  # Image-text runs: zero-shot.
+      "zeroshot", enabled=None, class_names=(), templates=())
+  config.evals.retrieval = eval_entry(  # And image<->text recall.
+      "retrieval", enabled=None)
   # config.fewshot's protocol on datasets (names or (name, train split, eval
   # split) triples); none: off.
   config.evals.fewshot = eval_entry(  # See above.

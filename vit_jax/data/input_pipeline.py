@@ -7,14 +7,16 @@ so the stream is a pure function of (seed, step) and a resume is a seek.
 TFDS datasets in TFRecord files are read in sequence instead, each process
 its 1/N of the split, shuffled in a window (the console says once what
 that costs and how to convert them). Each process yields numpy batches of
-its share of the global batch: `{"image":
-f32[b,H,W,3], "labels": f32[b,K], "mask": f32[b]}` (no "labels" where they
-are not read: self-supervised training, unlabelled data). Training images
-are uint8 where the train step finishes the pipeline
-(`handover.hands_over_uint8`). `mask` is 1 for real examples and 0 for the
-padding that fills the last evaluation batches, so every example is counted
-exactly once with the same number of batches on every process (no
-recompilation). TensorFlow runs on the host CPU only.
+its share of the global batch: `{"image": f32[b,H,W,3], "labels": f32[b,K],
+"mask": f32[b]}` (no "labels" where they are not read: self-supervised and
+image-text training, unlabelled data), with the spec's text (`spec.text`)
+as token ids: "text": int32[b,L], one caption per example drawn with its
+seed, or all of them, "texts": int32[b,C,L] and "texts_mask": f32[b,C]
+(`tokenizer.text_fn`). Training images are uint8 where the train step
+finishes the pipeline (`handover.hands_over_uint8`). `mask` is 1 for real
+examples and 0 for the padding that fills the last evaluation batches, so
+every example is counted exactly once with the same number of batches on
+every process (no recompilation). TensorFlow runs on the host CPU only.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from vit_jax.data import length_schedule
 from vit_jax.data import preprocess
 from vit_jax.data import sources
 from vit_jax.data import specs
+from vit_jax.data import tokenizer
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 
@@ -75,8 +78,8 @@ def get_info(spec: specs.DataSpec, source) -> DatasetInfo:
 
 
 def reads_labels(config: ml_collections.ConfigDict) -> bool:
-  """Whether training reads labels (masked patch prediction does not, nor
-  distillation without a label term)."""
+  """Whether training reads labels (masked patch prediction and image-text
+  training do not, nor distillation without a label term)."""
   if config.objective == "distill":
     return config.distill.label_weight > 0
   return config.objective == "supervised"
@@ -85,7 +88,8 @@ def reads_labels(config: ml_collections.ConfigDict) -> bool:
 def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   """Preprocesses one example; a label outside [0, K) fails loudly. Without
   `labels` the example's label (if any) is not read; with `spec.uint8` the
-  pipeline's last op is left to the train step (`handover.DEVICE_OPS`)."""
+  pipeline's last op is left to the train step (`handover.DEVICE_OPS`);
+  with `spec.text` its text (the example's "text") becomes token ids."""
   image_fn = preprocess.make_image_fn(
       spec.pp, spec.image_size, crop_on_decode=spec.crop_on_decode,
       crop_antialias=spec.crop_antialias,
@@ -96,6 +100,10 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "
                     "self-supervised training (config.objective="
                     "masked_patch) reads it.")
+  text_fn = None
+  if spec.text is not None:
+    sources.check_text(source, spec.text)
+    text_fn = tokenizer.text_fn(spec.text)
 
   def target(label):
     """The label as a target, and whether it is one of the classes (checked
@@ -116,6 +124,8 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
       out["labels"], in_range = target(example["label"])
       if in_range is not None:
         out[_LABEL_IN_RANGE] = in_range
+    if text_fn is not None:
+      out.update(text_fn(example["text"], seed))
     return out
 
   return fn
@@ -200,9 +210,14 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
   fetch = getattr(source, "fetch", lambda record: record)
   records = records.map(_as_written(lambda i, record: (i, fetch(record))),
                         num_parallel_calls=tf.data.AUTOTUNE)
-  examples = unreadable.map_skipping_unreadable(
-      records, lambda i, record: example_fn(i, source.decode(record)), name,
-      log)
+
+  def decoded(i, record):
+    example = source.decode(record)
+    if spec.text is not None:  # A TFDS feature, as the record has it.
+      example = {**example, "text": record[spec.text.key]}
+    return example_fn(i, example)
+
+  examples = unreadable.map_skipping_unreadable(records, decoded, name, log)
   return examples.map(_as_written(_checked_labels(source)))
 
 

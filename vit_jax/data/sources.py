@@ -5,10 +5,11 @@ Both sources read undecoded records by their index in a split
 their listing), or, for TFDS datasets stored as TFRecord files, in
 sequence (`read`: one process's disjoint share), and `decode` them into
 `{"image": uint8 HxWxC, "label": int64 or multi-hot f32[K]}` (no "label"
-for unlabelled data: `num_classes` is then 0), and give the metadata the
-trainer needs (classes, split sizes). A data spec's dataset picks the
-source (`vit_jax/data/specs.py`): a
-TFDS name (`cifar10`, `imagenet2012`, the built-in `digits`),
+for unlabelled data: `num_classes` is then 0; a TFDS record's text
+features stay in the record, read by `check_text`'s key), and give the
+metadata the trainer needs (classes, split sizes). A data spec's dataset
+picks the source (`vit_jax/data/specs.py`): a TFDS name (`cifar10`,
+`imagenet2012`, the built-in `digits` and `digits_captions`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
 (see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
 `vtab_tasks.py`). In a multi-process run only process 0 prepares a TFDS
@@ -44,15 +45,17 @@ FILE_FORMAT = "array_record"  # Of the datasets TFDS prepares for us.
 
 
 def _builder(name: str, data_dir, **kwargs):
-  """TFDS's builder of dataset `name`, the built-in `digits` and the
-  benchmarks' `synthetic_images` among them."""
+  """TFDS's builder of dataset `name`, the built-in `digits`,
+  `digits_captions` and the benchmarks' `synthetic_images` among them."""
   # TFDS alone, before TensorFlow loads (TFDS loads it only to build a
   # dataset; `tfds` loads it first, quietly): an unknown name is said at once.
   from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
   import tensorflow_datasets as tfds_alone  # pylint: disable=g-import-not-at-top
 
-  from vit_jax.data import digits  # noqa: F401  # Registers its builder.
-  from vit_jax.data import synthetic  # noqa: F401  # Registers its builder.
+  # Each registers its builder.
+  from vit_jax.data import digits  # noqa: F401
+  from vit_jax.data import digits_captions  # noqa: F401
+  from vit_jax.data import synthetic  # noqa: F401
   not_found = tfds_alone.core.registered.DatasetNotFoundError
   try:
     parsed, _ = tfds_alone.core.naming.parse_builder_name_kwargs(name)
@@ -250,6 +253,11 @@ class TfdsSource:
     self._builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
 
+  @property
+  def features(self):
+    """The dataset's TFDS features (a FeaturesDict)."""
+    return self._builder.info.features
+
   def num_examples(self, split) -> int:
     try:
       return self._builder.info.splits[split].num_examples
@@ -352,20 +360,42 @@ class VtabSource(TfdsSource):
     return {"image": image, "label": self.task.label(record)}
 
 
+def check_text(source, text: specs.TextSpec):
+  """A UserError unless `source` has a text feature `text.key` (a Text, or
+  a Sequence of Text)."""
+  features = getattr(source, "features", None)
+  if features is None:
+    raise UserError(f"{source.name} has no text (config.text.key="
+                    f"{text.key!r}): image-text training reads a TFDS "
+                    "dataset with captions, e.g. digits_captions.")
+  feature = features[text.key] if text.key in features else None
+  if isinstance(feature, tfds.features.Sequence):
+    feature = feature.feature
+  if not isinstance(feature, tfds.features.Text):
+    raise UserError(f"Dataset {source.name!r} has no text feature "
+                    f"{text.key!r} (config.text.key); its features: "
+                    f"{', '.join(features.keys())}.")
+
+
 def make_source(spec: specs.DataSpec, index_dir=None):
-  """The spec's dataset. `index_dir` (the training workdir) keeps an image
-  folder's listing, so other processes and resumed runs read it."""
+  """The spec's dataset (with `spec.text`, checked to have that text).
+  `index_dir` (the training workdir) keeps an image folder's listing, so
+  other processes and resumed runs read it."""
   if spec.dataset.startswith((FOLDER_PREFIX, VTAB_PREFIX)) and spec.label_key:
     raise UserError(f"data.label_key={spec.label_key!r} names a TFDS "
                     f"feature; {spec.dataset} has its own labels.")
   if spec.dataset.startswith(FOLDER_PREFIX):
-    return image_folder.ImageFolderSource(spec.dataset[len(FOLDER_PREFIX):],
-                                          index_dir)
-  if spec.dataset.startswith(VTAB_PREFIX):
-    return VtabSource(spec.dataset[len(VTAB_PREFIX):], spec.data_dir,
-                      spec.manual_dir)
-  return TfdsSource(spec.dataset, spec.data_dir, spec.manual_dir,
-                    label_key=spec.label_key)
+    source = image_folder.ImageFolderSource(spec.dataset[len(FOLDER_PREFIX):],
+                                            index_dir)
+  elif spec.dataset.startswith(VTAB_PREFIX):
+    source = VtabSource(spec.dataset[len(VTAB_PREFIX):], spec.data_dir,
+                        spec.manual_dir)
+  else:
+    source = TfdsSource(spec.dataset, spec.data_dir, spec.manual_dir,
+                        label_key=spec.label_key)
+  if spec.text is not None:
+    check_text(source, spec.text)
+  return source
 
 
 def label_names(spec: specs.DataSpec, index_dir=None):

@@ -2,7 +2,8 @@
 batched, as one value (`DataSpec`).
 
 Training reads `training(config)`: the config's dataset, `train_split`,
-`pp_train` and `batch_size`. An evaluator reads `evaluation(config, data)`:
+`pp_train` and `batch_size` (and for image-text training the text of
+`config.text`: `text_spec`). An evaluator reads `evaluation(config, data)`:
 the config's evaluation data (`eval_split`, `pp_eval`, `eval_batch_size`),
 with the fields its entry's `data` sets instead (`config.evals.NAME.data`:
 any of DATA_FIELDS; None keeps the config's). Both build the spec in one
@@ -24,6 +25,18 @@ from vit_jax.errors import UserError
 # The fields an evaluator's `data` may set (config/defaults.py declares them).
 DATA_FIELDS = ("dataset", "split", "pp", "batch_size", "cache", "data_dir",
                "manual_dir", "label_key", "sequence_length")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSpec:
+  """The text read with each image (image-text training, its evaluators):
+  one caption drawn per example with the example's seed ("text"), or all
+  of them ("texts", "texts_mask"; see `tokenizer.text_fn`)."""
+  key: str  # The dataset's text feature: a Text, or a Sequence of Text.
+  tokenizer: str  # A SentencePiece .model, a tokenizer.json or 'digits'.
+  length: int  # Tokens per text, the last one EOS.
+  all_captions: bool = False  # Every caption (retrieval), not one drawn.
+  max_captions: int = 5  # all_captions: texts per image, padded or cut.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +67,7 @@ class DataSpec:
   # (`length_schedule.py`); () and 0: one length, batch_size images.
   sequence_lengths: tuple = ()
   token_budget: int = 0
+  text: Optional[TextSpec] = None  # Captions as token ids; None: no text.
 
 
 def _checked(spec: DataSpec, where: str) -> DataSpec:
@@ -67,9 +81,31 @@ def _checked(spec: DataSpec, where: str) -> DataSpec:
     raise UserError(f"config.max_unreadable_share="
                     f"{spec.max_unreadable_share} must be a share between 0 "
                     "and 1 (0: any unreadable image stops the run).")
+  if spec.text is not None:
+    _check_text(spec.text)
   preprocess.parse(spec.pp, spec.image_size, spec.crop_antialias,
                    spec.patch_size, spec.sequence_length)
   return spec
+
+
+def _check_text(text: TextSpec):
+  if not text.key or not text.tokenizer:
+    raise UserError("config.text.key and config.text.tokenizer name the "
+                    "dataset's text feature and its tokenizer; give both.")
+  if text.length < 1 or text.max_captions < 1:
+    raise UserError(f"config.text.length={text.length} (tokens, EOS "
+                    f"included) and max_captions={text.max_captions} must "
+                    "be at least 1.")
+
+
+def text_spec(config: ml_collections.ConfigDict,
+              all_captions: bool = False) -> Optional[TextSpec]:
+  """The text an image-text objective reads (config.text); None for the
+  other objectives."""
+  if config.objective not in ("siglip", "clip"):
+    return None
+  return TextSpec(key=config.text.key, tokenizer=config.text.tokenizer,
+                  length=config.text.length, all_captions=all_captions)
 
 
 def _common(config: ml_collections.ConfigDict) -> dict:
@@ -84,22 +120,25 @@ def _common(config: ml_collections.ConfigDict) -> dict:
 
 def training(config: ml_collections.ConfigDict) -> DataSpec:
   """The training data of a config."""
-  return _checked(
-      DataSpec(dataset=config.dataset, split=config.train_split,
-               pp=config.pp_train, batch_size=config.batch_size,
-               shuffle_buffer=config.shuffle_buffer, sequence_lengths=tuple(
-                   config.get("sequence_lengths",
-                              ())), token_budget=config.get("token_budget") or
-               0, uint8=handover.hands_over_uint8(config), **_common(config)),
-      "The training data (config.dataset, train_split, pp_train)")
+  lengths = tuple(config.get("sequence_lengths", ()))
+  spec = DataSpec(
+      dataset=config.dataset, split=config.train_split, pp=config.pp_train,
+      batch_size=config.batch_size, shuffle_buffer=config.shuffle_buffer,
+      sequence_lengths=lengths, token_budget=config.get("token_budget") or 0,
+      uint8=handover.hands_over_uint8(config), text=text_spec(config),
+      **_common(config))
+  return _checked(spec,
+                  "The training data (config.dataset, train_split, pp_train)")
 
 
 def evaluation(config: ml_collections.ConfigDict, data=None,
-               where: str = "config") -> DataSpec:
+               where: str = "config",
+               text: Optional[TextSpec] = None) -> DataSpec:
   """The config's evaluation data, with the non-None fields of `data` (an
-  evaluator entry's `data`, or a dict of DATA_FIELDS) instead."""
+  evaluator entry's `data`, or a dict of DATA_FIELDS) instead; `text`: the
+  captions read with it (e.g. `text_spec(config, all_captions=True)`)."""
   fields = dict(dataset=config.dataset, split=config.eval_split,
-                pp=config.pp_eval, batch_size=config.eval_batch_size,
+                pp=config.pp_eval, batch_size=config.eval_batch_size, text=text,
                 **_common(config))
   data = dict(data or {})
   unknown = sorted(set(data) - set(DATA_FIELDS))

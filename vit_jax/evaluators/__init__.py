@@ -7,6 +7,8 @@ names (`registry.py` says how). The built-in types:
   fewshot         few-shot linear accuracy (config.fewshot's protocol)
   distill         a distilled student against its teachers: agreement,
                   distillation loss, both accuracies
+  zeroshot        an image-text model's zero-shot accuracy (class names in
+  retrieval       prompts) and image<->text recall at 1, 5, 10
 
 A type of one's own is a module with one `@register` function, named in
 config.imports.
@@ -15,6 +17,7 @@ config.imports.
 from vit_jax.evaluators import classification
 from vit_jax.evaluators import distillation
 from vit_jax.evaluators import fewshot_linear
+from vit_jax.evaluators import image_text
 from vit_jax.evaluators import patch_prediction
 from vit_jax.evaluators.registry import TYPES
 from vit_jax.evaluators.registry import Context
@@ -25,7 +28,7 @@ from vit_jax.evaluators.registry import from_config
 from vit_jax.evaluators.registry import register
 
 # Registered now.
-del classification, distillation, fewshot_linear, patch_prediction
+del classification, distillation, fewshot_linear, image_text, patch_prediction
 __all__ = [
     "Context", "Entry", "Scheduled", "TYPES", "check", "from_config", "register"
 ]

@@ -116,7 +116,14 @@ def _starting_state(config, manager, model, tx, mesh):
       return restored, state_sharding
   state = train_state.initialise(model, tx, config.image_size, config.seed,
                                  state_sharding, ema=config.ema_decay > 0)
-  if config.init.checkpoint:
+  if config.init.checkpoint and models.is_two_towers(model):
+    params = weights.init_two_towers(config, config.init.checkpoint,
+                                     state.params, state_sharding.params)
+    state = state.replace(
+        params=params,
+        ema_params=(None if state.ema_params is None else jax.tree.map(
+            jnp.copy, params)))
+  elif config.init.checkpoint:
     params = weights.init_params(config, config.init.checkpoint, state.params,
                                  state_sharding.params)
     state = state.replace(
@@ -222,7 +229,9 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
       "supervised": f"{info.num_classes} classes",
       "masked_patch": f"masked_patch: {config.masked_patch.target}",
       "distill": f"{info.num_classes} classes from {len(teachers)} "
-                 f"teacher{'s' if len(teachers) > 1 else ''}"
+                 f"teacher{'s' if len(teachers) > 1 else ''}",
+      "siglip": f"SigLIP, text tower {config.text.variant}",
+      "clip": f"CLIP, text tower {config.text.variant}",
   }[config.objective]
   placed = hardware.placement(jax.devices()).describe()
   console.say(

@@ -17,10 +17,12 @@ import ml_collections
 from vit_jax.config.model_form import ModelForm
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
+from vit_jax.models import text
 from vit_jax.models import variants
 from vit_jax.models.attention import FP8_STATE
 from vit_jax.models.mixer import MlpMixer
 from vit_jax.models.model_checks import check_model_config
+from vit_jax.models.two_towers import TwoTowers
 from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import Variant
 from vit_jax.models.vit import VisionTransformer
@@ -81,11 +83,42 @@ def stride(model_config: ml_collections.ConfigDict) -> int:
           variants.get_variant(model_config.variant).stride)
 
 
+IMAGE_TEXT_OBJECTIVES = ("siglip", "clip")
+# The objectives' own (temperature, bias) at init: the SigLIP paper's t = 10
+# and b = -10 (most pairs are negatives), CLIP's t = 1 / 0.07 and no bias.
+INITS = {"siglip": (10.0, -10.0), "clip": (1 / 0.07, None)}
+
+
+def two_towers(config) -> TwoTowers:
+  """The image-text model of a decided config: config.model's ViT as the
+  image tower, config.text's tower, both projecting to
+  config.text.embedding_dim (config.text.vocab_size set: `weights.decide`
+  reads it from the tokenizer)."""
+  t = config.text
+  if not t.vocab_size:
+    raise ValueError("config.text.vocab_size is still None: pass the config "
+                     "through vit_jax.weights.decide first.")
+  image = build_model(
+      config.model,
+      t.embedding_dim if t.image_head else None).clone(head_zeroinit=False)
+  form = ModelForm.from_config(config.model)
+  tower = text.TextTransformer(t.embedding_dim, variants.get_variant(t.variant),
+                               t.vocab_size, text.text_form(form), t.pool)
+  temperature, bias = INITS[config.objective]
+  if config.objective == "siglip" and t.bias_init is not None:
+    bias = t.bias_init
+  return TwoTowers(image, tower, t.temperature_init or temperature, bias,
+                   t.length)
+
+
 def from_config(config, num_classes):
   """The model a training config trains (the loop, the plan and `inspect`
   build it so): with a head of `num_classes` (None: none); for
   config.objective=masked_patch no head but the [mask] token and the patch
-  head. Inference and few-shot read a plain ViT (`build_model`)."""
+  head; for siglip and clip the two towers (`two_towers`). Inference and
+  few-shot read a plain ViT (`build_model`)."""
+  if config.objective in IMAGE_TEXT_OBJECTIVES:
+    return two_towers(config)
   if config.objective != "masked_patch":
     return build_model(config.model, num_classes)
   mp = config.masked_patch
@@ -95,8 +128,14 @@ def from_config(config, num_classes):
                                 mp.downsized_size))
 
 
+def is_two_towers(model: nn.Module) -> bool:
+  return isinstance(model, TwoTowers)
+
+
 def vit_of(model: nn.Module) -> VisionTransformer:
   """The ViT itself, where `build_model` composed parts around it."""
+  if isinstance(model, TwoTowers):
+    return model.img
   return model.vit if isinstance(model, masked_patch.MaskedPatchViT) else model
 
 
@@ -105,6 +144,9 @@ def with_block_gather(model: nn.Module, gather) -> nn.Module:  # ViTs only.
   (FSDP; see `encoder.Encoder`)."""
   if isinstance(model, masked_patch.MaskedPatchViT):
     return model.clone(vit=model.vit.clone(gather_block=gather))
+  if isinstance(model, TwoTowers):
+    return model.clone(img=model.img.clone(gather_block=gather),
+                       txt=model.txt.clone(gather_block=gather))
   return model.clone(gather_block=gather)
 
 

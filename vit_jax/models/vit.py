@@ -101,6 +101,9 @@ class VisionTransformer(nn.Module):
   form: ModelForm = ModelForm()
   use_posemb: bool = True  # False: none (tests of the encoder alone).
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
+  # False: the head starts at LeCun-normal, as an image-text tower's
+  # projection must (a zero embedding has no direction to normalise).
+  head_zeroinit: bool = True
 
   @property
   def has_class_token(self) -> bool:
@@ -287,9 +290,13 @@ def pre_logits_and_head(model: nn.Module, x_BxD, out: dict):
   out["pre_logits"] = x_BxD = x_BxD.astype(jnp.float32)
   if model.num_classes is None:
     return x_BxD, out
+  # The Mixer has no such field: its head starts at zero.
+  zero = getattr(model, "head_zeroinit", True)
   logits_BxK = nn.Dense(
       model.num_classes, dtype=jnp.float32, param_dtype=param_dtype,
-      kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(
+      kernel_init=(nn.initializers.zeros
+                   if zero else nn.initializers.lecun_normal()),
+      bias_init=nn.initializers.constant(
           form.head_bias_init), name="head")(x_BxD)
   out["logits"] = logits_BxK
   return logits_BxK, out

@@ -1,9 +1,10 @@
-"""What a train step minimises: the losses and the three objectives
-(supervised classification, the paper's masked patch prediction,
-distillation from frozen teachers), and the checks of the config fields
-that choose them. Imports no TensorFlow.
+"""What a train step minimises: the losses and the objectives (supervised
+classification, the paper's masked patch prediction, distillation from
+frozen teachers, image-text pairs: SigLIP's and CLIP's), and the checks of
+the config fields that choose them. Imports no TensorFlow.
 """
 
+import re
 from typing import Callable
 
 import jax
@@ -12,9 +13,12 @@ import ml_collections
 import optax
 
 from vit_jax import models
+from vit_jax import sharding
 from vit_jax.config import fields
 from vit_jax.errors import UserError
 from vit_jax.models import masked_patch
+from vit_jax.models import text
+from vit_jax.training import contrastive
 from vit_jax.training import distill
 from vit_jax.training import mixup
 
@@ -157,6 +161,28 @@ def masked_patch_prediction(mp_config, stride: int) -> Objective:
   return objective
 
 
+def image_text(loss: str, mesh=None, chunked: bool = True) -> Objective:
+  """SigLIP's sigmoid loss (`loss="siglip"`) or CLIP's softmax loss both
+  ways (`"clip"`) over the whole global batch of image-text pairs
+  (`contrastive.py`; on `mesh`, sharded over its batch axes). The model is
+  the two towers (`models/two_towers.py`); labels are not read. Metrics:
+  the temperature t and SigLIP's bias b."""
+  axes = None if mesh is None else sharding.batch_axes(mesh)
+
+  def objective(apply, batch, rng):
+    zimg, ztxt, out = apply(batch["image"], texts=batch["text"],
+                            rngs={"dropout": rng})
+    if loss == "siglip":
+      value = contrastive.sigmoid_loss(zimg, ztxt, out["t"], out["b"], mesh,
+                                       axes, chunked)
+      return value, {"temperature": out["t"], "bias": out["b"]}
+    return contrastive.softmax_loss(zimg, ztxt, out["t"], mesh, axes), {
+        "temperature": out["t"]
+    }
+
+  return objective
+
+
 def _supervised_for_config(config: ml_collections.ConfigDict) -> Objective:
   return supervised(LOSSES[config.loss], config.label_smoothing,
                     config.mixup.alpha, config.mixup.p)
@@ -179,12 +205,19 @@ OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
     "supervised": _supervised_for_config,
     "masked_patch": _masked_patch_for_config,
     "distill": _distillation_for_config,
+    "siglip": None,  # Made with the mesh (`objective_for_config`).
+    "clip": None,
 }
 # The objectives whose model has a classification head.
 CLASSIFIERS = ("supervised", "distill")
 
 
-def objective_for_config(config: ml_collections.ConfigDict) -> Objective:
+def objective_for_config(config: ml_collections.ConfigDict,
+                         mesh=None) -> Objective:
+  """The config's objective; an image-text one's loss runs over `mesh`'s
+  batch axes (None: the whole batch as one array)."""
+  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
+    return image_text(config.objective, mesh, config.text.chunked)
   return OBJECTIVES[config.objective](config)
 
 
@@ -206,6 +239,52 @@ def check_config(config: ml_collections.ConfigDict):
   distill.check_config(config)
   if config.objective == "masked_patch":
     check_masked_patch(config)
+  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
+    check_image_text(config)
+
+
+def check_image_text(config: ml_collections.ConfigDict):
+  """What siglip and clip need of config.text and the loop."""
+  t = config.text
+  fields.check_choice(config, "text.pool", text.POOLS)
+  if config.accum_steps > 1:
+    raise UserError(
+        f"config.accum_steps={config.accum_steps} splits the batch, and "
+        f"config.objective={config.objective} scores every image against "
+        "every text of the whole batch (its negatives): a micro-batch's loss "
+        "is another loss. Set config.accum_steps=1 (a smaller batch, or more "
+        "devices, instead).")
+  if config.mixup.alpha > 0 or config.label_smoothing:
+    raise UserError("config.mixup.alpha and config.label_smoothing mix "
+                    f"labels, which config.objective={config.objective} does "
+                    "not read; set both to 0.")
+  for name in ("length", "embedding_dim"):
+    if not t[name] or t[name] < 1:
+      raise UserError(f"config.text.{name}={t[name]} must be a positive "
+                      "integer.")
+  if t.temperature_init is not None and t.temperature_init <= 0:
+    raise UserError(f"config.text.temperature_init={t.temperature_init} must "
+                    "be positive (it is stored as its log).")
+  if config.objective == "clip" and t.bias_init is not None:
+    raise UserError(
+        f"config.text.bias_init={t.bias_init}: CLIP's softmax loss does not "
+        "change with a bias added to every logit, so it would never learn; "
+        "leave it None with config.objective=clip.")
+  models.get_variant(t.variant)  # An unknown name: its own clear error.
+  locked = any(re.fullmatch(rx, "img/embedding/kernel") for rx in config.frozen)
+  if locked and not config.init.checkpoint:
+    raise UserError(
+        "config.frozen locks the image tower (img/), which config.init."
+        "checkpoint does not load: it would stay at its random init. Give "
+        "the image checkpoint to start from (LiT: a trained ViT), e.g. "
+        "configs/image_text.py:lit_digits,init=workdirs/demo/pretrain.")
+  image = models.get_variant(config.model.variant)
+  if not t.image_head and t.embedding_dim != image.hidden_size:
+    raise UserError(
+        f"config.text.image_head=False makes the image tower's "
+        f"{image.hidden_size}-wide features its embedding, so the text "
+        f"tower must project to it: set config.text.embedding_dim="
+        f"{image.hidden_size} (it is {t.embedding_dim}).")
 
 
 def check_masked_patch(config: ml_collections.ConfigDict):

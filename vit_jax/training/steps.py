@@ -84,9 +84,11 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
   gradient accumulation, the mean over its micro-batches').
   """
   fp8 = models.uses_fp8(model)
-  # FP8's amax is the whole batch's only where XLA partitions the step;
-  # FSDP's explicit per-shard collectives are not used with it.
-  gathering = fsdp.gathering_plan(model, params_sharding, explicit=not fp8)
+  # FP8's amax is the whole batch's only where XLA partitions the step, and
+  # an image-text loss has its own collectives over the batch
+  # (`contrastive.py`): FSDP's explicit per-shard step is not used there.
+  gathering = fsdp.gathering_plan(
+      model, params_sharding, explicit=not (fp8 or models.is_two_towers(model)))
   model = gathering.wrap_model(model)
 
   run_teachers = teachers_lib.make_apply(teachers, gathering.explicit)
@@ -184,11 +186,11 @@ def train_step_for_config(config: ml_collections.ConfigDict, model, tx,
   compiles (one definition, so the plan measures the real step); with a
   distillation's `teachers` (`teachers.load`), their parameters bound."""
   step = jit_train_step(
-      make_train_step(
-          model, tx, objectives.objective_for_config(config), schedule, mesh,
-          config.accum_steps, config.ema_decay, state_sharding.params,
-          tuple(config.frozen), state_sharding.fp8, teachers), state_sharding,
-      mesh, config.sharding.logical_axis_rules,
+      make_train_step(model, tx, objectives.objective_for_config(
+          config, mesh), schedule, mesh, config.accum_steps,
+                      config.ema_decay, state_sharding.params,
+                      tuple(config.frozen), state_sharding.fp8, teachers),
+      state_sharding, mesh, config.sharding.logical_axis_rules,
       teachers_lib.shardings_of(teachers) if teachers else None)
   if not teachers:
     return step

@@ -87,6 +87,7 @@ from vit_jax.weights.timm.timm_dir import write as write_timm_dir
 from vit_jax.weights.timm.timm_mixer import from_timm_mixer
 from vit_jax.weights.timm.timm_mixer import to_timm_mixer
 from vit_jax.weights.transformers.hf_dir import write as write_hf_dir
+from vit_jax.weights.two_tower_files import init_two_towers
 from vit_jax.weights.writers import EXPORT_FORMATS
 from vit_jax.weights.writers import at_patch_size
 from vit_jax.weights.writers import released_params
@@ -97,9 +98,9 @@ from vit_jax.weights.writers import with_posemb_table
 
 __all__ = [
     "forget_announced", "split_tower", "Released", "MixerArchitecture",
-    "training_workdir", "convert_tensors", "WeightsError", "Architecture",
-    "read_architecture", "mixer_architecture", "is_mixer", "decide",
-    "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
+    "init_two_towers", "training_workdir", "convert_tensors", "WeightsError",
+    "Architecture", "read_architecture", "mixer_architecture", "is_mixer",
+    "decide", "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
     "describe_weights", "EvalPreprocessing", "eval_preprocessing_of",
     "config_fix", "family_name", "family_options", "CACHE_VARIABLE",
     "OFFLINE_VARIABLE", "cache_path", "locate", "class_names", "weights_file",

@@ -48,6 +48,7 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     checkpoint = config.init.checkpoint
   if checkpoint:  # Before a released checkpoint is downloaded.
     loader.check_released_variant(checkpoint, config.model.variant)
+  config = _decided_vocabulary(config)
   open_fields = [f for f in _DECIDERS if config.model[f] is None]
   if not open_fields:
     return config
@@ -69,6 +70,22 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     said = report.GELU_NAMES[value] if field == "gelu_approximate" else value
     logging.info("%s: %s, %s (config.model.%s was unset).", _LABELS[field],
                  said, why, field)
+  return config
+
+
+def _decided_vocabulary(config):
+  """An image-text config's text.vocab_size, where unset: its tokenizer's."""
+  from vit_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import builder  # (Both import this module's users.)
+  if (config.objective not in builder.IMAGE_TEXT_OBJECTIVES or
+      config.text.vocab_size):
+    return config
+  config = config.copy_and_resolve_references()
+  size = tokenizer.load_tokenizer(config.text.tokenizer).vocab_size
+  config.text.vocab_size = size
+  logging.info(
+      "Text vocabulary: %d pieces, config.text.tokenizer=%s's "
+      "(config.text.vocab_size was unset).", size, config.text.tokenizer)
   return config
 
 

@@ -68,7 +68,7 @@ def convert(origin_name: str, fmt: str, tensors, path: str) -> Converted:
     converted = from_big_vision(tensors, path)
   else:
     if origin_name == "released_current_flax":
-      tensors = {_rename_block(k): v for k, v in tensors.items()}
+      tensors = {rename_block(k): v for k, v in tensors.items()}
     converted = from_released(tensors, fmt)
     converted.origin = origin_name
   converted.notes += [note] if note else []
@@ -78,10 +78,10 @@ def convert(origin_name: str, fmt: str, tensors, path: str) -> Converted:
 def flax_names(tensors, path) -> tuple[dict, Optional[str]]:
   """A Flax file's entries without wrappers, of one tower (`towers.py`),
   and what the report should say about the tower."""
-  return towers.select(_strip_prefixes(tensors), path)
+  return towers.select(strip_prefixes(tensors), path)
 
 
-def _strip_prefixes(tensors):
+def strip_prefixes(tensors):
   """Drops optimizer state and the 'params/' or 'opt/target/' wrappers."""
   out = {}
   for name, value in tensors.items():
@@ -108,7 +108,7 @@ def from_released(tensors, fmt="npz") -> Converted:
                    "orbax" if fmt == "orbax" else "released")
 
 
-def _rename_block(name: str) -> str:
+def rename_block(name: str) -> str:
   """Current-Flax block module names -> the released (older Flax) ones."""
   if name.startswith("Transformer/encoderblock"):
     for new, old in zip(_NEW_BLOCK_NAMES, _OLD_BLOCK_NAMES):
@@ -132,7 +132,7 @@ def from_big_vision(tensors, path) -> Converted:
       # layer: the conv kernel, reshaped.
       value, naflex = _conv_kernel(value, path), True
     elif name.startswith("Transformer/encoderblock"):
-      name = _rename_block(name)
+      name = rename_block(name)
     elif name.startswith("MAPHead_0/") or name in (
         "cls", "embedding/kernel", "embedding/bias") or name.startswith(
             ("head/", "pre_logits/", "Transformer/encoder_norm/")):

@@ -1,0 +1,126 @@
+"""Starting weights of an image-text model (`models/two_towers.py`).
+
+A two-tower file (big_vision's SigLIP `.npz`: `img/`, `txt/`, `t`, `b`,
+or an image-text run's workdir) loads whole: the image tower as any ViT
+checkpoint (`loader.init_params` on `FILE:img`: big_vision's names, the
+position table resized to the run's grid, the report), the text tower and
+the scalars here. Any other checkpoint is an image tower: LiT's start, the
+text tower, `t` and `b` at their random init.
+"""
+
+import flax
+import jax
+
+from vit_jax import console
+from vit_jax.errors import WeightsError
+from vit_jax.models import scan
+from vit_jax.weights import loader
+from vit_jax.weights.big_vision import flax_names
+from vit_jax.weights.files import formats
+
+TEXT_ENCODER = "Encoder_0"  # The text tower's blocks (the image's:
+# `Transformer`), renamed to reuse the image tower's block helpers.
+
+
+def _towers(path: str, cache_dir=None) -> dict | None:
+  """{name: array} of a two-tower file without its wrappers; None for a
+  file that is not one."""
+  file, _ = formats.split_tower(path)
+  fmt, tensors = formats.read(file, cache_dir)
+  del fmt
+  tensors = flax_names.strip_prefixes(tensors)
+  top = {name.split("/")[0] for name in tensors}
+  return tensors if {"img", "txt"} <= top else None
+
+
+def text_tower_names(tensors: dict, scanned_layers: int = 0) -> dict:
+  """A text tower's entries (without `txt/`) in this project's names:
+  big_vision's current-Flax block names as the released ones (as the image
+  tower's), its scanned blocks looped, or stacked for a scanned target of
+  `scanned_layers` layers."""
+  prefix = TEXT_ENCODER + "/"
+  as_image = {
+      (scan.ENCODER + "/" + k[len(prefix):] if k.startswith(prefix) else k): v
+      for k, v in tensors.items()
+  }
+  as_image = {
+      flax_names.rename_block(k): v
+      for k, v in scan.unstack_flat(as_image).items()
+  }
+  if scanned_layers:
+    as_image = scan.stack_flat(as_image, scanned_layers)
+  encoder = scan.ENCODER + "/"
+  return {
+      (prefix + k[len(encoder):] if k.startswith(encoder) else k): v
+      for k, v in as_image.items()
+  }
+
+
+def _text_and_scalars(tensors: dict, target_flat: dict, path: str) -> dict:
+  """The file's `txt/...`, `t` and `b` for the target's names, checked."""
+  scanned = [
+      v.shape[0]
+      for k, v in target_flat.items()
+      if k.startswith(f"txt/{TEXT_ENCODER}/encoderblock/")
+  ]
+  text = text_tower_names(
+      {
+          k[len("txt/"):]: v for k, v in tensors.items() if k.startswith("txt/")
+      }, scanned[0] if scanned else 0)
+  source = {f"txt/{k}": v for k, v in text.items()}
+  source.update({k: v for k, v in tensors.items() if k in ("t", "b")})
+  wanted = {k: v for k, v in target_flat.items() if not k.startswith("img/")}
+  missing = sorted(set(wanted) - set(source))
+  unexpected = sorted(set(source) - set(wanted))
+  resized = [
+      f"{k} {tuple(source[k].shape)} (the model's {tuple(wanted[k].shape)})"
+      for k in sorted(set(wanted) & set(source))
+      if tuple(source[k].shape) != tuple(wanted[k].shape)
+  ]
+  if missing or unexpected or resized:
+    said = [("the model has, the file not", missing),
+            ("the file has, the model not", unexpected),
+            ("of another shape", resized)]
+    lines = "; ".join(f"{what}: {', '.join(names[:6])}"
+                      f"{' ...' if len(names) > 6 else ''}"
+                      for what, names in said
+                      if names)
+    raise WeightsError(
+        f"{path}'s text tower does not match config.text's ({lines}). Set "
+        "config.text.variant, vocab_size, length, pool and embedding_dim as "
+        "the file has them (`vit-jax inspect` on it says), and "
+        "config.objective=siglip where it has a bias b.")
+  return {k: v.astype(wanted[k].dtype) for k, v in source.items()}
+
+
+def init_two_towers(config, path: str, params, params_sharding):
+  """`params` (the two towers': `img/`, `txt/`, `t`, `b`) from the
+  checkpoint at `path`: both towers and the scalars where it is a two-tower
+  file, else the image tower alone (config.model's ViT; config.init's
+  policy: dont_load, the position embeddings' resize)."""
+  file, _ = formats.split_tower(path)
+  tensors = _towers(path, config.init.cache_dir)
+  image_path = f"{file}:img" if tensors is not None else path
+  image = loader.init_params(config, image_path, params["img"],
+                             params_sharding["img"],
+                             role="Image tower initialised")
+  if tensors is None:
+    return {**params, "img": image}
+  target = flax.traverse_util.flatten_dict(params, sep="/")
+  shardings = flax.traverse_util.flatten_dict(params_sharding, sep="/")
+  loaded = _text_and_scalars(tensors, target, path)
+  for name, value in loaded.items():
+    target[name] = jax.make_array_from_callback(value.shape, shardings[name],
+                                                lambda index, v=value: v[index])
+  console.say("Text tower, t%s from %s (%d arrays).",
+              " and b" if "b" in loaded else "", file, len(loaded))
+  out = flax.traverse_util.unflatten_dict(target, sep="/")
+  out["img"] = image
+  return out
+
+
+def is_two_towers_file(path: str, cache_dir=None) -> bool:
+  try:
+    return _towers(path, cache_dir) is not None
+  except (OSError, WeightsError):
+    return False
