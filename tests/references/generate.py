@@ -6,6 +6,7 @@
     .venv-torch/bin/python -m tests.references.generate families  # ditto
     .venv-torch/bin/python -m tests.references.generate hf        # ditto
     .venv-torch/bin/python -m tests.references.generate rope      # ditto
+    .venv-torch/bin/python -m tests.references.generate siglip    # ditto
 
 Runs where torch, timm and transformers are installed (the pins of
 `requirements.txt`; `make torch-env` builds that environment on Python 3.11
@@ -15,13 +16,16 @@ the models are built from their classes, with random weights.
 """
 
 import json
+import os
 import platform
+import shutil
 import sys
 
 import numpy as np
 
 from tests.helpers import torch_reference
 from tests.helpers import torch_rope_reference
+from tests.helpers import torch_siglip_reference
 from tests.references import stored
 
 
@@ -182,6 +186,38 @@ def write_rope(versions: dict):
                      metadata=metadata)
 
 
+def write_siglip(versions: dict):
+  """transformers' tiny SiglipModel (`torch_siglip_reference`): the
+  directory its save_pretrained writes (tiny_hf_siglip/: config.json,
+  model.safetensors), checked to load back by from_pretrained, and in a
+  file of their own its inputs and outputs
+  (`torch_siglip_reference.outputs`) and its config."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  model = torch_siglip_reference.siglip_model()
+  pixels, ids = torch_siglip_reference.inputs()
+  out = torch_siglip_reference.outputs(model, pixels, ids)
+  torch_siglip_reference.check(model, pixels, ids, out)
+  directory = stored.path("tiny_hf_siglip")
+  shutil.rmtree(directory, ignore_errors=True)
+  os.makedirs(directory)
+  torch_siglip_reference.save_pretrained_checked(model, directory, pixels, ids,
+                                                 out)
+  metadata = dict(versions)
+  metadata["config"] = json.dumps(model.config.to_dict(), sort_keys=True)
+  metadata["model"] = type(model).__name__
+  # pylint: disable-next=protected-access
+  metadata["attn_implementation"] = model.config._attn_implementation
+  metadata["eos_id"] = str(torch_siglip_reference.EOS_ID)
+  metadata["text_pooling"] = "last position"
+  filename = stored.path("tiny_hf_siglip_outputs.safetensors")
+  st_numpy.save_file({
+      "pixel_values": pixels,
+      "input_ids": ids,
+      **out
+  }, filename, metadata=metadata)
+  _sort_metadata(filename)
+
+
 def write_full_size(versions: dict):
   """Each model's parameter names and shapes, and its logits of
   `stored.full_size_images()` with `stored.trained_like_state` weights."""
@@ -208,7 +244,8 @@ def write_full_size(versions: dict):
 def main(argv):
   """No argument: every file; `mixer`: the Mixer's files only;
   `families`: the ViT families' files only; `hf`: the transformers
-  DINOv2s' files only; `rope`: the RoPE encoders' only."""
+  DINOv2s' files only; `rope`: the RoPE encoders' only; `siglip`: the
+  transformers SiglipModel's only."""
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -218,8 +255,10 @@ def main(argv):
       "timm": timm.__version__,
       "transformers": transformers.__version__
   }
-  if argv[1:] not in ([], ["mixer"], ["families"], ["hf"], ["rope"]):
-    raise SystemExit(f"usage: {argv[0]} [mixer | families | hf | rope]")
+  groups = ("mixer", "families", "hf", "rope", "siglip")
+  if argv[1:] and (len(argv) > 2 or argv[1] not in groups):
+    raise SystemExit(
+        f"usage: {argv[0]} [mixer | families | hf | rope | siglip]")
   if not argv[1:]:
     write_tiny(versions)
     write_full_size(versions)
@@ -231,6 +270,8 @@ def main(argv):
     write_tiny_hf(versions)
   if argv[1:] in ([], ["rope"]):
     write_rope(versions)
+  if argv[1:] in ([], ["siglip"]):
+    write_siglip(versions)
   print("Wrote tests/references with " +
         ", ".join(f"{k} {v}" for k, v in versions.items()))
 

@@ -42,7 +42,8 @@ _TORCH_PATCH_PROJECTION = (
     "patch_embed.proj.weight",
     "patch_embeddings.projection.weight",
     "embeds.proj.weight",  # timm's NaFlexViT.
-    "embeddings.patch_embeddings.weight")  # transformers' DINOv3.
+    "embeddings.patch_embeddings.weight",  # transformers' DINOv3.
+    "embeddings.patch_embedding.weight")  # transformers' SigLIP.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +112,7 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
     if not widths:
       raise WeightsError(f"{path} has no patch projection "
                          f"({' or '.join(_TORCH_PATCH_PROJECTION)}).")
-    num_heads = heads_for_width(widths[0])
+    num_heads = origins.stated_heads(path) or heads_for_width(widths[0])
   converted = origins.convert(fmt, tensors, num_heads or 0, path)
   arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
   # What the family says, then what a transformers or timm directory's

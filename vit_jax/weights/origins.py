@@ -17,6 +17,7 @@ from vit_jax.weights import unsupported
 from vit_jax.weights.big_vision import flax_names
 from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.files import directories
+from vit_jax.weights.files import formats
 from vit_jax.weights.names import Converted
 from vit_jax.weights.timm import timm_config
 from vit_jax.weights.timm import timm_names
@@ -80,7 +81,9 @@ def detect(fmt: str, names, path: str) -> str:
       raise WeightsError(unsupported.refusal(refused, path))
   if any(n.startswith(("blocks.", "patch_embed.")) for n in names):
     return "timm"
-  if any(re.match(r"(vit\.)?(embeddings|encoder|layers)\.", n) for n in names):
+  if any(
+      re.match(r"(vit\.|vision_model\.)?(embeddings|encoder|layers)\.", n)
+      for n in names):
     return "hugging_face"
   raise WeightsError(f"{path} holds PyTorch weights but neither timm's nor "
                      "Hugging Face's ViT names (e.g. 'blocks.0.attn.qkv."
@@ -97,12 +100,21 @@ def stated_options(path) -> dict:
   """The `config.model` fields a timm or transformers directory's
   config.json states (the activation, the LayerNorm epsilon, a
   NaFlexViT's resizing); {} for anything else."""
-  config = directories.config_json(paths.resolve(path))
+  config = directories.config_json(paths.resolve(formats.split_tower(path)[0]))
   if config is None:
     return {}
   if timm_config.is_timm_config(config):
     return timm_config.stated_options(config)
   return hf_names.stated_options(config)
+
+
+def stated_heads(path) -> int:
+  """The image tower's attention heads a transformers SigLIP directory's
+  config.json states (PyTorch files do not show them); 0 otherwise."""
+  config = directories.config_json(paths.resolve(formats.split_tower(path)[0]))
+  if config is None or config.get("model_type") != "siglip":
+    return 0
+  return config["vision_config"]["num_attention_heads"]
 
 
 def _refuse_unsupported_directory(path):

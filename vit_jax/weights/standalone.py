@@ -25,7 +25,7 @@ from vit_jax.weights.files import cache
 IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
 
 
-def _merge(config: ml_collections.ConfigDict, recorded: dict):
+def merge_recorded(config: ml_collections.ConfigDict, recorded: dict):
   """`config` with the recorded values of the fields it has (JSON lists
   become the tuples the fields hold)."""
 
@@ -38,7 +38,7 @@ def _merge(config: ml_collections.ConfigDict, recorded: dict):
     if key not in config:
       continue
     if isinstance(config[key], ml_collections.ConfigDict):
-      _merge(config[key], value)
+      merge_recorded(config[key], value)
     else:
       config[key] = as_tuple(value)
 
@@ -65,7 +65,7 @@ def config_for(
   else:
     config = defaults.get_config()
     if recorded is not None:
-      _merge(config, recorded)
+      merge_recorded(config, recorded)
     else:
       config.model.update(arch.model_fields())
       config.image_size = arch.image_size

@@ -12,22 +12,33 @@ import flax
 import jax
 
 from vit_jax import console
+from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
+from vit_jax.models.variants import VARIANTS
+from vit_jax.models.variants import Variant
 from vit_jax.weights import loader
 from vit_jax.weights.big_vision import flax_names
+from vit_jax.weights.files import directories
 from vit_jax.weights.files import formats
+from vit_jax.weights.transformers import hf_siglip
 
 TEXT_ENCODER = "Encoder_0"  # The text tower's blocks (the image's:
 # `Transformer`), renamed to reuse the image tower's block helpers.
 
 
 def _towers(path: str, cache_dir=None) -> dict | None:
-  """{name: array} of a two-tower file without its wrappers; None for a
-  file that is not one."""
+  """{name: array} of a two-tower file without its wrappers (a
+  transformers SiglipModel's in our names); None for a file that is not
+  one."""
   file, _ = formats.split_tower(path)
   fmt, tensors = formats.read(file, cache_dir)
-  del fmt
+  if fmt != "orbax" and hf_siglip.is_siglip(tensors):
+    config = directories.config_json(paths.resolve(file))
+    if config is None:
+      raise WeightsError(f"{file} holds a SiglipModel's weights but no "
+                         "config.json beside them (its heads are there).")
+    return hf_siglip.two_towers(tensors, *hf_siglip.heads(config), file)
   tensors = flax_names.strip_prefixes(tensors)
   top = {name.split("/")[0] for name in tensors}
   return tensors if {"img", "txt"} <= top else None
@@ -120,7 +131,46 @@ def init_two_towers(config, path: str, params, params_sharding):
 
 
 def is_two_towers_file(path: str, cache_dir=None) -> bool:
+  """Whether `path` holds both towers (a two-tower file or workdir)."""
   try:
     return _towers(path, cache_dir) is not None
   except (OSError, WeightsError):
     return False
+
+
+def text_fields(path: str, cache_dir=None) -> dict:
+  """The config.text fields a two-tower file's text tower shows (its
+  sizes as a variant's name, vocabulary, length, pooling, projection),
+  and `objective`: siglip where it has a bias b, else clip."""
+  tensors = _towers(path, cache_dir)
+  if tensors is None:
+    raise WeightsError(f"{path} is not a two-tower file (no img/ and txt/).")
+  text = text_tower_names({
+      k[len("txt/"):]: v for k, v in tensors.items() if k.startswith("txt/")
+  })
+  vocab, width = text["Embed_0/embedding"].shape
+  block = f"{TEXT_ENCODER}/encoderblock_{{}}/"
+  depth = 0
+  while any(k.startswith(block.format(depth)) for k in text):
+    depth += 1
+  first = block.format(0)
+  mlp_dim = text[first + "MlpBlock_3/Dense_0/kernel"].shape[-1]
+  heads = text[first + "MultiHeadDotProductAttention_1/query/kernel"].shape[1]
+  sizes = (width, mlp_dim, heads, depth)
+  names = [
+      name for name, v in VARIANTS.items()
+      if isinstance(v, Variant) and (v.hidden_size, v.mlp_dim, v.num_heads,
+                                     v.num_layers) == sizes
+  ]
+  if not names:
+    raise WeightsError(
+        f"{path}'s text tower ({width} wide, {depth} blocks, MLP "
+        f"{mlp_dim}, {heads} heads) has the sizes of no variant "
+        "of vit_jax/models/variants.py; add one with them.")
+  return dict(
+      objective="siglip" if "b" in tensors else "clip", variant=names[0],
+      vocab_size=int(vocab), length=int(
+          text["pos_embedding"].shape[1]), pool="map" if any(
+              k.startswith("MAPHead_0/") for k in text) else "last",
+      embedding_dim=int(text["head/kernel"].shape[-1] if "head/kernel" in
+                        text else width))

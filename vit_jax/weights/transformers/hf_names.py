@@ -22,6 +22,7 @@ from vit_jax.weights.torch_layout import ACTIVATIONS
 from vit_jax.weights.torch_layout import Module
 from vit_jax.weights.transformers import hf_dinov2
 from vit_jax.weights.transformers import hf_dinov3
+from vit_jax.weights.transformers import hf_siglip
 
 
 class _Row(NamedTuple):
@@ -69,6 +70,8 @@ def from_hugging_face(tensors, num_heads, path) -> Converted:
   refused = unsupported.find(unsupported.TRANSFORMERS, tensors)
   if refused:
     raise WeightsError(unsupported.refusal(refused, path))
+  if hf_siglip.is_siglip(tensors):  # Its vision tower, as an image model.
+    return hf_siglip.vision_tower(tensors, num_heads, path)
   for family, overrides in ((hf_dinov3, {
       "classifier": "token"
   }), (hf_dinov2, None)):
@@ -99,6 +102,8 @@ def to_hugging_face(params: dict) -> dict:
 
 def stated_options(config: dict) -> dict:
   """The `config.model` fields a transformers config.json states."""
+  if config.get("model_type") == "siglip":
+    return hf_siglip.stated_options(config)
   options = dict(ACTIVATIONS.get(config.get("hidden_act", "gelu"), {}))
   if "layer_norm_eps" in config:
     options["layer_norm_eps"] = float(config["layer_norm_eps"])

@@ -1,0 +1,127 @@
+"""transformers' `SiglipModel` <-> this project's two towers, both ways.
+
+Its vision tower is our ViT with a MAP head and no class token or image
+projection (`post_layernorm` is the encoder's final LayerNorm; the MAP
+head's attention packs query, key and value in one `in_proj`); its text
+tower is ours (`models/text.py`): `final_layer_norm`, the last token,
+`head`. `logit_scale` is our `t` (its log) and `logit_bias` our `b`.
+Read as an image checkpoint, a SigLIP directory gives its vision tower.
+"""
+
+import numpy as np
+
+from vit_jax.weights import torch_layout
+from vit_jax.weights.names import BLOCK
+from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import Converted
+from vit_jax.weights.torch_layout import Module
+
+VISION, TEXT = "vision_model.", "text_model."
+_MAP = "MAPHead_0/"
+_MAP_ATTENTION = _MAP + "MultiHeadDotProductAttention_0/"
+_ATTENTION = BLOCK + "MultiHeadDotProductAttention_1/"
+_SCALARS = {"t": "logit_scale", "b": "logit_bias"}
+
+
+def _blocks(layers: str) -> tuple[Module, ...]:
+  """One tower's blocks; `layers`: their prefix, `{}` the index."""
+  return (
+      Module(BLOCK + "LayerNorm_0", "norm", layers + "layer_norm1"),
+      *(Module(_ATTENTION + name, "heads_in", layers + f"self_attn.{q}_proj")
+        for q, name in zip("qkv", ("query", "key", "value"))),
+      Module(_ATTENTION + "out", "heads_out", layers + "self_attn.out_proj"),
+      Module(BLOCK + "LayerNorm_2", "norm", layers + "layer_norm2"),
+      Module(BLOCK + "MlpBlock_3/Dense_0", "dense", layers + "mlp.fc1"),
+      Module(BLOCK + "MlpBlock_3/Dense_1", "dense", layers + "mlp.fc2"),
+  )
+
+
+_VISION_TABLE = (
+    Module("embedding", "conv", VISION + "embeddings.patch_embedding"),
+    Module("Transformer/encoder_norm", "norm", VISION + "post_layernorm"),
+    Module(_MAP + "LayerNorm_0", "norm", VISION + "head.layernorm"),
+    Module(_MAP + "MlpBlock_0/Dense_0", "dense", VISION + "head.mlp.fc1"),
+    Module(_MAP + "MlpBlock_0/Dense_1", "dense", VISION + "head.mlp.fc2"),
+    Module(_MAP_ATTENTION + "out", "heads_out",
+           VISION + "head.attention.out_proj"),
+    *_blocks(VISION + "encoder.layers.{}."),
+)
+# The text tower's encoder is `Encoder_0`: named here as the image's
+# (`Transformer`), renamed by `as_text`.
+_TEXT_TABLE = (
+    Module("Transformer/encoder_norm", "norm", TEXT + "final_layer_norm"),
+    Module("head", "dense", TEXT + "head"),
+    *_blocks(TEXT + "encoder.layers.{}."),
+)
+
+
+def is_siglip(names) -> bool:
+  return any(n.startswith(VISION + "embeddings.") for n in names) and any(
+      n.startswith(TEXT + "embeddings.") for n in names)
+
+
+def vision_tower(tensors: dict, num_heads: int, path: str) -> Converted:
+  """The vision tower in our ViT's names."""
+  params = torch_layout.from_torch(tensors, _VISION_TABLE, num_heads, path)
+  table = tensors[VISION + "embeddings.position_embedding.weight"]
+  params[POSEMB] = table[None]
+  params[_MAP + "probe"] = tensors[VISION + "head.probe"]
+  packed_w = tensors[VISION + "head.attention.in_proj_weight"]
+  packed_b = tensors[VISION + "head.attention.in_proj_bias"]
+  width = packed_w.shape[1]
+  for i, name in enumerate(("query", "key", "value")):
+    rows = slice(i * width, (i + 1) * width)
+    params[f"{_MAP_ATTENTION}{name}/kernel"] = packed_w[rows].T.reshape(
+        width, num_heads, -1)
+    params[f"{_MAP_ATTENTION}{name}/bias"] = packed_b[rows].reshape(
+        num_heads, -1)
+  left = [n for n in tensors if not n.startswith(VISION)]
+  notes = [
+      f"read the vision tower of a SiglipModel; left out {len(left)} "
+      "text tower and logit arrays"
+  ] if left else []
+  return Converted(params, 0, "hugging_face", notes)
+
+
+def as_text(params: dict) -> dict:
+  """Names of the image tower's layout as the text tower's (Encoder_0)."""
+  encoder = "Transformer/"
+  return {
+      ("Encoder_0/" + k[len(encoder):] if k.startswith(encoder) else k): v
+      for k, v in params.items()
+  }
+
+
+def two_towers(tensors: dict, vision_heads: int, text_heads: int,
+               path: str) -> dict:
+  """The whole model in our two-tower names (`img/`, `txt/`, `t`, `b`)."""
+  image = vision_tower(tensors, vision_heads, path).params
+  text = torch_layout.from_torch(tensors, _TEXT_TABLE, text_heads, path)
+  text["Embed_0/embedding"] = tensors[TEXT +
+                                      "embeddings.token_embedding.weight"]
+  text["pos_embedding"] = tensors[TEXT +
+                                  "embeddings.position_embedding.weight"][None]
+  out = {f"img/{k}": v for k, v in image.items()}
+  out.update({f"txt/{k}": v for k, v in as_text(text).items()})
+  out.update({
+      ours: np.reshape(tensors[theirs], (1,))
+      for ours, theirs in _SCALARS.items()
+      if theirs in tensors
+  })
+  return out
+
+
+def heads(config: dict) -> tuple[int, int]:
+  """(vision, text) attention heads of a SiglipModel's config.json."""
+  return (config["vision_config"]["num_attention_heads"],
+          config["text_config"]["num_attention_heads"])
+
+
+def stated_options(config: dict) -> dict:
+  """The config.model fields its vision_config states."""
+  vision = config.get("vision_config", {})
+  options = dict(
+      torch_layout.ACTIVATIONS.get(
+          vision.get("hidden_act", "gelu_pytorch_tanh"), {}))
+  options["layer_norm_eps"] = float(vision.get("layer_norm_eps", 1e-6))
+  return options

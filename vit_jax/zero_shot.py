@@ -1,0 +1,125 @@
+"""An image-text checkpoint ready to embed images and texts, and to
+classify images zero-shot by class names: for `vit-jax zeroshot` and
+`predict --class_names`.
+
+    loaded = zero_shot.load("workdirs/siglip")          # a run's workdir
+    loaded = zero_shot.load("webli_en_b16_224.npz", tokenizer="c4_en.model")
+    probabilities = zero_shot.classify(loaded, images, ["cat", "dog"])
+
+The config is the workdir's config.json, else read from a two-tower
+file's shapes: the image tower as any ViT file (`weights.config_for` on
+`FILE:img`), the text tower's sizes, vocabulary, length and pooling
+(`weights.text_fields`), SigLIP where the file has a bias. A file ships no
+tokenizer: name the one its text tower was trained with. One process: the
+parameters replicated on its devices.
+"""
+
+import dataclasses
+from typing import Any
+from typing import Optional
+from typing import Sequence
+
+import jax
+from jax.sharding import Mesh
+import ml_collections
+import numpy as np
+
+from vit_jax import models
+from vit_jax import sharding
+from vit_jax import weights
+from vit_jax.config import defaults
+from vit_jax.errors import UserError
+
+
+@dataclasses.dataclass
+class LoadedTwoTowers:
+  checkpoint: str
+  config: ml_collections.ConfigDict
+  model: Any  # models.TwoTowers.
+  params: Any
+  mesh: Mesh
+  params_sharding: Any
+  trained_here: bool  # Its config is the training workdir's.
+
+  def __post_init__(self):
+    model = self.model
+    # (params, images or None, tokens or None) -> (zimg, ztxt, outputs).
+    self.apply = jax.jit(
+        lambda p, images, texts: model.apply({"params": p}, images, texts))
+
+
+def config_for(checkpoint: str, tokenizer: Optional[str] = None,
+               image_size: Optional[int] = None):
+  """(decided config, whether it is the workdir's) of a two-tower
+  checkpoint; `tokenizer` replaces the config's."""
+  recorded = weights.recorded_config(checkpoint)
+  if recorded is not None:
+    if recorded.get("objective") not in models.IMAGE_TEXT_OBJECTIVES:
+      raise UserError(
+          f"{checkpoint} is a run of config.objective="
+          f"{recorded.get('objective')!r}, not an image-text model (siglip, "
+          "clip): `vit-jax predict` classifies with its head.")
+    config = defaults.get_config()
+    weights.merge_recorded(config, recorded)
+  else:
+    if not weights.is_two_towers_file(checkpoint):
+      raise UserError(
+          f"{checkpoint} holds no text tower (a two-tower file has img/ and "
+          "txt/: big_vision's SigLIP .npz, an image-text run's workdir).")
+    config, _, arch = weights.config_for(f"{checkpoint}:img")
+    fields = weights.text_fields(checkpoint)
+    config.objective = fields.pop("objective")
+    config.text.update(fields)
+    config.text.image_head = arch.num_classes is not None
+    if tokenizer is None:
+      raise UserError(
+          f"{checkpoint} ships no tokenizer: give the one its text tower "
+          f"reads ({fields['vocab_size']} pieces), e.g. --tokenizer="
+          "PATH/sentencepiece.model (SigLIP's: its c4_en or multilingual "
+          "model) or a tokenizer.json.")
+  if tokenizer is not None:
+    config.text.tokenizer = tokenizer
+  if image_size:
+    config.image_size = image_size
+  config.init.checkpoint = checkpoint
+  config.init.dont_load = ()
+  return weights.decide(config), recorded is not None
+
+
+def load(checkpoint: str, tokenizer: Optional[str] = None,
+         image_size: Optional[int] = None) -> LoadedTwoTowers:
+  """Both towers of `checkpoint`, replicated on this process's devices."""
+  config, trained_here = config_for(checkpoint, tokenizer, image_size)
+  model = models.two_towers(config)
+  mesh = sharding.make_mesh(devices=jax.local_devices())
+  params, params_sharding = sharding.abstract_params(model, config.image_size,
+                                                     mesh)
+  params = weights.init_two_towers(config, checkpoint, params, params_sharding)
+  return LoadedTwoTowers(checkpoint, config, model, params, mesh,
+                         params_sharding, trained_here)
+
+
+def embed_images(loaded: LoadedTwoTowers, images_BxHxWx3) -> np.ndarray:
+  """Normalised image embeddings (images already preprocessed)."""
+  zimg, _, _ = loaded.apply(loaded.params, images_BxHxWx3, None)
+  return np.asarray(zimg)
+
+
+def embed_texts(loaded: LoadedTwoTowers, texts: Sequence[str]) -> np.ndarray:
+  """Normalised text embeddings, tokenised by the config's tokenizer."""
+  from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
+  tokens = tokenizers.load_tokenizer(loaded.config.text.tokenizer).encode(
+      list(texts), loaded.config.text.length)
+  _, ztxt, _ = loaded.apply(loaded.params, None, tokens)
+  return np.asarray(ztxt)
+
+
+def scores(loaded: LoadedTwoTowers, zimg_BxE, ztxt_KxE) -> np.ndarray:
+  """Each image's probability of matching each text: SigLIP's
+  sigmoid(t z.z' + b) (independent per text), CLIP's softmax over texts."""
+  t = float(np.exp(loaded.params["t"][0]))
+  logits = t * np.asarray(zimg_BxE) @ np.asarray(ztxt_KxE).T
+  if "b" in loaded.params:
+    return 1 / (1 + np.exp(-(logits + float(loaded.params["b"][0]))))
+  logits = logits - logits.max(-1, keepdims=True)
+  return np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
