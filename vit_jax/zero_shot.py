@@ -19,6 +19,7 @@ from typing import Any
 from typing import Optional
 from typing import Sequence
 
+import flax
 import jax
 from jax.sharding import Mesh
 import ml_collections
@@ -49,9 +50,10 @@ class LoadedTwoTowers:
 
 
 def config_for(checkpoint: str, tokenizer: Optional[str] = None,
-               image_size: Optional[int] = None):
+               image_size: Optional[int] = None, need_tokenizer: bool = True):
   """(decided config, whether it is the workdir's) of a two-tower
-  checkpoint; `tokenizer` replaces the config's."""
+  checkpoint; `tokenizer` replaces the config's (a file's needs one where
+  texts are to be read: `need_tokenizer`)."""
   recorded = weights.recorded_config(checkpoint)
   if recorded is not None:
     if recorded.get("objective") not in models.IMAGE_TEXT_OBJECTIVES:
@@ -71,7 +73,7 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
     config.objective = fields.pop("objective")
     config.text.update(fields)
     config.text.image_head = arch.num_classes is not None
-    if tokenizer is None:
+    if tokenizer is None and need_tokenizer:
       raise UserError(
           f"{checkpoint} ships no tokenizer: give the one its text tower "
           f"reads ({fields['vocab_size']} pieces), e.g. --tokenizer="
@@ -79,6 +81,8 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
           "model) or a tokenizer.json.")
   if tokenizer is not None:
     config.text.tokenizer = tokenizer
+  elif recorded is None:  # Texts are not read: the vocabulary is the file's.
+    config.text.tokenizer = "none"
   if image_size:
     config.image_size = image_size
   config.init.checkpoint = checkpoint
@@ -87,9 +91,11 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
 
 
 def load(checkpoint: str, tokenizer: Optional[str] = None,
-         image_size: Optional[int] = None) -> LoadedTwoTowers:
+         image_size: Optional[int] = None,
+         need_tokenizer: bool = True) -> LoadedTwoTowers:
   """Both towers of `checkpoint`, replicated on this process's devices."""
-  config, trained_here = config_for(checkpoint, tokenizer, image_size)
+  config, trained_here = config_for(checkpoint, tokenizer, image_size,
+                                    need_tokenizer)
   model = models.two_towers(config)
   mesh = sharding.make_mesh(devices=jax.local_devices())
   params, params_sharding = sharding.abstract_params(model, config.image_size,
@@ -97,6 +103,24 @@ def load(checkpoint: str, tokenizer: Optional[str] = None,
   params = weights.init_two_towers(config, checkpoint, params, params_sharding)
   return LoadedTwoTowers(checkpoint, config, model, params, mesh,
                          params_sharding, trained_here)
+
+
+def is_two_towers(checkpoint: str) -> bool:
+  """Whether `checkpoint` is an image-text model (a run's workdir, a
+  two-tower file or a transformers SiglipModel directory)."""
+  recorded = weights.recorded_config(checkpoint)
+  if recorded is not None:
+    return recorded.get("objective") in models.IMAGE_TEXT_OBJECTIVES
+  return weights.is_two_towers_file(checkpoint)
+
+
+def flat_params(loaded: LoadedTwoTowers) -> dict:
+  """{'/'-joined name: float32 numpy array}, scanned blocks looped."""
+  flat = flax.traverse_util.flatten_dict(jax.device_get(loaded.params), sep="/")
+  return {
+      k: np.asarray(v, np.float32)
+      for k, v in weights.looped_two_towers(flat).items()
+  }
 
 
 def embed_images(loaded: LoadedTwoTowers, images_BxHxWx3) -> np.ndarray:

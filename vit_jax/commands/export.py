@@ -17,6 +17,11 @@ config and the evaluation preprocessing: `hf`, transformers'
 ViTForImageClassification / ViTModel (`weights/transformers/hf_dir.py`),
 and `timm-dir`, `timm.create_model("local-dir:DIR", pretrained=True)`
 (`weights/timm/timm_dir.py`).
+An image-text model (SigLIP, CLIP, LiT: a run's workdir, a two-tower
+file or a transformers SiglipModel directory) exports whole: `npz` is then
+big_vision's two-tower file (`params/img/...`, `params/txt/...`, `t`,
+`b`), which its SigLIP code and this project load, and `hf` transformers'
+SiglipModel (`weights/transformers/hf_siglip.py`).
 A model one format cannot hold is refused in one line that names a format
 that can. Imports no TensorFlow unless class names are read from a dataset.
 """
@@ -31,6 +36,7 @@ from vit_jax import console
 from vit_jax import inference
 from vit_jax import paths
 from vit_jax import weights
+from vit_jax import zero_shot
 from vit_jax.errors import UserError
 from vit_jax.models import scan
 
@@ -140,6 +146,33 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
           f"{', class names from ' + source if names else ''}).")
 
 
+def export_two_towers(checkpoint: str, fmt: str, out: str) -> str:
+  """Writes an image-text model whole: big_vision's two-tower .npz or
+  transformers' SiglipModel directory. Returns the line saying so."""
+  if fmt not in ("npz", "hf"):
+    raise UserError(f"{checkpoint} is an image-text model (two towers); "
+                    f"{fmt} holds one image model: use --format=npz "
+                    "(big_vision's two-tower file) or --format=hf "
+                    "(transformers' SiglipModel).")
+  loaded = zero_shot.load(checkpoint, need_tokenizer=False)
+  params = zero_shot.flat_params(loaded)
+  console.say("Writing %s to %s as %s.", checkpoint, out,
+              "big_vision's two-tower file" if fmt == "npz" else "SiglipModel")
+  if fmt == "npz":
+    weights.save_npz(weights.as_big_vision_file(params), out)
+  else:
+    from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+    state, config = weights.to_siglip(params, loaded.config.model,
+                                      loaded.config.text,
+                                      loaded.config.image_size)
+    pp = weights.eval_preprocessing_of(loaded.config.pp_eval,
+                                       loaded.config.image_size)
+    weights.write_hf_files(out, config,
+                           st_numpy.save(state, metadata={"format": "pt"}), pp)
+  count = sum(v.size for v in params.values())
+  return f"Wrote {out} ({len(params)} arrays, {count:,} parameters)."
+
+
 def _check_out(fmt: str, out: str):
   """--out fits --format, before the checkpoint is read."""
   path = paths.resolve(out)
@@ -159,7 +192,9 @@ def main(argv):
   f = flags.FLAGS
   _check_out(f.format, f.out)
   console.say("Reading %s.", f.checkpoint)  # Big files take a while.
-  if f.format in DIRECTORY_FORMATS:
+  if zero_shot.is_two_towers(f.checkpoint):
+    print(export_two_towers(f.checkpoint, f.format, f.out))
+  elif f.format in DIRECTORY_FORMATS:
     print(
         export_directory(f.checkpoint, f.format, f.out, f.config, f.image_size,
                          f.num_heads, f.labels, f.pp_eval))

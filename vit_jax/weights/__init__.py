@@ -88,8 +88,12 @@ from vit_jax.weights.timm.timm_dir import write as write_timm_dir
 from vit_jax.weights.timm.timm_mixer import from_timm_mixer
 from vit_jax.weights.timm.timm_mixer import to_timm_mixer
 from vit_jax.weights.transformers.hf_dir import write as write_hf_dir
+from vit_jax.weights.transformers.hf_dir import write_files as write_hf_files
+from vit_jax.weights.transformers.hf_siglip import to_siglip
+from vit_jax.weights.two_tower_files import as_big_vision_file
 from vit_jax.weights.two_tower_files import init_two_towers
 from vit_jax.weights.two_tower_files import is_two_towers_file
+from vit_jax.weights.two_tower_files import looped as looped_two_towers
 from vit_jax.weights.two_tower_files import text_fields
 from vit_jax.weights.writers import EXPORT_FORMATS
 from vit_jax.weights.writers import at_patch_size
@@ -101,10 +105,11 @@ from vit_jax.weights.writers import with_posemb_table
 
 __all__ = [
     "forget_announced", "split_tower", "Released", "MixerArchitecture",
-    "init_two_towers", "is_two_towers_file", "text_fields", "merge_recorded",
-    "training_workdir", "convert_tensors", "WeightsError", "Architecture",
-    "read_architecture", "mixer_architecture", "is_mixer", "decide",
-    "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
+    "init_two_towers", "write_hf_files", "looped_two_towers",
+    "as_big_vision_file", "to_siglip", "is_two_towers_file", "text_fields",
+    "merge_recorded", "training_workdir", "convert_tensors", "WeightsError",
+    "Architecture", "read_architecture", "mixer_architecture", "is_mixer",
+    "decide", "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
     "describe_weights", "EvalPreprocessing", "eval_preprocessing_of",
     "config_fix", "family_name", "family_options", "CACHE_VARIABLE",
     "OFFLINE_VARIABLE", "cache_path", "locate", "class_names", "weights_file",

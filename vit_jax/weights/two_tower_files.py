@@ -44,27 +44,25 @@ def _towers(path: str, cache_dir=None) -> dict | None:
   return tensors if {"img", "txt"} <= top else None
 
 
+def _renamed_encoder(tensors: dict, old: str, new: str) -> dict:
+  """`tensors` with the names under `old/` under `new/`."""
+  return {
+      (new + k[len(old):] if k.startswith(old + "/") else k): v
+      for k, v in tensors.items()
+  }
+
+
 def text_tower_names(tensors: dict, scanned_layers: int = 0) -> dict:
   """A text tower's entries (without `txt/`) in this project's names:
   big_vision's current-Flax block names as the released ones (as the image
   tower's), its scanned blocks looped, or stacked for a scanned target of
   `scanned_layers` layers."""
-  prefix = TEXT_ENCODER + "/"
-  as_image = {
-      (scan.ENCODER + "/" + k[len(prefix):] if k.startswith(prefix) else k): v
-      for k, v in tensors.items()
-  }
-  as_image = {
-      flax_names.rename_block(k): v
-      for k, v in scan.unstack_flat(as_image).items()
-  }
+  as_image = scan.unstack_flat(
+      _renamed_encoder(tensors, TEXT_ENCODER, scan.ENCODER))
+  as_image = {flax_names.rename_block(k): v for k, v in as_image.items()}
   if scanned_layers:
     as_image = scan.stack_flat(as_image, scanned_layers)
-  encoder = scan.ENCODER + "/"
-  return {
-      (prefix + k[len(encoder):] if k.startswith(encoder) else k): v
-      for k, v in as_image.items()
-  }
+  return _renamed_encoder(as_image, scan.ENCODER, TEXT_ENCODER)
 
 
 def _text_and_scalars(tensors: dict, target_flat: dict, path: str) -> dict:
@@ -130,6 +128,21 @@ def init_two_towers(config, path: str, params, params_sharding):
   return out
 
 
+def looped(params: dict) -> dict:
+  """A two-tower model's flat params with either tower's scanned blocks
+  (`scan_layers`) as looped ones."""
+  out = {k: v for k, v in params.items() if k in ("t", "b")}
+  image = {k[4:]: v for k, v in params.items() if k.startswith("img/")}
+  out.update({f"img/{k}": v for k, v in scan.unstack_flat(image).items()})
+  text = {k[4:]: v for k, v in params.items() if k.startswith("txt/")}
+  text = scan.unstack_flat(_renamed_encoder(text, TEXT_ENCODER, scan.ENCODER))
+  out.update({
+      f"txt/{k}": v
+      for k, v in _renamed_encoder(text, scan.ENCODER, TEXT_ENCODER).items()
+  })
+  return out
+
+
 def is_two_towers_file(path: str, cache_dir=None) -> bool:
   """Whether `path` holds both towers (a two-tower file or workdir)."""
   try:
@@ -174,3 +187,21 @@ def text_fields(path: str, cache_dir=None) -> dict:
               k.startswith("MAPHead_0/") for k in text) else "last",
       embedding_dim=int(text["head/kernel"].shape[-1] if "head/kernel" in
                         text else width))
+
+
+def as_big_vision_file(params: dict) -> dict:
+  """A two-tower model's flat params (ours) as big_vision's two-tower
+  file has them (`params/img/...`, `params/txt/...`, `params/t`,
+  `params/b`): what its SigLIP code and this project load alike."""
+  image = {k[4:]: v for k, v in params.items() if k.startswith("img/")}
+  out = {f"img/{k}": v for k, v in flax_names.to_big_vision(image).items()}
+  text = {k[4:]: v for k, v in params.items() if k.startswith("txt/")}
+  as_image = scan.unstack_flat(
+      _renamed_encoder(text, TEXT_ENCODER, scan.ENCODER))
+  as_image = {flax_names.current_flax_block(k): v for k, v in as_image.items()}
+  out.update({
+      f"txt/{k}": v for k, v in _renamed_encoder(as_image, scan.ENCODER,
+                                                 TEXT_ENCODER).items()
+  })
+  out.update({k: v for k, v in params.items() if k in ("t", "b")})
+  return {f"params/{k}": v for k, v in out.items()}

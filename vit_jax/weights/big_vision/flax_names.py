@@ -156,3 +156,45 @@ def _conv_kernel(kernel_FxD, path, channels: int = 3):
     raise WeightsError(f"{path}: a patch embedding of {kernel_FxD.shape[0]} "
                        f"inputs is not P x P x {channels} pixels.")
   return kernel_FxD.reshape(patch, patch, channels, kernel_FxD.shape[-1])
+
+
+def current_flax_block(name: str) -> str:
+  """The inverse of `rename_block`: a block's released (older Flax) module
+  names as current Flax's (big_vision's)."""
+  for new, old in zip(_NEW_BLOCK_NAMES, _OLD_BLOCK_NAMES):
+    name = name.replace(f"/{old}/", f"/{new}/")
+  return name
+
+
+def to_big_vision(params: dict, path: str = "the model") -> dict:
+  """A ViT's flat params (ours) in big_vision's names: current-Flax block
+  names, the top-level `pos_embedding` of the patches alone (a class
+  token's entry added to the token itself, as big_vision reads older
+  files: the same model). What big_vision's ViT has no place for refuses."""
+  out = {}
+  posemb = params.get(POSEMB)
+  for name, value in scan.unstack_flat(params).items():
+    if name == POSEMB:
+      continue
+    if name.startswith("Transformer/encoderblock"):
+      name = current_flax_block(name)
+    elif not (name.startswith(
+        ("MAPHead_0/", "head/", "pre_logits/", "Transformer/encoder_norm/",
+         "embedding/")) or name == "cls"):
+      raise WeightsError(f"big_vision's ViT has no place for {path}'s "
+                         f"{name}; write it with --format=npz's released "
+                         "layout instead (a model without a text tower).")
+    out[name] = value
+  if posemb is not None:
+    if "cls" in params and posemb.shape[1] == posemb_grid_tokens(posemb) + 1:
+      out["cls"] = params["cls"] + posemb[:, :1]
+      posemb = posemb[:, 1:]
+    out["pos_embedding"] = posemb
+  return out
+
+
+def posemb_grid_tokens(posemb) -> int:
+  """The patch entries of a table of P or 1 + P entries (P a square)."""
+  count = posemb.shape[1]
+  side = int(round(count**0.5))
+  return count if side * side == count else count - 1

@@ -42,8 +42,8 @@ def write(directory: str, params: dict, model_config, image_size: int,
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if model_config.rope != "none":  # DINOv3's backbone, DINOv3ViTModel.
     state, config = hf_dinov3.write_model(params, model_config, image_size)
-    _write(directory, config, st_numpy.save(state, metadata={"format": "pt"}),
-           pp)
+    write_files(directory, config,
+                st_numpy.save(state, metadata={"format": "pt"}), pp)
     return
   _check(params, model_config)
   params = writers.with_posemb_table(params, image_size, model_config.posemb)
@@ -86,11 +86,12 @@ def write(directory: str, params: dict, model_config, image_size: int,
     names = class_names or [f"LABEL_{i}" for i in range(head.shape[-1])]
     config["id2label"] = {str(i): name for i, name in enumerate(names)}
     config["label2id"] = {name: i for i, name in enumerate(names)}
-  _write(directory, config, st_numpy.save(state, metadata={"format": "pt"}), pp)
+  write_files(directory, config, st_numpy.save(state,
+                                               metadata={"format": "pt"}), pp)
 
 
-def _write(directory, config: dict, weights_bytes: bytes,
-           pp: eval_preprocessing.EvalPreprocessing):
+def write_files(directory, config: dict, weights_bytes: bytes,
+                pp: eval_preprocessing.EvalPreprocessing):
   out = paths.resolve(directory)
   out.mkdir(parents=True, exist_ok=True)
   (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -10,6 +10,7 @@ Read as an image checkpoint, a SigLIP directory gives its vision tower.
 
 import numpy as np
 
+from vit_jax.errors import WeightsError
 from vit_jax.weights import torch_layout
 from vit_jax.weights.names import BLOCK
 from vit_jax.weights.names import POSEMB
@@ -92,6 +93,15 @@ def as_text(params: dict) -> dict:
   }
 
 
+def as_image(params: dict) -> dict:
+  """The inverse of `as_text`."""
+  encoder = "Encoder_0/"
+  return {
+      ("Transformer/" + k[len(encoder):] if k.startswith(encoder) else k): v
+      for k, v in params.items()
+  }
+
+
 def two_towers(tensors: dict, vision_heads: int, text_heads: int,
                path: str) -> dict:
   """The whole model in our two-tower names (`img/`, `txt/`, `t`, `b`)."""
@@ -125,3 +135,101 @@ def stated_options(config: dict) -> dict:
           vision.get("hidden_act", "gelu_pytorch_tanh"), {}))
   options["layer_norm_eps"] = float(vision.get("layer_norm_eps", 1e-6))
   return options
+
+
+def to_siglip(params: dict, model_config, text_config, image_size: int):
+  """(state dict, config.json) of transformers' SiglipModel for a two-tower
+  model's flat params (ours): SigLIP's form only (below), else a
+  WeightsError that says what it lacks."""
+  _check(params, model_config, text_config)
+  image = {k[4:]: v for k, v in params.items() if k.startswith("img/")}
+  text = as_image({k[4:]: v for k, v in params.items() if k.startswith("txt/")})
+  state, used = {}, set()
+  state[VISION + "embeddings.position_embedding.weight"] = image[POSEMB][0]
+  state[VISION + "head.probe"] = image[_MAP + "probe"]
+  attention = [_MAP_ATTENTION + q for q in ("query", "key", "value")]
+  state[VISION + "head.attention.in_proj_weight"] = np.concatenate([
+      image[a + "/kernel"].reshape(image[a + "/kernel"].shape[0], -1).T
+      for a in attention
+  ])
+  state[VISION + "head.attention.in_proj_bias"] = np.concatenate(
+      [image[a + "/bias"].reshape(-1) for a in attention])
+  used |= {POSEMB, _MAP + "probe"
+          } | {a + leaf for a in attention for leaf in ("/kernel", "/bias")}
+  state = torch_layout.to_torch(image, _VISION_TABLE, "SiglipModel vision",
+                                state, used)
+  text_state = {
+      TEXT + "embeddings.token_embedding.weight": text["Embed_0/embedding"],
+      TEXT + "embeddings.position_embedding.weight": text["pos_embedding"][0],
+  }
+  text_state = torch_layout.to_torch(text, _TEXT_TABLE, "SiglipModel text",
+                                     text_state,
+                                     {"Embed_0/embedding", "pos_embedding"})
+  state.update(text_state)
+  state["logit_scale"] = np.asarray(params["t"], np.float32).reshape(1)
+  state["logit_bias"] = np.asarray(params["b"], np.float32).reshape(1)
+  return state, _config(image, text, model_config, text_config, image_size)
+
+
+def _config(image, text, model_config, text_config, image_size) -> dict:
+  from vit_jax.weights import architecture  # pylint: disable=g-import-not-at-top
+  vision = architecture.variant_of(image, "the image tower")
+  act = "gelu_pytorch_tanh" if model_config.gelu_approximate else "gelu"
+  common = dict(hidden_act=act, layer_norm_eps=model_config.layer_norm_eps,
+                attention_dropout=0.0)
+  vocab, width = text["Embed_0/embedding"].shape
+  blocks = torch_layout.num_blocks(text, _TEXT_TABLE, ours=True)
+  return {
+      "architectures": ["SiglipModel"],
+      "model_type": "siglip",
+      "dtype": "float32",
+      "vision_config":
+          dict(model_type="siglip_vision_model", hidden_size=vision.hidden_size,
+               intermediate_size=vision.mlp_dim,
+               num_attention_heads=vision.num_heads,
+               num_hidden_layers=vision.num_layers, image_size=image_size,
+               patch_size=vision.patch_size, num_channels=3,
+               vision_use_head=True, **common),
+      "text_config": dict(
+          model_type="siglip_text_model", hidden_size=int(width),
+          intermediate_size=int(
+              text["Transformer/encoderblock_0/MlpBlock_3/"
+                   "Dense_0/kernel"].shape[-1]), num_attention_heads=int(
+                       text["Transformer/encoderblock_0/"
+                            "MultiHeadDotProductAttention_1/query/"
+                            "kernel"].shape[1]), num_hidden_layers=blocks,
+          vocab_size=int(vocab), max_position_embeddings=int(
+              text["pos_embedding"].shape[1]), projection_size=int(
+                  text["head/kernel"].shape[-1]), pad_token_id=1,
+          eos_token_id=1, bos_token_id=None, **common),
+  }
+
+
+def _check(params, model_config, text_config):
+  """What SiglipModel computes: an image tower MAP-pooled without a class
+  token or a projection, a learned position table (or one stored from
+  sin-cos), plain blocks; the text tower's last token and projection; a
+  bias b (SigLIP's loss)."""
+  why = []
+  if model_config.classifier != "map" or "img/cls" in params:
+    why.append("its image tower pools by MAP without a class token")
+  if "img/head/kernel" in params:
+    why.append("its image embedding is the MAP head's output (set "
+               "config.text.image_head=False)")
+  if text_config.pool != "last" or "txt/head/kernel" not in params:
+    why.append("its text embedding is the last token's, projected")
+  if "b" not in params:
+    why.append("it has SigLIP's bias b (config.objective=siglip)")
+  extra = [
+      k for k in params if any(s in k
+                               for s in ("LayerScale", "query_ln", "key_ln",
+                                         "Gate", "heads_ln", "registers",
+                                         "pre_norm", "pooled_norm"))
+  ]
+  if extra or model_config.rope != "none":
+    why.append("its blocks are plain (no LayerScale, QK norm, SwiGLU, RoPE, "
+               "registers)")
+  if why:
+    raise WeightsError("transformers' SiglipModel cannot hold this model: "
+                       f"{'; '.join(why)}. Use --format=npz (big_vision's "
+                       "two-tower layout).")
