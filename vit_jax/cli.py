@@ -56,6 +56,7 @@ COMMANDS = {
     "benchmark-input": ("benchmark_input", "input pipeline images/s"),
     "convert-data": ("convert_data", "a TFRecord dataset as ArrayRecord"),
     "predict": ("predict", "top classes of image files"),
+    "zeroshot": ("zeroshot", "an image-text model's zero-shot accuracy"),
     "analyze": ("analyze", "the paper's figures of what a model learnt"),
     "vtab": ("vtab", "fine-tune a checkpoint on the 19 VTAB-1k tasks"),
 }

@@ -26,6 +26,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax import models
+from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
@@ -41,6 +42,11 @@ class LoadedTwoTowers:
   mesh: Mesh
   params_sharding: Any
   trained_here: bool  # Its config is the training workdir's.
+
+  def batch_size(self, requested: int) -> int:
+    """`requested` rounded up to split evenly over the local devices."""
+    devices = self.mesh.devices.size
+    return -(-requested // devices) * devices
 
   def __post_init__(self):
     model = self.model
@@ -123,6 +129,34 @@ def flat_params(loaded: LoadedTwoTowers) -> dict:
   }
 
 
+def predict(loaded: LoadedTwoTowers, batches, files, class_names, templates,
+            top_k: int):
+  """[(file, class indices, probabilities)] of the `top_k` of
+  `class_names` (each put in `templates`, their embeddings averaged) for
+  every image of `batches` (`data.image_files.ImageFiles`), best first."""
+  from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
+  from vit_jax.evaluators import image_text  # pylint: disable=g-import-not-at-top
+  tokenizer = tokenizers.load_tokenizer(loaded.config.text.tokenizer)
+  classes_KxE = image_text.class_embeddings(
+      lambda tokens: np.asarray(loaded.apply(loaded.params, None, tokens)[1]),
+      tokenizer, loaded.config.text.length, class_names, templates)
+  k = min(top_k, len(class_names))
+  rows = []
+  for batch in batches:
+    zimg = embed_images(loaded, batch["image"])
+    probs = scores(loaded, zimg, classes_KxE)
+    top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    for i in range(len(batch["mask"])):
+      if batch["mask"][i]:
+        rows.append((files[batch["index"][i]], top[i], probs[i, top[i]]))
+  return rows
+
+
+def stride(loaded: LoadedTwoTowers) -> int:
+  """Pixels per image token along each side."""
+  return models.stride(loaded.config.model)
+
+
 def embed_images(loaded: LoadedTwoTowers, images_BxHxWx3) -> np.ndarray:
   """Normalised image embeddings (images already preprocessed)."""
   zimg, _, _ = loaded.apply(loaded.params, images_BxHxWx3, None)
@@ -147,3 +181,24 @@ def scores(loaded: LoadedTwoTowers, zimg_BxE, ztxt_KxE) -> np.ndarray:
     return 1 / (1 + np.exp(-(logits + float(loaded.params["b"][0]))))
   logits = logits - logits.max(-1, keepdims=True)
   return np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+
+
+def lines_or_list(value):
+  """A file's non-empty lines, else the comma-separated items."""
+  if value is None:
+    return ()
+  path = paths.resolve(value)
+  if "," not in value and path.is_file():
+    return tuple(
+        line.strip() for line in path.read_text().splitlines() if line.strip())
+  return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def templates_of(value):
+  from vit_jax.evaluators import image_text  # pylint: disable=g-import-not-at-top
+  if value == "clip":
+    return image_text.clip_templates_of("clip")
+  templates = lines_or_list(value) if value else ()
+  if value and not templates:
+    raise UserError(f"--templates={value} gives no template.")
+  return templates

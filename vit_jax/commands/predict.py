@@ -11,6 +11,16 @@ checkpoint's resolution (see `vit_jax/inference.py`), batches are split over
 all local devices, and a table of the top-k classes with their
 probabilities is printed; `--out` writes it as CSV. A file that cannot be
 read is named and skipped; the command then exits with status 1.
+
+An image-text model (a SigLIP, CLIP or LiT run, a two-tower file, a
+transformers SiglipModel directory: `vit_jax/zero_shot.py`) classifies
+zero-shot among --class_names, each put in --templates: SigLIP's
+probabilities are each name's own sigmoid (they need not sum to 1), CLIP's
+a softmax over the names.
+
+    vit-jax predict --checkpoint=workdirs/siglip \
+        --class_names=zero,one,two,three,four,five,six,seven,eight,nine \
+        docs/digits
 """
 
 import csv
@@ -25,7 +35,9 @@ from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
 from vit_jax import paths
+from vit_jax import zero_shot
 from vit_jax.data import image_files
+from vit_jax.errors import UserError
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to predict with, with a classification head")
@@ -39,6 +51,41 @@ flags.DEFINE_integer(
     "most this many patches (NaFlex; any plain ViT). Default: the "
     "checkpoint's (a NaFlex file: as many as its position table; others: "
     "square images).", lower_bound=1)
+flags.DEFINE_string(
+    "class_names", None, "An image-text model's classes: a comma-separated "
+    "list or a file (one per line).")
+flags.DEFINE_string(
+    "templates", None, "An image-text model's prompts, each with {} for the "
+    "class name: a file (one per line), `clip` (CLIP's 80), or none (the "
+    "run's own, else CLIP's short set).")
+flags.DEFINE_string(
+    "tokenizer", None, "An image-text file's tokenizer "
+    "(SentencePiece .model or tokenizer.json).")
+
+
+def _zero_shot(files):
+  """(rows, names, how they were computed, batches) of an image-text
+  model's zero-shot prediction among --class_names."""
+  from vit_jax.evaluators import image_text  # pylint: disable=g-import-not-at-top
+  names = zero_shot.lines_or_list(FLAGS.class_names or FLAGS.labels)
+  if not names:
+    raise UserError(f"{FLAGS.checkpoint} is an image-text model: it "
+                    "classifies among names you give, e.g. --class_names="
+                    "cat,dog (or a file, one per line).")
+  loaded = zero_shot.load(FLAGS.checkpoint, FLAGS.tokenizer, FLAGS.image_size)
+  templates = (zero_shot.templates_of(FLAGS.templates) or
+               tuple(loaded.config.evals.zeroshot.get("templates", ())) or
+               image_text.DEFAULT_TEMPLATES)
+  batches = image_files.ImageFiles(
+      files, loaded.config.pp_eval or
+      "resize|value_range", loaded.config.image_size,
+      loaded.batch_size(FLAGS.batch_size), loaded.config.model.patch_size or
+      zero_shot.stride(loaded), None)
+  rows = zero_shot.predict(loaded, batches, files, names, templates,
+                           FLAGS.top_k)
+  how = (f"zero-shot among {len(names)} names, {len(templates)} "
+         f"template{'s' if len(templates) > 1 else ''}")
+  return rows, names, how, batches
 
 
 def _shown(path: str) -> str:
@@ -74,6 +121,13 @@ def main(argv):
   if FLAGS.top_k < 1 or FLAGS.batch_size < 1:
     raise app.UsageError("--top_k and --batch_size must be positive.")
   files = image_files.find_images(argv[1:])
+  if zero_shot.is_two_towers(FLAGS.checkpoint):
+    start = time.perf_counter()
+    rows, names, how, batches = _zero_shot(files)
+    console.say("Predicted %d images with %s (%s) in %.1f s.", len(rows),
+                FLAGS.checkpoint, how,
+                time.perf_counter() - start)
+    return _report(rows, names, batches, files)
   loaded = inference.load(FLAGS.checkpoint, FLAGS.config, FLAGS.image_size,
                           FLAGS.num_heads, FLAGS.sequence_length)
   names, source = inference.class_names(loaded, FLAGS.labels)
@@ -87,13 +141,18 @@ def main(argv):
   start = time.perf_counter()
   rows = inference.predict(loaded, batches, files, FLAGS.top_k)
   seconds = time.perf_counter() - start
-  if rows:
-    print(format_table(rows, names))
   rate = len(rows) / max(seconds, 1e-9)
   console.say(
       "Predicted %d image%s in %.1f s (%.*f images/s, reading and "
       "compiling included).", len(rows), "" if len(rows) == 1 else "s", seconds,
       1 if rate < 10 else 0, rate)
+  return _report(rows, names, batches, files)
+
+
+def _report(rows, names, batches, files) -> int:
+  """Prints (and writes) the table; says what could not be read."""
+  if rows:
+    print(format_table(rows, names))
   if FLAGS.out:
     paths.resolve(FLAGS.out).write_text(to_csv(rows, names))
     console.say("Wrote %d predictions to %s.", len(rows), FLAGS.out)

@@ -11,6 +11,7 @@
 """
 
 import dataclasses
+import re
 from typing import Callable
 from typing import Iterable
 from typing import Sequence
@@ -25,13 +26,22 @@ from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.data import tokenizer as tokenizers
 from vit_jax.errors import UserError
+from vit_jax.evaluators import clip_templates
 from vit_jax.evaluators import registry
 
 RECALL_AT = (1, 5, 10)
+_WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's label "names".
 TEXT_CHUNK = 256  # Class texts embedded per call (padded to it).
 # CLIP's short ensemble, for names that read as objects; a config may give
 # its own (configs/image_text.py: the digits' phrasings).
 DEFAULT_TEMPLATES = ("a photo of a {}.", "a picture of a {}.", "{}")
+
+
+def clip_templates_of(name) -> tuple:
+  """`clip`: CLIP's 80 ImageNet templates; anything else as it is."""
+  if name == "clip" or tuple(name) == ("clip",):
+    return clip_templates.IMAGENET_TEMPLATES
+  return tuple(name)
 
 
 def _skip(config, fields) -> str | None:
@@ -121,8 +131,8 @@ class ZeroShotEvaluator:
     fields={
         # The classes' names in label order; (): the dataset's own.
         "class_names": (),
-        # Prompt templates, each with one {} for the name; (): CLIP's short
-        # ensemble (DEFAULT_TEMPLATES).
+        # Prompt templates, each with one {} for the name; "clip": CLIP's 80
+        # for ImageNet; (): CLIP's short ensemble (DEFAULT_TEMPLATES).
         "templates": (),
     },
     skip=_skip)
@@ -132,13 +142,15 @@ def make_zeroshot(entry: registry.Entry, context: registry.Context):
   source = context.source(entry.data)
   names = list(entry.fields["class_names"] or sources.label_names(entry.data) or
                [])
+  if names and all(_WORDNET_ID.fullmatch(n) for n in names):
+    names = sources.imagenet_names()  # ImageNet's: readable names.
   if len(names) != source.num_classes:
     raise UserError(
         f"config.evals.{entry.name}: {entry.data.dataset} has "
         f"{source.num_classes} classes but {len(names)} class names were "
         f"found; set config.evals.{entry.name}.class_names to its "
         f"{source.num_classes} names in label order.")
-  templates = tuple(entry.fields["templates"] or DEFAULT_TEMPLATES)
+  templates = clip_templates_of(entry.fields["templates"] or DEFAULT_TEMPLATES)
   bad = [t for t in templates if t.count("{}") != 1]
   if bad:
     raise UserError(f"config.evals.{entry.name}.templates: {bad[0]!r} must "
