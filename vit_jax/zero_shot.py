@@ -202,3 +202,46 @@ def templates_of(value):
   if value and not templates:
     raise UserError(f"--templates={value} gives no template.")
   return templates
+
+
+def evaluate(loaded: LoadedTwoTowers, dataset=None, split=None, data_dir=None,
+             class_names=(), templates=(),
+             batch_size: int = 128) -> dict[str, float]:
+  """Zero-shot accuracy (and recall where the data has captions) of
+  `loaded` on `dataset`'s `split`, as training's evaluators compute them."""
+  config = loaded.config.copy_and_resolve_references()
+  config.dataset = dataset or config.dataset
+  config.eval_split = split or config.eval_split
+  config.data_dir = data_dir or config.data_dir
+  config.eval_batch_size = loaded.batch_size(batch_size)
+  if not config.pp_eval:
+    config.pp_eval = "resize|value_range"
+  # pylint: disable=g-import-not-at-top  (TensorFlow: only where data is read)
+  from vit_jax import console
+  from vit_jax.data import sources
+  from vit_jax.data import specs
+  from vit_jax.evaluators import image_text
+  from vit_jax.evaluators import registry
+  # pylint: enable=g-import-not-at-top
+  data = specs.evaluation(config)
+  source = sources.make_source(data)
+  context = registry.Context(config, loaded.model, loaded.mesh,
+                             loaded.params_sharding, data, source)
+  fields = {
+      "class_names": tuple(class_names),
+      "templates": tuple(templates)
+                   or tuple(config.evals.zeroshot.get("templates", ()))
+  }
+  metrics = {}
+  evaluator = image_text.make_zeroshot(registry.Entry("zeroshot", data, fields),
+                                       context)
+  found = evaluator.run(loaded.params)
+  console.say("zeroshot: %s", evaluator.summary(found))
+  metrics.update({f"zeroshot/{k}": v for k, v in found.items()})
+  if config.text.key in getattr(source, "features", {}):
+    evaluator = image_text.make_retrieval(registry.Entry("retrieval", data, {}),
+                                          context)
+    found = evaluator.run(loaded.params)
+    console.say("retrieval: %s", evaluator.summary(found))
+    metrics.update({f"retrieval/{k}": v for k, v in found.items()})
+  return metrics

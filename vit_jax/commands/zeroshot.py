@@ -20,13 +20,8 @@ Retrieval runs where the dataset has the config's text feature
 from absl import flags
 
 from vit_jax import cli
-from vit_jax import console
 from vit_jax import zero_shot
-from vit_jax.data import sources
-from vit_jax.data import specs
 from vit_jax.errors import UserError
-from vit_jax.evaluators import image_text
-from vit_jax.evaluators import registry
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -52,50 +47,15 @@ flags.DEFINE_integer("image_size", None, "Resolution (default: the "
 flags.mark_flags_as_required(["checkpoint"])
 
 
-def evaluate(loaded: zero_shot.LoadedTwoTowers, dataset=None, split=None,
-             data_dir=None, class_names=(), templates=(),
-             batch_size: int = 128) -> dict[str, float]:
-  """Zero-shot accuracy (and recall where the data has captions) of
-  `loaded` on `dataset`'s `split`, as training's evaluators compute them."""
-  config = loaded.config.copy_and_resolve_references()
-  config.dataset = dataset or config.dataset
-  config.eval_split = split or config.eval_split
-  config.data_dir = data_dir or config.data_dir
-  config.eval_batch_size = loaded.batch_size(batch_size)
-  if not config.pp_eval:
-    config.pp_eval = "resize|value_range"
-  data = specs.evaluation(config)
-  source = sources.make_source(data)
-  context = registry.Context(config, loaded.model, loaded.mesh,
-                             loaded.params_sharding, data, source)
-  fields = {
-      "class_names": tuple(class_names),
-      "templates": tuple(templates)
-                   or tuple(config.evals.zeroshot.get("templates", ()))
-  }
-  metrics = {}
-  evaluator = image_text.make_zeroshot(registry.Entry("zeroshot", data, fields),
-                                       context)
-  found = evaluator.run(loaded.params)
-  console.say("zeroshot: %s", evaluator.summary(found))
-  metrics.update({f"zeroshot/{k}": v for k, v in found.items()})
-  if config.text.key in getattr(source, "features", {}):
-    evaluator = image_text.make_retrieval(registry.Entry("retrieval", data, {}),
-                                          context)
-    found = evaluator.run(loaded.params)
-    console.say("retrieval: %s", evaluator.summary(found))
-    metrics.update({f"retrieval/{k}": v for k, v in found.items()})
-  return metrics
-
-
 def main(argv):
   del argv
   loaded = zero_shot.load(FLAGS.checkpoint, FLAGS.tokenizer, FLAGS.image_size)
   if not (FLAGS.dataset or loaded.trained_here):
     raise UserError(f"{FLAGS.checkpoint} names no dataset: give --dataset.")
-  metrics = evaluate(loaded, FLAGS.dataset, FLAGS.split, FLAGS.data_dir,
-                     zero_shot.lines_or_list(FLAGS.class_names),
-                     zero_shot.templates_of(FLAGS.templates), FLAGS.batch_size)
+  metrics = zero_shot.evaluate(
+      loaded, FLAGS.dataset, FLAGS.split, FLAGS.data_dir,
+      zero_shot.lines_or_list(FLAGS.class_names),
+      zero_shot.templates_of(FLAGS.templates), FLAGS.batch_size)
   print(" ".join(f"{k}={v:g}" for k, v in sorted(metrics.items())))
   return 0
 
