@@ -389,3 +389,28 @@ def test_a_run_preempted_on_two_processes_resumes_on_one_where_it_would_be(
   gloo_reference.apply_overrides(digits_config, overrides)
   final = _restore(digits_config, workdir, total, devices=devices)
   _assert_same(final, gloo_reference.params_of(expected, "after"))
+
+
+def test_two_processes_train_siglip_as_one_over_the_ring(
+    digits_config, tfds_data_dir, tmp_path):
+  """SigLIP on the built-in captions, FSDP over both processes' devices:
+  the sigmoid loss's ring of `ppermute`s crosses from one process to the
+  other, and the checkpoint equals one process's on the same devices bit
+  for bit; only process 0 reports the zero-shot accuracy."""
+  overrides = {
+      **OVERRIDES, "objective": "siglip",
+      "dataset": "digits_captions",
+      "text.variant": "testing",
+      "text.length": 8,
+      "text.embedding_dim": 16
+  }
+  workdir = tmp_path / "two"
+  codes, outputs = _launch_two_processes(str(workdir), tfds_data_dir, overrides)
+  assert codes == [0, 0], _stderr_tails(outputs)
+  assert "zeroshot/accuracy=" in outputs[0][0]
+  assert "zeroshot/" not in outputs[1][0]
+  expected = gloo_reference.compute(tfds_data_dir, overrides,
+                                    2 * DEVICES_PER_PROCESS, STEPS)
+  gloo_reference.apply_overrides(digits_config, overrides)
+  _assert_same(_restore(digits_config, workdir, STEPS, 2 * DEVICES_PER_PROCESS),
+               gloo_reference.params_of(expected, "after"))
