@@ -303,3 +303,40 @@ def test_fsdp_gradients_are_reduce_scattered_not_all_reduced(digits_config):
   # devices) and the scalar metrics.
   assert moved["by_kind"][
       "all-reduce"] < 0.05 * moved["by_kind"]["reduce-scatter"]
+
+
+# A `ppermute` around a ring of two slices, as libtpu compiles it for one
+# slice of 16 devices: the pairs inside it a collective-permute, the one
+# pair leaving each slice a transfer to the multi-slice runtime.
+_PAIRS = ",".join(f"{{{i},{i + 1}}}" for i in range(15))
+_TO_RUNTIME = ('_xla_host_transfer_handler_name="xla_megascale_runtime",'
+               '_xla_host_transfer_rendezvous="ppermute.19_0",'
+               "_xla_megascale_target={{100015->200000},{200015->100000}},"
+               '_xla_megascale_transfer_type="ONE_TO_ONE"')
+_RING_OF_TWO_SLICES = f"""HloModule ring, num_partitions=16
+
+ENTRY %main (x: f32[128,64]) -> f32[128,64] {{
+  %x = f32[128,64]{{1,0}} parameter(0)
+  %p = f32[128,64]{{1,0}} collective-permute(%x), channel_id=1, \
+source_target_pairs={{{_PAIRS}}}
+  %token = token[] after-all()
+  %send = (f32[128,64]{{1,0}}, u32[], token[]) send(%x, %token), \
+channel_id=4, is_host_transfer=true, frontend_attributes={{{_TO_RUNTIME}}}
+  ROOT %out = f32[128,64]{{1,0}} add(%p, %x)
+}}
+"""
+
+
+def test_a_ring_over_two_slices_sends_one_hop_each_over_dcn():
+  """SigLIP's ring over (slice, data): 15 of a slice's 16 devices send
+  their 32 KiB chunk over ICI, one over DCN (per device: 15/16 and 1/16
+  of the chunk)."""
+  found = communication.collectives(_RING_OF_TWO_SLICES, {
+      "slice": 2,
+      "data": 16,
+      "model": 1
+  })
+  chunk = 128 * 64 * 4
+  by_link = {c.dcn: c.bytes for c in found}
+  assert by_link == {False: chunk * 15 / 16, True: chunk / 16}
+  assert {c.kind for c in found} == {"collective-permute"}

@@ -49,6 +49,13 @@ _CHANNEL = re.compile(r"channel_id=(\d+)")
 _CHAIN = re.compile(r'chain_id="(\d+)"')
 _MEGASCALE = re.compile(r'_xla_megascale_target="\{([\d,:]*)\}x[^"]*",'
                         r'_xla_megascale_transfer_type="(\w+)"')
+# A `ppermute`'s pairs that cross slices (SigLIP's ring): sent one to one,
+# `{{A->B},{C->D}}`, each id its slice's index x 100000 + its device's.
+_ONE_TO_ONE = re.compile(r"_xla_megascale_target=\{(\{\d+->\d+\}"
+                         r"(?:,\{\d+->\d+\})*)\},_xla_megascale_transfer_type"
+                         r'="ONE_TO_ONE"')
+_PAIR = re.compile(r"\{(\d+)->(\d+)\}")
+_SLICE_ID = 100_000
 _RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]+)"')
 _PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
 
@@ -129,9 +136,18 @@ def program_mesh(
 
 
 def _megascale(instruction: hlo.Instruction) -> Optional[tuple[str, int]]:
-  """(kind, slices joined) of a send to libtpu's multi-slice runtime."""
+  """(kind, slices joined) of a send to libtpu's multi-slice runtime; for
+  a one-to-one transfer (a collective-permute's pairs between slices),
+  ("collective-permute", -pairs each slice sends)."""
+  if instruction.opcode != "send":
+    return None
+  pairs = _ONE_TO_ONE.search(instruction.attributes)
+  if pairs:
+    sources = [int(a) for a, _ in _PAIR.findall(pairs.group(1))]
+    slices = len({a // _SLICE_ID for a in sources})
+    return "collective-permute", -(len(sources) // max(slices, 1))
   found = _MEGASCALE.search(instruction.attributes)
-  if instruction.opcode != "send" or not found:
+  if not found:
     return None
   joined = 0
   for item in found.group(1).split(","):
@@ -188,6 +204,8 @@ def measure(instruction: hlo.Instruction, computation: hlo.Computation,
   if megascale:
     kind, n = megascale
     size = _logical_bytes(instruction, computation)
+    if n < 0:  # One to one: -n of the slice's devices send, the rest none.
+      return kind, size * -n / num_devices, dcn_axes, True
     return kind, _sent(kind, n, size), dcn_axes, True
   kind = _kind(instruction.opcode)
   if kind is None:

@@ -53,7 +53,10 @@ FIT_FRACTION = 0.9
 
 
 def _num_classes(config: ml_collections.ConfigDict) -> int:
-  """From the dataset's metadata, without reading or preparing the data."""
+  """From the dataset's metadata, without reading or preparing the data
+  (an image-text model has no classes)."""
+  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
+    return 0
   if config.dataset == "digits":
     return 10
   try:
@@ -108,6 +111,9 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   if input_pipeline.reads_labels(config):
     batch_spec["labels"] = jax.ShapeDtypeStruct(
         (batch, num_classes), jnp.float32, sharding=batch_sharding)
+  if config.objective in models.IMAGE_TEXT_OBJECTIVES:  # One text each.
+    batch_spec["text"] = jax.ShapeDtypeStruct(
+        (batch, config.text.length), jnp.int32, sharding=batch_sharding)
   lowered = train_step.lower(state, batch_spec)
   try:
     with targets.compiling_for(devices):
