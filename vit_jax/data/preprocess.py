@@ -263,7 +263,8 @@ def check_pipelines(config):
 
 def _check_sequences(config, pipelines):
   """Patch sequences (pipelines ending with patchify) need a plain ViT and
-  the supervised objective."""
+  the supervised objective, or an image-text one (one image per sequence:
+  NaViT's packing pairs images with labels only)."""
   for field, spec in pipelines:
     if not spec or op_names(config, spec)[-1:] != ["patchify"]:
       continue
@@ -273,7 +274,9 @@ def _check_sequences(config, pipelines):
           f"config.{field}={spec!r} gives images at their own shape (patch "
           f"sequences), which only a plain ViT takes; {config.model.variant} "
           "needs whole square images: end the pipeline with value_range.")
-    if config.objective != "supervised":
+    image_text = (config.objective in models.IMAGE_TEXT_OBJECTIVES and
+                  not config.packing.length)
+    if config.objective != "supervised" and not image_text:
       raise UserError(
           f"config.{field}={spec!r}: config.objective={config.objective} "
           "reads square images; patch sequences train supervised only.")
