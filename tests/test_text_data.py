@@ -13,6 +13,7 @@ import tokenizers
 from vit_jax.config import defaults
 from vit_jax.data import digits_captions
 from vit_jax.data import input_pipeline
+from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.data import tokenizer
 from vit_jax.errors import UserError
@@ -173,3 +174,24 @@ def test_evaluation_reads_every_caption_and_pads(captions_dir):
   said = "'digits_captions' has no text feature 'caption'.*label, captions"
   with pytest.raises(UserError, match=said):
     input_pipeline.make_source(no_such_key)
+
+
+def test_a_text_inside_a_nested_feature_is_named_by_its_path():
+  """coco_captions' captions are `captions/text`: a Text in a sequence of
+  feature dicts; the path finds it, and a dict is not a text."""
+  features = tfds.features.FeaturesDict({
+      "image": tfds.features.Image(),
+      "captions": tfds.features.Sequence({
+          "id": np.int64,
+          "text": tfds.features.Text()
+      })
+  })
+  found = sources._text_feature(features, "captions/text")  # pylint: disable=protected-access
+  assert isinstance(found, tfds.features.Text)
+  assert not isinstance(
+      sources._text_feature(features, "captions"),  # pylint: disable=protected-access
+      tfds.features.Text)
+  assert sources._text_feature(features, "caption") is None  # pylint: disable=protected-access
+  assert sources.text_of({"captions": {
+      "text": "a cat"
+  }}, "captions/text") == ("a cat")

@@ -10,8 +10,9 @@ and the layers listed before it, never from one after it
   vit_jax/config/       defaults (every field, once; the model's form),
                         checks of fields alone, imports (a user's
                         modules), recorded configs upgraded
-  vit_jax/models/       ViT, the hybrid stem, variants, scanned layers,
-                        logical axes; a model from its config and its form
+  vit_jax/models/       ViT, the hybrid stem, the text tower and the two
+                        towers, variants, scanned layers, logical axes; a
+                        model from its config and its form
   vit_jax/sharding/     the mesh, batches on it, jit on it; partitioning
                         rules, parameters made on their shards
   vit_jax/data/         data specs, TFDS, image-folder and VTAB sources,
@@ -21,16 +22,18 @@ and the layers listed before it, never from one after it
                         big_vision, timm, transformers) around a core: read,
                         convert, resize, load, write; a config's open
                         choices decided
-  vit_jax/training/     objectives and losses, the train state, the jitted
-                        step, FSDP's plan and gathering, optimizer, mixup,
-                        checkpoints, a distillation's teachers
+  vit_jax/training/     objectives and losses (SigLIP's on the devices'
+                        ring), the train state, the jitted step, FSDP's
+                        plan and gathering, optimizer, mixup, checkpoints,
+                        a distillation's teachers
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/evaluators/   config.evals' entries and their registered types:
                         classification, masked patch prediction, few-shot,
-                        distillation
+                        distillation, zero-shot and retrieval
   vit_jax/loop/         train_and_evaluate: the config's checks gathered,
                         the fit before the first step, the loop
-  inference             a checkpoint ready to apply
+  inference, zero_shot  a checkpoint ready to apply; an image-text one
+                        (both towers) ready to embed and classify
   vit_jax/analysis/     the paper's analyses and their figures
   vit_jax/performance/  plan for a topology (memory, communication, a
                         roofline of the step), speed, profiling

@@ -214,7 +214,7 @@ def _examples(records: tf.data.Dataset, spec: specs.DataSpec, source, base_seed,
   def decoded(i, record):
     example = source.decode(record)
     if spec.text is not None:  # A TFDS feature, as the record has it.
-      example = {**example, "text": record[spec.text.key]}
+      example = {**example, "text": sources.text_of(record, spec.text.key)}
     return example_fn(i, example)
 
   examples = unreadable.map_skipping_unreadable(records, decoded, name, log)

@@ -1,4 +1,5 @@
-"""Where examples come from: a TFDS dataset or a folder of images.
+"""Where examples come from: a TFDS dataset, a folder of images or an
+img2dataset output.
 
 Both sources read undecoded records by their index in a split
 (`index_reader`: TFDS datasets in ArrayRecord files, image folders through
@@ -11,10 +12,12 @@ metadata the trainer needs (classes, split sizes). A data spec's dataset
 picks the source (`vit_jax/data/specs.py`): a TFDS name (`cifar10`,
 `imagenet2012`, the built-in `digits` and `digits_captions`),
 `folder:/path/to/root` for `ROOT/{train,test}/CLASS_NAME/*.{jpg,jpeg,png}`
-(see `image_folder.py`) or `vtab:TASK` for a VTAB-1k task (see
-`vtab_tasks.py`). In a multi-process run only process 0 prepares a TFDS
-dataset; the others wait for it. TFDS datasets are prepared in ArrayRecord
-files (read by index, `global_order.py`).
+(see `image_folder.py`), `img2dataset:/path/to/ROOT` for image-text pairs
+as img2dataset writes them (tar shards or numbered folders; captions as
+the text feature `caption`, see `img2dataset_source.py`) or `vtab:TASK`
+for a VTAB-1k task (see `vtab_tasks.py`). In a multi-process run only
+process 0 prepares a TFDS dataset; the others wait for it. TFDS datasets
+are prepared in ArrayRecord files (read by index, `global_order.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from vit_jax import console
 from vit_jax import paths
 from vit_jax.config import imports
 from vit_jax.data import image_folder
+from vit_jax.data import img2dataset_source
 from vit_jax.data import preprocess
 from vit_jax.data import specs
 from vit_jax.data import unreadable
@@ -41,6 +45,7 @@ tfds = imports.lazy("tensorflow_datasets")
 
 FOLDER_PREFIX = "folder:"
 VTAB_PREFIX = "vtab:"
+IMG2DATASET_PREFIX = img2dataset_source.PREFIX
 FILE_FORMAT = "array_record"  # Of the datasets TFDS prepares for us.
 
 
@@ -360,17 +365,37 @@ class VtabSource(TfdsSource):
     return {"image": image, "label": self.task.label(record)}
 
 
+def _text_feature(features, key: str):
+  """The feature at `key`, '/' going into nested features and through
+  sequences (coco_captions' `captions/text`); None where there is none."""
+  feature = features
+  for part in key.split("/"):
+    if isinstance(feature, tfds.features.Sequence):
+      feature = feature.feature
+    if not hasattr(feature, "keys") or part not in feature.keys():
+      return None
+    feature = feature[part]
+  if isinstance(feature, tfds.features.Sequence):
+    feature = feature.feature
+  return feature
+
+
+def text_of(record, key: str):
+  """The record's text at `key` (see `_text_feature`)."""
+  for part in key.split("/"):
+    record = record[part]
+  return record
+
+
 def check_text(source, text: specs.TextSpec):
   """A UserError unless `source` has a text feature `text.key` (a Text, or
-  a Sequence of Text)."""
+  a Sequence of Text; '/' names one inside a nested feature)."""
   features = getattr(source, "features", None)
   if features is None:
     raise UserError(f"{source.name} has no text (config.text.key="
                     f"{text.key!r}): image-text training reads a TFDS "
                     "dataset with captions, e.g. digits_captions.")
-  feature = features[text.key] if text.key in features else None
-  if isinstance(feature, tfds.features.Sequence):
-    feature = feature.feature
+  feature = _text_feature(features, text.key)
   if not isinstance(feature, tfds.features.Text):
     raise UserError(f"Dataset {source.name!r} has no text feature "
                     f"{text.key!r} (config.text.key); its features: "
@@ -379,14 +404,21 @@ def check_text(source, text: specs.TextSpec):
 
 def make_source(spec: specs.DataSpec, index_dir=None):
   """The spec's dataset (with `spec.text`, checked to have that text).
-  `index_dir` (the training workdir) keeps an image folder's listing, so
-  other processes and resumed runs read it."""
+  `index_dir` (the training workdir) keeps an image folder's or an
+  img2dataset output's listing, so other processes and resumed runs read
+  it."""
   if spec.dataset.startswith((FOLDER_PREFIX, VTAB_PREFIX)) and spec.label_key:
     raise UserError(f"data.label_key={spec.label_key!r} names a TFDS "
                     f"feature; {spec.dataset} has its own labels.")
+  if spec.dataset.startswith(IMG2DATASET_PREFIX) and spec.label_key:
+    raise UserError(f"data.label_key={spec.label_key!r} names a TFDS "
+                    f"feature; {spec.dataset} has no labels.")
   if spec.dataset.startswith(FOLDER_PREFIX):
     source = image_folder.ImageFolderSource(spec.dataset[len(FOLDER_PREFIX):],
                                             index_dir)
+  elif spec.dataset.startswith(IMG2DATASET_PREFIX):
+    source = img2dataset_source.Img2DatasetSource(
+        spec.dataset[len(IMG2DATASET_PREFIX):], index_dir)
   elif spec.dataset.startswith(VTAB_PREFIX):
     source = VtabSource(spec.dataset[len(VTAB_PREFIX):], spec.data_dir,
                         spec.manual_dir)
@@ -401,6 +433,8 @@ def make_source(spec: specs.DataSpec, index_dir=None):
 def label_names(spec: specs.DataSpec, index_dir=None):
   """The class names of the spec's dataset from its metadata alone
   (nothing is downloaded or prepared); None where they cannot be read."""
+  if spec.dataset.startswith(IMG2DATASET_PREFIX):
+    return None  # Image-text pairs: no classes.
   try:
     if spec.dataset.startswith(FOLDER_PREFIX):
       return image_folder.class_names(spec.dataset[len(FOLDER_PREFIX):],

@@ -42,7 +42,7 @@ class TextSpec:
 @dataclasses.dataclass(frozen=True)
 class DataSpec:
   """One split of one dataset, preprocessed and batched."""
-  dataset: str  # A TFDS name, folder:/path, vtab:TASK or digits.
+  dataset: str  # A TFDS name, folder:/path, img2dataset:/path, vtab:TASK.
   split: str  # A TFDS split string, e.g. 'train[:98%]'.
   pp: str  # The preprocessing pipeline (vit_jax/data/preprocess.py).
   image_size: int  # The pipeline's output resolution.

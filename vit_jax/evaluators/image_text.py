@@ -140,6 +140,12 @@ def make_zeroshot(entry: registry.Entry, context: registry.Context):
   """Zero-shot accuracy of the two towers on the entry's labelled data."""
   config = context.config
   source = context.source(entry.data)
+  if not source.num_classes:
+    raise UserError(
+        f"config.evals.{entry.name} reads {entry.data.dataset}, which has no "
+        "labels: zero-shot classifies into a dataset's classes. Point "
+        f"config.evals.{entry.name}.data.dataset (and .split) at a labelled "
+        f"set, or set config.evals.{entry.name}.enabled=False.")
   names = list(entry.fields["class_names"] or sources.label_names(entry.data) or
                [])
   if names and all(_WORDNET_ID.fullmatch(n) for n in names):
