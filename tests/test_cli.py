@@ -80,6 +80,16 @@ MISTAKES = {
     "inspect: missing checkpoint": (
         ["vit_jax", "inspect",
          "/no/such.npz"], "error: No weights at /no/such.npz"),
+    "zeroshot: a checkpoint without a text tower": ([
+        "vit_jax", "zeroshot",
+        "--checkpoint=tests/references/tiny_timm.safetensors"
+    ], "error: tests/references/tiny_timm.safetensors holds no text tower"),
+    "predict: an image-text model without class names": (
+        [
+            "vit_jax", "predict",
+            "--checkpoint=tests/references/tiny_hf_siglip", "docs/digits"
+        ], "error: tests/references/tiny_hf_siglip is an image-text model: it "
+        "classifies among names you give"),
     "predict: missing checkpoint": (
         ["vit_jax", "predict", "--checkpoint=/no/such.npz",
          "docs/digits"], "error: No weights at /no/such.npz"),
