@@ -30,6 +30,7 @@ from vit_jax.training import objectives
 REFERENCES = stored.HERE
 BIG_VISION = f"{REFERENCES}/tiny_siglip_big_vision.npz"
 HF = f"{REFERENCES}/tiny_hf_siglip"
+HF2 = f"{REFERENCES}/tiny_hf_siglip2"
 
 
 @pytest.fixture
@@ -49,10 +50,11 @@ def _close(got, want, what):
 
 def test_big_vision_and_transformers_siglip_load_whole_and_write_back(
     tiny_towers, tmp_path):
-  """big_vision's file and transformers' directory load whole (the text
-  tower, t and b read from them, the config read from their shapes) and
-  give their library's embeddings and logits; written back, each is the
-  same file; each converts into the other."""
+  """big_vision's file and transformers' SiglipModel and Siglip2Model
+  (NaFlex) directories load whole (the text tower, t and b read from them,
+  the config read from their shapes) and give their library's embeddings
+  and logits; written back, each is the same file; each converts into the
+  other."""
   del tiny_towers
   io = np.load(f"{REFERENCES}/tiny_siglip_big_vision_io.npz")
   loaded = zero_shot.load(BIG_VISION, tokenizer="digits")
@@ -91,23 +93,60 @@ def test_big_vision_and_transformers_siglip_load_whole_and_write_back(
   export.export_two_towers(HF, "npz", str(tmp_path / "from_hf.npz"))
   export.export_two_towers(str(tmp_path / "from_hf.npz"), "hf",
                            str(tmp_path / "hf2"))
-  original = load_file(f"{HF}/model.safetensors")
   for out_dir in ("hf", "hf2"):
-    written = load_file(str(tmp_path / out_dir / "model.safetensors"))
-    assert written.keys() == original.keys()
-    for name, value in original.items():
-      np.testing.assert_array_equal(written[name], value, err_msg=name)
-    want, got = (json.loads((p / "config.json").read_text())
-                 for p in (pathlib.Path(HF), tmp_path / out_dir))
-    for tower in ("vision_config", "text_config"):
-      assert {
-          k: v for k, v in got[tower].items() if k in want[tower]
-      } == want[tower]
+    _same_directory(HF, tmp_path / out_dir)
+  # SigLIP 2's NaFlex towers (Siglip2Model): images as patch sequences.
+  io2 = load_file(f"{REFERENCES}/tiny_hf_siglip2_outputs.safetensors")
+  loaded = zero_shot.load(HF2, tokenizer="digits")
+  assert (loaded.config.sequence_length,
+          loaded.config.model.posemb_interpolation,
+          loaded.config.pp_eval) == (16, "bilinear",
+                                     "resize_to_sequence|value_range|patchify")
+  zimg, ztxt, out = loaded.apply(loaded.params, _sequences(io2),
+                                 io2["input_ids"].astype(np.int32))
+  _close(zimg, io2["image_embeds"], "Siglip2Model image_embeds")
+  _close(ztxt, io2["text_embeds"], "Siglip2Model text_embeds")
+  _close(out["t"] * zimg @ ztxt.T + out["b"], io2["logits_per_image"],
+         "Siglip2Model logits")
+  export.export_two_towers(HF2, "npz", str(tmp_path / "naflex.npz"))
+  for source, out_dir in ((HF2, "hf2_direct"), (str(
+      tmp_path / "naflex.npz"), "hf2_by_npz")):
+    export.export_two_towers(source, "hf", str(tmp_path / out_dir))
+    _same_directory(HF2, tmp_path / out_dir)
   # big_vision's image tower has a projection SiglipModel has no place for.
   with pytest.raises(UserError, match="image_head=False"):
     export.export_two_towers(BIG_VISION, "hf", str(tmp_path / "no"))
   with pytest.raises(UserError, match="ships no tokenizer"):
     zero_shot.load(BIG_VISION)
+
+
+def _same_directory(want_dir, got_dir):
+  """The same weights, architectures and towers' configs."""
+  original = load_file(f"{want_dir}/model.safetensors")
+  written = load_file(str(pathlib.Path(got_dir) / "model.safetensors"))
+  assert written.keys() == original.keys()
+  for name, value in original.items():
+    np.testing.assert_array_equal(written[name], value, err_msg=name)
+  want, got = (json.loads((pathlib.Path(p) / "config.json").read_text())
+               for p in (want_dir, got_dir))
+  assert got["architectures"] == want["architectures"]
+  for tower in ("vision_config", "text_config"):
+    assert {
+        k: v for k, v in got[tower].items() if k in want[tower]
+    } == want[tower]
+
+
+def _sequences(io):
+  """Siglip2Model's patches (row, column, channel in each, as ours), its
+  mask and grids as our PatchSequence's fields."""
+  mask = io["pixel_attention_mask"].astype(np.int32)
+  grids = io["spatial_shapes"].astype(np.int32)
+  coords = np.zeros(mask.shape + (2,), np.int32)
+  for b, (rows, cols) in enumerate(grids):
+    index = np.arange(rows * cols)
+    coords[b, :rows * cols] = np.stack([index // cols, index % cols], -1)
+  return dict(patches=io["pixel_values"], coords=coords, segments=mask,
+              grids=grids[:, None])
 
 
 def test_recall_counts_a_repeated_caption_as_one_text():

@@ -6,6 +6,11 @@ never by the suite, which reads what it computed (`stored.py`): the
 directory `save_pretrained` writes (tests/references/tiny_hf_siglip/) and
 its outputs (tiny_hf_siglip_outputs.safetensors). Nothing is downloaded:
 the model is built from its config classes.
+
+Also transformers' Siglip2Model (SigLIP 2's NaFlex towers: patches cut
+beforehand, each image its own grid, a 4x4 position table resized to it)
+at the same sizes (`siglip2_*`; generate.py `siglip2`: the directory
+tiny_hf_siglip2/ and tiny_hf_siglip2_outputs.safetensors).
 """
 
 import math
@@ -145,5 +150,174 @@ def save_pretrained_checked(model, directory: str, pixels: np.ndarray,
   if problems:
     raise ValueError(f"{directory}: {problems}")
   again = outputs(loaded.eval(), pixels, ids)
+  for key, value in out.items():
+    np.testing.assert_array_equal(again[key], value, err_msg=key)
+
+
+# SigLIP 2 (NaFlex): the images come as patches, each image its own grid of
+# (rows, cols) patches, padded to MAX_PATCHES.
+SIGLIP2_MAX_PATCHES = 24
+SIGLIP2_GRIDS = ((3, 5), (4, 4), (2, 2), (4, 6))
+SIGLIP2_PATCH = 4
+TINY_SIGLIP2_VISION = dict(hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=2,
+                           num_channels=3, patch_size=SIGLIP2_PATCH,
+                           num_patches=16, vision_use_head=True)
+TINY_SIGLIP2_TEXT = TINY_SIGLIP_TEXT
+SIGLIP2_SEED = 61
+
+
+def siglip2_config():
+  """The tiny Siglip2Config: the SigLIP sizes, a 4x4 position table
+  (num_patches 16); LayerNorm eps 1e-6 and gelu_pytorch_tanh, the
+  defaults; eager attention."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  cfg = transformers.Siglip2Config(
+      text_config=transformers.Siglip2TextConfig(**TINY_SIGLIP2_TEXT),
+      vision_config=transformers.Siglip2VisionConfig(**TINY_SIGLIP2_VISION))
+  cfg._attn_implementation = "eager"  # pylint: disable=protected-access
+  return cfg
+
+
+def siglip2_model(seed: int = SIGLIP2_SEED):
+  """The tiny Siglip2Model, eval mode, float32, its parameters as
+  `siglip_model`'s (`stored.trained_like_state`, then logit_scale log(5),
+  logit_bias -2)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  model = transformers.Siglip2Model(siglip2_config())
+  parameters = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+  # The parameters are the whole state: nothing else would be saved.
+  assert sorted(model.state_dict()) == sorted(n for n, _ in parameters)
+  state = stored.trained_like_state(parameters, seed=seed)
+  state["logit_scale"] = np.full((1,), LOGIT_SCALE, np.float32)
+  state["logit_bias"] = np.full((1,), LOGIT_BIAS, np.float32)
+  model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+  return model.float().eval()
+
+
+def siglip2_inputs(seed: int = SIGLIP2_SEED) -> dict:
+  """Siglip2Model's inputs, and the images they were cut from.
+
+  images: BATCH x 16 x 24 x 3 float32, image i uniform in [-1, 1] in its
+  top-left image_sizes[i] = (rows * 4, cols * 4) of SIGLIP2_GRIDS[i],
+  zeros elsewhere. pixel_values: BATCH x 24 x 48, each image cut into
+  patches by transformers' own Siglip2ImageProcessor functions
+  (`convert_image_to_patches` of the CHW image: patches row-major over
+  the grid, each patch's vector ordered (row in patch, column in patch,
+  channel)), then `pad_along_first_dim` to 24 patches with zeros;
+  pixel_attention_mask: BATCH x 24 int32, 1 for an image's patches, 0 for
+  the padding; spatial_shapes: BATCH x 2 int64 (rows, cols).
+  input_ids: as `inputs`' (EOS = pad = 1 at the tail)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from transformers.models.siglip2 import image_processing_siglip2
+  rng = np.random.default_rng(seed)
+  p = SIGLIP2_PATCH
+  height = max(r for r, _ in SIGLIP2_GRIDS) * p
+  width = max(c for _, c in SIGLIP2_GRIDS) * p
+  images = np.zeros((BATCH, height, width, 3), np.float32)
+  sizes = np.array([(r * p, c * p) for r, c in SIGLIP2_GRIDS], np.int64)
+  pixel_values, masks = [], []
+  for i, (h, w) in enumerate(sizes):
+    images[i, :h, :w] = rng.uniform(-1, 1, (h, w, 3))
+    chw = torch.from_numpy(np.ascontiguousarray(images[i, :h, :w].transpose(
+        2, 0, 1)))
+    patches = image_processing_siglip2.convert_image_to_patches(chw, p)
+    patches, mask = image_processing_siglip2.pad_along_first_dim(
+        patches, SIGLIP2_MAX_PATCHES)
+    pixel_values.append(patches.numpy())
+    masks.append(mask.numpy())
+  ids = np.full((BATCH, TEXT_LENGTH), EOS_ID, np.int64)
+  for row, words in enumerate((3, 5, 1, TEXT_LENGTH - 1)):
+    ids[row, :words] = rng.integers(FIRST_WORD_ID,
+                                    TINY_SIGLIP2_TEXT["vocab_size"], words)
+  return {
+      "images": images,
+      "image_sizes": sizes,
+      "pixel_values": np.stack(pixel_values).astype(np.float32),
+      "pixel_attention_mask": np.stack(masks).astype(np.int32),
+      "spatial_shapes": np.array(SIGLIP2_GRIDS, np.int64),
+      "input_ids": ids,
+  }
+
+
+def siglip2_outputs(model, inputs: dict) -> dict:
+  """What Siglip2Model and its towers compute (the pixel attention mask;
+  no text attention mask, as SigLIP was trained), each a contiguous
+  float32 array. vision_last_hidden_state's padding rows are whatever
+  transformers computes there (nothing attends to them)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  pixels = torch.from_numpy(inputs["pixel_values"])
+  mask = torch.from_numpy(inputs["pixel_attention_mask"])
+  shapes = torch.from_numpy(inputs["spatial_shapes"])
+  ids = torch.from_numpy(inputs["input_ids"])
+  with torch.no_grad():
+    both = model(input_ids=ids, pixel_values=pixels,
+                 pixel_attention_mask=mask, spatial_shapes=shapes)
+    vision = model.vision_model(pixel_values=pixels,
+                                pixel_attention_mask=mask,
+                                spatial_shapes=shapes)
+    text = model.text_model(input_ids=ids)
+  out = {
+      "image_embeds": both.image_embeds,
+      "text_embeds": both.text_embeds,
+      "logits_per_image": both.logits_per_image,
+      "logits_per_text": both.logits_per_text,
+      "vision_pooler_output": vision.pooler_output,
+      "vision_last_hidden_state": vision.last_hidden_state,
+      "text_pooler_output": text.pooler_output,
+      "text_last_hidden_state": text.last_hidden_state,
+  }
+  # Views (strided) would be stored as the memory they point into.
+  return {k: np.ascontiguousarray(v.numpy()) for k, v in out.items()}
+
+
+def siglip2_check(model, inputs: dict, out: dict):
+  """`check`'s relations, and: each patch vector is the image's pixels
+  (row in patch, column in patch, channel), the patches row-major, the
+  padding zeros with mask 0; the vision outputs of the images' own
+  patches do not change when the padding patches' pixels do."""
+  p = SIGLIP2_PATCH
+  for i, (rows, cols) in enumerate(SIGLIP2_GRIDS):
+    h, w = inputs["image_sizes"][i]
+    assert (h, w) == (rows * p, cols * p)
+    grid = inputs["images"][i, :h, :w].reshape(rows, p, cols, p, 3)
+    np.testing.assert_array_equal(
+        grid.transpose(0, 2, 1, 3, 4).reshape(rows * cols, p * p * 3),
+        inputs["pixel_values"][i, :rows * cols])
+    np.testing.assert_array_equal(inputs["pixel_values"][i, rows * cols:], 0)
+    np.testing.assert_array_equal(inputs["pixel_attention_mask"][i],
+                                  np.arange(SIGLIP2_MAX_PATCHES) < rows * cols)
+    np.testing.assert_array_equal(inputs["images"][i, h:], 0)
+    np.testing.assert_array_equal(inputs["images"][i, :, w:], 0)
+  check(model, None, None, out)
+  noisy = dict(inputs)
+  noisy["pixel_values"] = np.where(
+      inputs["pixel_attention_mask"][..., None] > 0, inputs["pixel_values"],
+      np.float32(7.0))
+  again = siglip2_outputs(model, noisy)
+  np.testing.assert_allclose(again["vision_pooler_output"],
+                             out["vision_pooler_output"], rtol=1e-5,
+                             atol=1e-6)
+  for i, (rows, cols) in enumerate(SIGLIP2_GRIDS):
+    np.testing.assert_allclose(
+        again["vision_last_hidden_state"][i, :rows * cols],
+        out["vision_last_hidden_state"][i, :rows * cols], rtol=1e-5,
+        atol=1e-5)
+
+
+def siglip2_save_pretrained_checked(model, directory: str, inputs: dict,
+                                    out: dict):
+  """As `save_pretrained_checked`, by Siglip2Model.from_pretrained."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  model.save_pretrained(directory)
+  loaded, info = transformers.Siglip2Model.from_pretrained(
+      directory, local_files_only=True, output_loading_info=True,
+      attn_implementation="eager")
+  problems = {k: v for k, v in info.items() if v}
+  if problems:
+    raise ValueError(f"{directory}: {problems}")
+  again = siglip2_outputs(loaded.eval(), inputs)
   for key, value in out.items():
     np.testing.assert_array_equal(again[key], value, err_msg=key)

@@ -7,6 +7,7 @@
     .venv-torch/bin/python -m tests.references.generate hf        # ditto
     .venv-torch/bin/python -m tests.references.generate rope      # ditto
     .venv-torch/bin/python -m tests.references.generate siglip    # ditto
+    .venv-torch/bin/python -m tests.references.generate siglip2   # ditto
 
 Runs where torch, timm and transformers are installed (the pins of
 `requirements.txt`; `make torch-env` builds that environment on Python 3.11
@@ -218,6 +219,35 @@ def write_siglip(versions: dict):
   _sort_metadata(filename)
 
 
+def write_siglip2(versions: dict):
+  """transformers' tiny Siglip2Model (`torch_siglip_reference.siglip2_*`):
+  the directory its save_pretrained writes (tiny_hf_siglip2/: config.json,
+  model.safetensors), checked to load back by from_pretrained, and in a
+  file of their own its inputs (with the images the patches were cut
+  from), outputs and config."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  model = torch_siglip_reference.siglip2_model()
+  inputs = torch_siglip_reference.siglip2_inputs()
+  out = torch_siglip_reference.siglip2_outputs(model, inputs)
+  torch_siglip_reference.siglip2_check(model, inputs, out)
+  directory = stored.path("tiny_hf_siglip2")
+  shutil.rmtree(directory, ignore_errors=True)
+  os.makedirs(directory)
+  torch_siglip_reference.siglip2_save_pretrained_checked(
+      model, directory, inputs, out)
+  metadata = dict(versions)
+  metadata["config"] = json.dumps(model.config.to_dict(), sort_keys=True)
+  metadata["model"] = type(model).__name__
+  # pylint: disable-next=protected-access
+  metadata["attn_implementation"] = model.config._attn_implementation
+  metadata["eos_id"] = str(torch_siglip_reference.EOS_ID)
+  metadata["text_pooling"] = "last position"
+  metadata["patch_order"] = "row in patch, column in patch, channel"
+  filename = stored.path("tiny_hf_siglip2_outputs.safetensors")
+  st_numpy.save_file({**inputs, **out}, filename, metadata=metadata)
+  _sort_metadata(filename)
+
+
 def write_full_size(versions: dict):
   """Each model's parameter names and shapes, and its logits of
   `stored.full_size_images()` with `stored.trained_like_state` weights."""
@@ -245,7 +275,8 @@ def main(argv):
   """No argument: every file; `mixer`: the Mixer's files only;
   `families`: the ViT families' files only; `hf`: the transformers
   DINOv2s' files only; `rope`: the RoPE encoders' only; `siglip`: the
-  transformers SiglipModel's only."""
+  transformers SiglipModel's only; `siglip2`: the transformers
+  Siglip2Model's only."""
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -255,10 +286,10 @@ def main(argv):
       "timm": timm.__version__,
       "transformers": transformers.__version__
   }
-  groups = ("mixer", "families", "hf", "rope", "siglip")
+  groups = ("mixer", "families", "hf", "rope", "siglip", "siglip2")
   if argv[1:] and (len(argv) > 2 or argv[1] not in groups):
     raise SystemExit(
-        f"usage: {argv[0]} [mixer | families | hf | rope | siglip]")
+        f"usage: {argv[0]} [mixer | families | hf | rope | siglip | siglip2]")
   if not argv[1:]:
     write_tiny(versions)
     write_full_size(versions)
@@ -272,6 +303,8 @@ def main(argv):
     write_rope(versions)
   if argv[1:] in ([], ["siglip"]):
     write_siglip(versions)
+  if argv[1:] in ([], ["siglip2"]):
+    write_siglip2(versions)
   print("Wrote tests/references with " +
         ", ".join(f"{k} {v}" for k, v in versions.items()))
 

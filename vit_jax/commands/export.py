@@ -159,12 +159,14 @@ def export_two_towers(checkpoint: str, fmt: str, out: str) -> str:
   console.say("Writing %s to %s as %s.", checkpoint, out,
               "big_vision's two-tower file" if fmt == "npz" else "SiglipModel")
   if fmt == "npz":
-    weights.save_npz(weights.as_big_vision_file(params), out)
+    weights.save_npz(
+        weights.as_big_vision_file(params, naflex=bool(
+            loaded.config.sequence_length)), out)
   else:
     from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-    state, config = weights.to_siglip(params, loaded.config.model,
-                                      loaded.config.text,
-                                      loaded.config.image_size)
+    state, config = weights.to_siglip(
+        params, loaded.config.model, loaded.config.text,
+        loaded.config.image_size, naflex=bool(loaded.config.sequence_length))
     pp = weights.eval_preprocessing_of(loaded.config.pp_eval,
                                        loaded.config.image_size)
     weights.write_hf_files(out, config,

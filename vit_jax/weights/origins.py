@@ -112,7 +112,7 @@ def stated_heads(path) -> int:
   """The image tower's attention heads a transformers SigLIP directory's
   config.json states (PyTorch files do not show them); 0 otherwise."""
   config = directories.config_json(paths.resolve(formats.split_tower(path)[0]))
-  if config is None or config.get("model_type") != "siglip":
+  if config is None or config.get("model_type") not in ("siglip", "siglip2"):
     return 0
   return config["vision_config"]["num_attention_heads"]
 

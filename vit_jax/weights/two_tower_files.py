@@ -189,12 +189,15 @@ def text_fields(path: str, cache_dir=None) -> dict:
                         text else width))
 
 
-def as_big_vision_file(params: dict) -> dict:
+def as_big_vision_file(params: dict, naflex: bool = False) -> dict:
   """A two-tower model's flat params (ours) as big_vision's two-tower
   file has them (`params/img/...`, `params/txt/...`, `params/t`,
   `params/b`): what its SigLIP code and this project load alike."""
   image = {k[4:]: v for k, v in params.items() if k.startswith("img/")}
-  out = {f"img/{k}": v for k, v in flax_names.to_big_vision(image).items()}
+  out = {
+      f"img/{k}": v
+      for k, v in flax_names.to_big_vision(image, naflex=naflex).items()
+  }
   text = {k[4:]: v for k, v in params.items() if k.startswith("txt/")}
   as_image = scan.unstack_flat(
       _renamed_encoder(text, TEXT_ENCODER, scan.ENCODER))

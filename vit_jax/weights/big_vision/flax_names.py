@@ -166,7 +166,8 @@ def current_flax_block(name: str) -> str:
   return name
 
 
-def to_big_vision(params: dict, path: str = "the model") -> dict:
+def to_big_vision(params: dict, path: str = "the model",
+                  naflex: bool = False) -> dict:
   """A ViT's flat params (ours) in big_vision's names: current-Flax block
   names, the top-level `pos_embedding` of the patches alone (a class
   token's entry added to the token itself, as big_vision reads older
@@ -190,6 +191,13 @@ def to_big_vision(params: dict, path: str = "the model") -> dict:
       out["cls"] = params["cls"] + posemb[:, :1]
       posemb = posemb[:, 1:]
     out["pos_embedding"] = posemb
+  if naflex:  # SigLIP 2's NaFlex layout: a Dense of flattened patches and
+    # the H x W x D table.
+    kernel = out["embedding/kernel"]
+    out["embedding/kernel"] = kernel.reshape(-1, kernel.shape[-1])
+    if posemb is not None:
+      side = int(round(out["pos_embedding"].shape[1]**0.5))
+      out["pos_embedding"] = out["pos_embedding"].reshape(side, side, -1)
   return out
 
 

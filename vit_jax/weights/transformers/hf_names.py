@@ -102,7 +102,7 @@ def to_hugging_face(params: dict) -> dict:
 
 def stated_options(config: dict) -> dict:
   """The `config.model` fields a transformers config.json states."""
-  if config.get("model_type") == "siglip":
+  if config.get("model_type") in hf_siglip.MODEL_TYPES:
     return hf_siglip.stated_options(config)
   options = dict(ACTIVATIONS.get(config.get("hidden_act", "gelu"), {}))
   if "layer_norm_eps" in config:

@@ -1,4 +1,5 @@
-"""transformers' `SiglipModel` <-> this project's two towers, both ways.
+"""transformers' `SiglipModel` <-> this project's two towers, both ways,
+and its `Siglip2Model` (SigLIP 2's NaFlex towers) read.
 
 Its vision tower is our ViT with a MAP head and no class token or image
 projection (`post_layernorm` is the encoder's final LayerNorm; the MAP
@@ -6,6 +7,11 @@ head's attention packs query, key and value in one `in_proj`); its text
 tower is ours (`models/text.py`): `final_layer_norm`, the last token,
 `head`. `logit_scale` is our `t` (its log) and `logit_bias` our `b`.
 Read as an image checkpoint, a SigLIP directory gives its vision tower.
+
+Siglip2Model's vision tower is the NaFlex form (images at their own shape,
+`models/sequences.py`): its patch embedding a Linear of flattened patches
+(row, column, channel: a conv kernel reshaped) and its position table
+resized bilinearly (antialiased) to each image's grid, big_vision's.
 """
 
 import numpy as np
@@ -62,7 +68,16 @@ def is_siglip(names) -> bool:
 
 
 def vision_tower(tensors: dict, num_heads: int, path: str) -> Converted:
-  """The vision tower in our ViT's names."""
+  """The vision tower in our ViT's names (Siglip2's: NaFlex's)."""
+  patches = VISION + "embeddings.patch_embedding.weight"
+  naflex = tensors[patches].ndim == 2  # Siglip2: a Linear, D x (P*P*C).
+  if naflex:
+    tensors = dict(tensors)
+    width, inputs = tensors[patches].shape
+    patch = int(round((inputs / 3)**0.5))
+    # As the conv PyTorch stores (D, C, P, P), which the table reads.
+    tensors[patches] = tensors[patches].reshape(width, patch, patch,
+                                                3).transpose(0, 3, 1, 2)
   params = torch_layout.from_torch(tensors, _VISION_TABLE, num_heads, path)
   table = tensors[VISION + "embeddings.position_embedding.weight"]
   params[POSEMB] = table[None]
@@ -81,7 +96,11 @@ def vision_tower(tensors: dict, num_heads: int, path: str) -> Converted:
       f"read the vision tower of a SiglipModel; left out {len(left)} "
       "text tower and logit arrays"
   ] if left else []
-  return Converted(params, 0, "hugging_face", notes)
+  if naflex:
+    notes.append("Siglip2Model's NaFlex layout: its Linear patch embedding "
+                 "read as the conv kernel, its position table resized per "
+                 "image")
+  return Converted(params, 0, "hugging_face", notes, sequences=naflex)
 
 
 def as_text(params: dict) -> dict:
@@ -121,6 +140,9 @@ def two_towers(tensors: dict, vision_heads: int, text_heads: int,
   return out
 
 
+MODEL_TYPES = ("siglip", "siglip2")
+
+
 def heads(config: dict) -> tuple[int, int]:
   """(vision, text) attention heads of a SiglipModel's config.json."""
   return (config["vision_config"]["num_attention_heads"],
@@ -137,10 +159,12 @@ def stated_options(config: dict) -> dict:
   return options
 
 
-def to_siglip(params: dict, model_config, text_config, image_size: int):
+def to_siglip(params: dict, model_config, text_config, image_size: int,
+              naflex: bool = False):
   """(state dict, config.json) of transformers' SiglipModel for a two-tower
-  model's flat params (ours): SigLIP's form only (below), else a
-  WeightsError that says what it lacks."""
+  model's flat params (ours), or with `naflex` (images at their own shape)
+  its Siglip2Model: SigLIP's form only (below), else a WeightsError that
+  says what it lacks."""
   _check(params, model_config, text_config)
   image = {k[4:]: v for k, v in params.items() if k.startswith("img/")}
   text = as_image({k[4:]: v for k, v in params.items() if k.startswith("txt/")})
@@ -168,7 +192,18 @@ def to_siglip(params: dict, model_config, text_config, image_size: int):
   state.update(text_state)
   state["logit_scale"] = np.asarray(params["t"], np.float32).reshape(1)
   state["logit_bias"] = np.asarray(params["b"], np.float32).reshape(1)
-  return state, _config(image, text, model_config, text_config, image_size)
+  config = _config(image, text, model_config, text_config, image_size)
+  if naflex:  # Siglip2Model: a Linear of flattened (row, column, channel).
+    conv = state[VISION + "embeddings.patch_embedding.weight"]
+    state[VISION + "embeddings.patch_embedding.weight"] = np.ascontiguousarray(
+        conv.transpose(0, 2, 3, 1).reshape(conv.shape[0], -1))
+    config.update(architectures=["Siglip2Model"], model_type="siglip2")
+    vision = config["vision_config"]
+    del vision["image_size"]
+    vision.update(model_type="siglip2_vision_model", num_patches=int(
+        image[POSEMB].shape[1]))
+    config["text_config"]["model_type"] = "siglip2_text_model"
+  return state, config
 
 
 def _config(image, text, model_config, text_config, image_size) -> dict:
