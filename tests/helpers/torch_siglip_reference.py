@@ -210,6 +210,7 @@ def siglip2_inputs(seed: int = SIGLIP2_SEED) -> dict:
   the padding; spatial_shapes: BATCH x 2 int64 (rows, cols).
   input_ids: as `inputs`' (EOS = pad = 1 at the tail)."""
   import torch  # pylint: disable=g-import-not-at-top
+
   # pylint: disable-next=g-import-not-at-top
   from transformers.models.siglip2 import image_processing_siglip2
   rng = np.random.default_rng(seed)
@@ -221,8 +222,8 @@ def siglip2_inputs(seed: int = SIGLIP2_SEED) -> dict:
   pixel_values, masks = [], []
   for i, (h, w) in enumerate(sizes):
     images[i, :h, :w] = rng.uniform(-1, 1, (h, w, 3))
-    chw = torch.from_numpy(np.ascontiguousarray(images[i, :h, :w].transpose(
-        2, 0, 1)))
+    chw = torch.from_numpy(
+        np.ascontiguousarray(images[i, :h, :w].transpose(2, 0, 1)))
     patches = image_processing_siglip2.convert_image_to_patches(chw, p)
     patches, mask = image_processing_siglip2.pad_along_first_dim(
         patches, SIGLIP2_MAX_PATCHES)
@@ -253,10 +254,9 @@ def siglip2_outputs(model, inputs: dict) -> dict:
   shapes = torch.from_numpy(inputs["spatial_shapes"])
   ids = torch.from_numpy(inputs["input_ids"])
   with torch.no_grad():
-    both = model(input_ids=ids, pixel_values=pixels,
-                 pixel_attention_mask=mask, spatial_shapes=shapes)
-    vision = model.vision_model(pixel_values=pixels,
-                                pixel_attention_mask=mask,
+    both = model(input_ids=ids, pixel_values=pixels, pixel_attention_mask=mask,
+                 spatial_shapes=shapes)
+    vision = model.vision_model(pixel_values=pixels, pixel_attention_mask=mask,
                                 spatial_shapes=shapes)
     text = model.text_model(input_ids=ids)
   out = {
@@ -298,13 +298,11 @@ def siglip2_check(model, inputs: dict, out: dict):
       np.float32(7.0))
   again = siglip2_outputs(model, noisy)
   np.testing.assert_allclose(again["vision_pooler_output"],
-                             out["vision_pooler_output"], rtol=1e-5,
-                             atol=1e-6)
+                             out["vision_pooler_output"], rtol=1e-5, atol=1e-6)
   for i, (rows, cols) in enumerate(SIGLIP2_GRIDS):
     np.testing.assert_allclose(
         again["vision_last_hidden_state"][i, :rows * cols],
-        out["vision_last_hidden_state"][i, :rows * cols], rtol=1e-5,
-        atol=1e-5)
+        out["vision_last_hidden_state"][i, :rows * cols], rtol=1e-5, atol=1e-5)
 
 
 def siglip2_save_pretrained_checked(model, directory: str, inputs: dict,
