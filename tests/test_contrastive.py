@@ -72,6 +72,23 @@ def test_sharded_losses_and_gradients_match_the_whole_batch(
   f = lambda *a: contrastive.softmax_loss(*a, mesh=mesh)
   jax.tree.map(close, grad(f, zimg, ztxt, t),
                grad(contrastive.softmax_loss, zimg, ztxt, t))
+  # Placeholders (mask 0) are in no pair: the loss is the real examples'
+  # alone (no gradient reaches a placeholder), on the ring and whole.
+  mask = np.ones(32, np.float32)
+  mask[[3, 17, 30]] = 0
+  real = mask > 0
+  sub = [np.asarray(z)[real] for z in (zimg, ztxt)]
+  for loss, scalars in ((contrastive.sigmoid_loss, (t, b)),
+                        (contrastive.softmax_loss, (t,))):
+    want = grad(loss, *sub, *scalars)
+    for kwargs in (dict(mesh=mesh, batch_axes=batch_axes), {}):
+      f = lambda *a, loss=loss, kw=kwargs: loss(*a, mask_B=mask, **kw)
+      value, grads = grad(f, zimg, ztxt, *scalars)
+      close(value, want[0])
+      for got, expected in zip(grads[:2], want[1][:2]):
+        close(np.asarray(got)[real], expected)
+        assert not np.asarray(got)[~real].any()
+      jax.tree.map(close, grads[2:], want[1][2:])
 
 
 def test_chunked_sigmoid_loss_keeps_a_fraction_of_the_memory():

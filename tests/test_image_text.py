@@ -57,7 +57,7 @@ def test_big_vision_and_transformers_siglip_load_whole_and_write_back(
   other."""
   del tiny_towers
   io = np.load(f"{REFERENCES}/tiny_siglip_big_vision_io.npz")
-  loaded = zero_shot.load(BIG_VISION, tokenizer="digits")
+  loaded = zero_shot.load(BIG_VISION, need_tokenizer=False)
   config = loaded.config
   assert (config.objective, config.text.variant, config.text.pool,
           config.text.length, config.text.embedding_dim,
@@ -76,7 +76,7 @@ def test_big_vision_and_transformers_siglip_load_whole_and_write_back(
     np.testing.assert_array_equal(written[name], value, err_msg=name)
 
   hf_io = load_file(f"{REFERENCES}/tiny_hf_siglip_outputs.safetensors")
-  loaded = zero_shot.load(HF, tokenizer="digits")
+  loaded = zero_shot.load(HF, need_tokenizer=False)
   assert (loaded.config.text.image_head, loaded.config.text.embedding_dim,
           loaded.config.model.layer_norm_eps) == (False, 32, 1e-6)
   images = hf_io["pixel_values"].transpose(0, 2, 3, 1)
@@ -97,7 +97,7 @@ def test_big_vision_and_transformers_siglip_load_whole_and_write_back(
     _same_directory(HF, tmp_path / out_dir)
   # SigLIP 2's NaFlex towers (Siglip2Model): images as patch sequences.
   io2 = load_file(f"{REFERENCES}/tiny_hf_siglip2_outputs.safetensors")
-  loaded = zero_shot.load(HF2, tokenizer="digits")
+  loaded = zero_shot.load(HF2, need_tokenizer=False)
   assert (loaded.config.sequence_length,
           loaded.config.model.posemb_interpolation,
           loaded.config.pp_eval) == (16, "bilinear",

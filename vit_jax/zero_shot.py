@@ -88,7 +88,8 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
   if tokenizer is not None:
     config.text.tokenizer = tokenizer
   elif recorded is None:  # Texts are not read: the vocabulary is the file's.
-    config.text.tokenizer = "none"
+    from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
+    config.text.tokenizer = tokenizers.NO_TEXTS
   if image_size:
     config.image_size = image_size
   config.init.checkpoint = checkpoint
@@ -137,9 +138,11 @@ def predict(loaded: LoadedTwoTowers, batches, files, class_names, templates,
   from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
   from vit_jax.evaluators import image_text  # pylint: disable=g-import-not-at-top
   tokenizer = tokenizers.load_tokenizer(loaded.config.text.tokenizer)
+  image_text.check_templates(templates, "--templates")
+  embed = lambda t: np.asarray(loaded.apply(loaded.params, None, t)[1])
   classes_KxE = image_text.class_embeddings(
-      lambda tokens: np.asarray(loaded.apply(loaded.params, None, tokens)[1]),
-      tokenizer, loaded.config.text.length, class_names, templates)
+      lambda tokens: image_text.in_chunks(embed, tokens), tokenizer,
+      loaded.config.text.length, class_names, templates)
   k = min(top_k, len(class_names))
   rows = []
   for batch in batches:
@@ -233,15 +236,20 @@ def evaluate(loaded: LoadedTwoTowers, dataset=None, split=None, data_dir=None,
                    or tuple(config.evals.zeroshot.get("templates", ()))
   }
   metrics = {}
-  evaluator = image_text.make_zeroshot(registry.Entry("zeroshot", data, fields),
-                                       context)
-  found = evaluator.run(loaded.params)
-  console.say("zeroshot: %s", evaluator.summary(found))
-  metrics.update({f"zeroshot/{k}": v for k, v in found.items()})
-  if config.text.key in getattr(source, "features", {}):
+  if source.num_classes:  # Zero-shot classifies into the data's classes.
+    evaluator = image_text.make_zeroshot(
+        registry.Entry("zeroshot", data, fields), context)
+    found = evaluator.run(loaded.params)
+    console.say("zeroshot: %s", evaluator.summary(found))
+    metrics.update({f"zeroshot/{k}": v for k, v in found.items()})
+  if sources.has_text(source, config.text.key):
     evaluator = image_text.make_retrieval(registry.Entry("retrieval", data, {}),
                                           context)
     found = evaluator.run(loaded.params)
     console.say("retrieval: %s", evaluator.summary(found))
     metrics.update({f"retrieval/{k}": v for k, v in found.items()})
+  if not metrics:
+    raise UserError(f"{config.dataset} has neither labels (zero-shot) nor "
+                    f"a text feature {config.text.key!r} (retrieval); give "
+                    "--dataset a labelled or captioned one.")
   return metrics

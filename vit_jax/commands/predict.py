@@ -76,11 +76,11 @@ def _zero_shot(files):
   templates = (zero_shot.templates_of(FLAGS.templates) or
                tuple(loaded.config.evals.zeroshot.get("templates", ())) or
                image_text.DEFAULT_TEMPLATES)
+  sequence_length = FLAGS.sequence_length or loaded.config.sequence_length
   batches = image_files.ImageFiles(
-      files, loaded.config.pp_eval or
-      "resize|value_range", loaded.config.image_size,
-      loaded.batch_size(FLAGS.batch_size), loaded.config.model.patch_size or
-      zero_shot.stride(loaded), None)
+      files, loaded.config.pp_eval or "resize|value_range",
+      loaded.config.image_size, loaded.batch_size(FLAGS.batch_size),
+      zero_shot.stride(loaded), sequence_length)
   rows = zero_shot.predict(loaded, batches, files, names, templates,
                            FLAGS.top_k)
   how = (f"zero-shot among {len(names)} names, {len(templates)} "

@@ -387,6 +387,13 @@ def text_of(record, key: str):
   return record
 
 
+def has_text(source, key: str) -> bool:
+  """Whether `source` has a text feature at `key`."""
+  features = getattr(source, "features", None)
+  return features is not None and isinstance(_text_feature(features, key),
+                                             tfds.features.Text)
+
+
 def check_text(source, text: specs.TextSpec):
   """A UserError unless `source` has a text feature `text.key` (a Text, or
   a Sequence of Text; '/' names one inside a nested feature)."""

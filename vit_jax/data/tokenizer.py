@@ -30,6 +30,8 @@ from vit_jax.errors import UserError
 tf = imports.lazy("tensorflow")  # Loaded where the pipeline is built.
 
 DIGITS = "digits"  # The spec of the built-in captions' tokenizer.
+# A model loaded to be exported or to embed images: it reads no texts.
+NO_TEXTS = "none"
 # Its training: BPE reaches the captions' whole words by 128 pieces (a
 # unigram model of so few texts keeps single letters).
 DIGITS_MODEL = dict(vocab_size=128, model_type="bpe")
@@ -131,6 +133,9 @@ def load_tokenizer(spec: str) -> Tokenizer:
   file, a Hugging Face `tokenizer.json` (local or at a URL) or 'digits'."""
   if spec == DIGITS:
     return _load(_digits_model())
+  if spec == NO_TEXTS:
+    raise UserError("This image-text model was loaded without a tokenizer "
+                    "(a two-tower file ships none): give --tokenizer.")
   path = paths.resolve(spec)
   if not spec or not path.is_file():
     raise UserError(f"Tokenizer {spec!r}: no such file. "

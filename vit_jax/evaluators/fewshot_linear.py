@@ -2,8 +2,18 @@
 model's frozen features during training (the protocol and its solver:
 `vit_jax/fewshot/`)."""
 
+from vit_jax import models
 from vit_jax.evaluators import registry
 from vit_jax.fewshot import evaluator as fewshot_evaluator
+
+
+def _skip(config, fields):
+  if not fields["datasets"]:
+    return "its datasets are empty"
+  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
+    return ("an image-text run's model is two towers; sweep its image tower "
+            "after training: `vit-jax fewshot --checkpoints=WORKDIR:img`")
+  return None
 
 
 @registry.register(
@@ -13,8 +23,7 @@ from vit_jax.fewshot import evaluator as fewshot_evaluator
         # vit_jax/fewshot/bundles.py); none: the entry does not run.
         "datasets": (),
     },
-    skip=lambda config, fields: None
-    if fields["datasets"] else "its datasets are empty",
+    skip=lambda config, fields: _skip(config, fields),
     # The datasets and splits are the entry's and the protocol's.
     reads=("pp", "batch_size", "data_dir", "manual_dir"),
     data_defaults=lambda config: {"pp": config.fewshot.pp_eval})

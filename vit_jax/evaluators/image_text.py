@@ -32,6 +32,8 @@ from vit_jax.evaluators import registry
 RECALL_AT = (1, 5, 10)
 _WORDNET_ID = re.compile(r"n\d{8}")  # imagenet2012's label "names".
 TEXT_CHUNK = 256  # Class texts embedded per call (padded to it).
+# Image-text pairs retrieval ranks on the host: 4 GB of similarities.
+MAX_PAIRS = 1 << 30
 # CLIP's short ensemble, for names that read as objects; a config may give
 # its own (configs/image_text.py: the digits' phrasings).
 DEFAULT_TEMPLATES = ("a photo of a {}.", "a picture of a {}.", "{}")
@@ -82,13 +84,30 @@ class _Embedder:
 
   def embed_texts(self, params, tokens_NxL: np.ndarray) -> np.ndarray:
     """N texts' embeddings, in chunks of one shape (one compilation)."""
-    out = []
-    for start in range(0, len(tokens_NxL), TEXT_CHUNK):
-      chunk = tokens_NxL[start:start + TEXT_CHUNK]
-      padded = np.zeros((TEXT_CHUNK,) + chunk.shape[1:], chunk.dtype)
-      padded[:len(chunk)] = chunk
-      out.append(np.asarray(self.texts(params, padded))[:len(chunk)])
-    return np.concatenate(out)
+    return in_chunks(lambda t: np.asarray(self.texts(params, t)), tokens_NxL)
+
+
+def in_chunks(embed, tokens_NxL: np.ndarray) -> np.ndarray:
+  """`embed(tokens)` of N texts in chunks of TEXT_CHUNK (the last padded):
+  one shape, one compilation, bounded memory."""
+  out = []
+  for start in range(0, len(tokens_NxL), TEXT_CHUNK):
+    chunk = tokens_NxL[start:start + TEXT_CHUNK]
+    padded = np.zeros((TEXT_CHUNK,) + chunk.shape[1:], chunk.dtype)
+    padded[:len(chunk)] = chunk
+    out.append(embed(padded)[:len(chunk)])
+  return np.concatenate(out)
+
+
+def check_templates(templates, where: str):
+  """Each template holds exactly one {} (where the name goes)."""
+  bad = [
+      t for t in templates if t.count("{}") != 1 or
+      "{" in t.replace("{}", "") or "}" in t.replace("{}", "")
+  ]
+  if bad:
+    raise UserError(f"{where}: {bad[0]!r} must hold exactly one {{}} (where "
+                    "the class name goes) and no other braces.")
 
 
 def class_embeddings(embed_texts: Callable, tokenizer, length: int,
@@ -157,10 +176,7 @@ def make_zeroshot(entry: registry.Entry, context: registry.Context):
         f"found; set config.evals.{entry.name}.class_names to its "
         f"{source.num_classes} names in label order.")
   templates = clip_templates_of(entry.fields["templates"] or DEFAULT_TEMPLATES)
-  bad = [t for t in templates if t.count("{}") != 1]
-  if bad:
-    raise UserError(f"config.evals.{entry.name}.templates: {bad[0]!r} must "
-                    "hold exactly one {} (where the class name goes).")
+  check_templates(templates, f"config.evals.{entry.name}.templates")
   embedder = _Embedder(context.model, context.mesh, context.params_sharding,
                        config.sharding.logical_axis_rules)
   tokenizer = tokenizers.load_tokenizer(config.text.tokenizer)
@@ -213,6 +229,12 @@ class RetrievalEvaluator:
     # Identical captions are one text (their ranks would tie).
     unique, which = np.unique(np.concatenate(tokens), axis=0,
                               return_inverse=True)
+    if len(images) * len(unique) > MAX_PAIRS:
+      raise UserError(
+          f"Retrieval over {len(images):,} images and {len(unique):,} texts "
+          f"scores {len(images) * len(unique):,} pairs on every host (over "
+          f"{MAX_PAIRS:,}): evaluate a smaller split (its data.split, e.g. "
+          "train[99.9%:]).")
     pairs = np.zeros((len(images), len(unique)), bool)
     pairs[np.asarray(owners), which.reshape(-1)] = True
     ztxt = self._embedder.embed_texts(params, unique)

@@ -172,13 +172,13 @@ def image_text(loss: str, mesh=None, chunked: bool = True) -> Objective:
   def objective(apply, batch, rng):
     zimg, ztxt, out = apply(batch["image"], texts=batch["text"],
                             rngs={"dropout": rng})
+    mask = batch.get("mask")  # 0: an unreadable image's placeholder.
     if loss == "siglip":
       value = contrastive.sigmoid_loss(zimg, ztxt, out["t"], out["b"], mesh,
-                                       axes, chunked)
+                                       axes, chunked, mask)
       return value, {"temperature": out["t"], "bias": out["b"]}
-    return contrastive.softmax_loss(zimg, ztxt, out["t"], mesh, axes), {
-        "temperature": out["t"]
-    }
+    value = contrastive.softmax_loss(zimg, ztxt, out["t"], mesh, axes, mask)
+    return value, {"temperature": out["t"]}
 
   return objective
 
@@ -270,7 +270,19 @@ def check_image_text(config: ml_collections.ConfigDict):
         f"config.text.bias_init={t.bias_init}: CLIP's softmax loss does not "
         "change with a bias added to every logit, so it would never learn; "
         "leave it None with config.objective=clip.")
-  models.get_variant(t.variant)  # An unknown name: its own clear error.
+  for field, name in (("model.variant", config.model.variant), ("text.variant",
+                                                                t.variant)):
+    try:
+      size = models.get_variant(name)
+    except UserError as e:  # Its message names config.model.variant.
+      raise UserError(f"config.{field}={name!r} is not a variant of "
+                      "vit_jax/models/variants.py (e.g. ViT-B/16, ViT-S/16, "
+                      "digits, testing).") from e
+    if not isinstance(size, models.Variant) or size.resnet is not None:
+      raise UserError(
+          f"config.{field}={name!r}: an image-text tower is a plain ViT "
+          "(the text tower takes a ViT variant's sizes); pick one such as "
+          "ViT-B/16.")
   locked = any(re.fullmatch(rx, "img/embedding/kernel") for rx in config.frozen)
   if locked and not config.init.checkpoint:
     raise UserError(

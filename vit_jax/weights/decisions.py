@@ -25,6 +25,7 @@ import ml_collections
 from vit_jax import paths
 from vit_jax.config import model_form
 from vit_jax.config import recorded
+from vit_jax.errors import UserError
 from vit_jax.weights import loader
 from vit_jax.weights import origins
 from vit_jax.weights import report
@@ -78,10 +79,18 @@ def _decided_vocabulary(config):
   from vit_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
   from vit_jax.models import builder  # (Both import this module's users.)
   if (config.objective not in builder.IMAGE_TEXT_OBJECTIVES or
-      config.text.vocab_size):
+      config.text.tokenizer == tokenizer.NO_TEXTS):
+    return config
+  size = tokenizer.load_tokenizer(config.text.tokenizer).vocab_size
+  if config.text.vocab_size:
+    if size > config.text.vocab_size:  # Ids past the table: NaN embeddings.
+      raise UserError(
+          f"config.text.tokenizer={config.text.tokenizer} has {size} pieces, "
+          f"more than the text tower's {config.text.vocab_size} "
+          "(config.text.vocab_size, or its checkpoint's table): give the "
+          "tokenizer the tower was trained with.")
     return config
   config = config.copy_and_resolve_references()
-  size = tokenizer.load_tokenizer(config.text.tokenizer).vocab_size
   config.text.vocab_size = size
   logging.info(
       "Text vocabulary: %d pieces, config.text.tokenizer=%s's "

@@ -166,7 +166,11 @@ def to_siglip(params: dict, model_config, text_config, image_size: int,
   its Siglip2Model: SigLIP's form only (below), else a WeightsError that
   says what it lacks."""
   _check(params, model_config, text_config)
-  image = {k[4:]: v for k, v in params.items() if k.startswith("img/")}
+  from vit_jax.weights import writers  # pylint: disable=g-import-not-at-top
+  image = writers.with_posemb_table(
+      {
+          k[4:]: v for k, v in params.items() if k.startswith("img/")
+      }, image_size, model_config.posemb)
   text = as_image({k[4:]: v for k, v in params.items() if k.startswith("txt/")})
   state, used = {}, set()
   state[VISION + "embeddings.position_embedding.weight"] = image[POSEMB][0]
