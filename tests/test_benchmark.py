@@ -7,6 +7,7 @@ import pytest
 
 from tests.helpers import tiny_models
 from vit_jax import models
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.performance import flops
 from vit_jax.performance import profiling
@@ -46,6 +47,28 @@ def test_vit_22b_block_options_keep_the_papers_matmuls(options):
   model = models.create_model("ViT-B/16", 1000, **options)
   macs = flops.forward_macs(model, 224)
   assert macs == _vit_macs(768, 3072, 12, 12, 16, 224, 1000)
+
+
+def _blocks_macs(tokens, width, mlp, layers):
+  return layers * (4 * tokens * width * width + 2 * tokens * tokens * width +
+                   2 * tokens * width * mlp)
+
+
+def test_mae_counts_its_encoder_on_the_visible_patches():
+  """ViT-B/16 at 224 px with MAE's decoder (512 wide, 8 blocks of MLP
+  2048): the encoder embeds and encodes 49 of the 196 patches and the
+  class token, the decoder every patch (`flops.forward_macs` as the
+  benchmark calls it for config.objective=mae)."""
+  config = defaults.get_config()
+  config.model.variant, config.model.gelu_approximate = "ViT-B/16", True
+  config.model.posemb, config.objective = "sincos2d", "mae"
+  model = models.from_config(weights.decide(config), None)
+  encoder = (_blocks_macs(50, 768, 3072, 12) + 49 * 16 * 16 * 3 * 768)
+  decoder = (50 * 768 * 512 + _blocks_macs(197, 512, 2048, 8) +
+             196 * 512 * 16 * 16 * 3)
+  assert speed.forward_macs(model, config, 224) == encoder + decoder
+  whole = _vit_macs(768, 3072, 12, 12, 16, 224, 0)
+  assert 4.0 < whole / encoder < 4.1  # 197 tokens against 50, and N^2.
 
 
 def test_benchmark_reports_its_options_and_the_compiled_bytes():

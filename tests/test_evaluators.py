@@ -81,7 +81,7 @@ def test_unknown_types_and_fields_are_refused(config):
   config.evals.test.type = "accuracy"
   with pytest.raises(
       UserError, match="'accuracy' is not an evaluator type; "
-      "known: classification, distill, fewshot, masked_patch"):
+      "known: classification, distill, fewshot, mae, masked_patch"):
     evaluators.check(config)
   config.evals.test.type = "fewshot"  # Its fields are classification's.
   with pytest.raises(

@@ -222,7 +222,7 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("objective", "mae", "objective='mae' is not one of supervised"),
+    ("objective", "byol", "objective='byol' is not one of supervised"),
     ("masked_patch.target", "hog", "target='hog' is not one of mean_color"),
     ("masked_patch.corrupt_rate", 0.0, r"corrupt_rate=0.0 must be in \(0, 1\]"),
     ("masked_patch.replace_rate", 0.3, "mask_rate \\+ replace_rate = 1.1"),

@@ -361,14 +361,21 @@ def test_a_run_preempted_on_two_processes_resumes_on_one_where_it_would_be(
   of processes, so a run preempted on 2 processes and resumed on 1 (with
   the devices of both, and gloo's collectives, which sum in the same order
   however the devices are spread) ends bit for bit where an uninterrupted
-  run does."""
+  run does. The run is MAE's, whose masking is drawn from the seed and the
+  step for the global batch: it too is the same on any number of processes
+  and after a resume."""
   total, devices = 12, 2 * DEVICES_PER_PROCESS
   overrides = {
       **OVERRIDES, "total_steps": total,
       "log_every_steps": 1,
       "checkpoint_every_steps": 100,
       "decay_type": "constant",
-      "lr": 0.02
+      "lr": 0.02,
+      "objective": "mae",
+      "mae.decoder_width": 16,
+      "mae.decoder_depth": 1,
+      "mae.decoder_heads": 2,
+      "mae.decoder_mlp_dim": 32
   }
   workdir = str(tmp_path / "run")
   step, _ = _preempted_after_step_4(workdir, tfds_data_dir, overrides)

@@ -301,9 +301,16 @@ def test_the_table_names_variants_and_the_bucket_layout():
         ("gs://vit_models/", "gs://big_vision/", "gs://mixer_models/")) and
             entry.url.endswith(".npz")) or (re.fullmatch(
                 r"https://huggingface\.co/timm/[a-z0-9_]+\.[a-z0-9_]+/"
-                r"resolve/main/model\.safetensors", entry.url)), name
+                r"resolve/main/model\.safetensors",
+                entry.url)) or (re.fullmatch(
+                    r"https://dl\.fbaipublicfiles\.com/mae/(pretrain|"
+                    r"visualize)/mae_(pretrain|visualize)_vit_(base|large|"
+                    r"huge)(_full)?\.pth", entry.url)), name
   assert weights.lookup_released("ViT-B/16@i21k").url == (
       "gs://vit_models/imagenet21k/ViT-B_16.npz")
+  assert weights.lookup_released("ViT-L/16@mae-full").url == (
+      "https://dl.fbaipublicfiles.com/mae/pretrain/"
+      "mae_pretrain_vit_large_full.pth")
   assert weights.lookup_released("R50+ViT-B/16@i21k-ft-i1k").url == (
       "gs://vit_models/imagenet21k+imagenet2012/R50+ViT-B_16.npz")
   assert weights.lookup_released("ViT-B/16@augreg-i21k").url == (

@@ -11,16 +11,16 @@ and the layers listed before it, never from one after it
                         checks of fields alone, imports (a user's
                         modules), recorded configs upgraded
   vit_jax/models/       ViT, the hybrid stem, the text tower and the two
-                        towers, variants, scanned layers, logical axes; a
-                        model from its config and its form
+                        towers, MAE's decoder, variants, scanned layers,
+                        logical axes; a model from its config and its form
   vit_jax/sharding/     the mesh, batches on it, jit on it; partitioning
                         rules, parameters made on their shards
   vit_jax/data/         data specs, TFDS, image-folder and VTAB sources,
                         registered preprocessing ops, the tf.data pipeline,
                         unreadable images left out
   vit_jax/weights/      every weights format, in rooms by origin (files,
-                        big_vision, timm, transformers) around a core: read,
-                        convert, resize, load, write; a config's open
+                        big_vision, timm, transformers, mae) around a core:
+                        read, convert, resize, load, write; a config's open
                         choices decided
   vit_jax/training/     objectives and losses (SigLIP's on the devices'
                         ring), the train state, the jitted step, FSDP's
@@ -28,8 +28,9 @@ and the layers listed before it, never from one after it
                         a distillation's teachers
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/evaluators/   config.evals' entries and their registered types:
-                        classification, masked patch prediction, few-shot,
-                        distillation, zero-shot and retrieval
+                        classification, masked patch prediction, MAE's
+                        reconstruction, few-shot, distillation, zero-shot
+                        and retrieval
   vit_jax/loop/         train_and_evaluate: the config's checks gathered,
                         the fit before the first step, the loop
   inference, zero_shot  a checkpoint ready to apply; an image-text one

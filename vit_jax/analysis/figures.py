@@ -4,8 +4,8 @@ Matplotlib figures made without pyplot (PNG files through its Agg canvas:
 no display, no global backend or figure registry). Each function
 writes one PNG: the patch-embedding filters' principal components (the
 paper's Fig. 7 left), the position-embedding similarities (Fig. 7 centre),
-the mean attention distance per head against depth (Fig. 7 right) and the
-attention rollout over input images (Fig. 6).
+the mean attention distance per head against depth (Fig. 7 right), the
+attention rollout over input images (Fig. 6), and MAE's reconstructions.
 """
 
 import io
@@ -135,4 +135,30 @@ def attention_rollout(shown, names, path: str):
       ax.set_yticks([])
   for ax, label in zip(axes[:, 0], ("Input", "Attention", "Rollout map")):
     ax.set_ylabel(label, fontsize=9)
+  _save(fig, path)
+
+
+def mae_reconstructions(masked, predicted, pasted, originals, names, path: str,
+                        normalized: bool):
+  """One column per image: the masked input, MAE's prediction of every
+  patch, the prediction with the visible patches pasted back, and the
+  original (pixels in [-1, 1])."""
+  columns = len(originals)
+  fig = figure.Figure(figsize=(1.7 * columns, 7.0))
+  axes = fig.subplots(4, columns, squeeze=False)
+  show = lambda x: np.clip((np.asarray(x, np.float64) + 1.0) / 2.0, 0.0, 1.0)
+  for rows, name, column in zip(zip(masked, predicted, pasted, originals),
+                                names, axes.T):
+    for image, ax in zip(rows, column):
+      ax.imshow(show(image), interpolation="nearest")
+      ax.set_xticks([])
+      ax.set_yticks([])
+    column[0].set_title(name, fontsize=7)
+  labels = ("Masked", "Prediction", "Visible pasted", "Original")
+  for ax, label in zip(axes[:, 0], labels):
+    ax.set_ylabel(label, fontsize=9)
+  if normalized:
+    fig.suptitle(
+        "Normalised-pixel target: each predicted patch shown at its "
+        "original's mean and variance", fontsize=8)
   _save(fig, path)

@@ -15,7 +15,11 @@ how each is computed):
                                      embeddings (Fig. 7 centre);
   mean_attention_distance.png        per head against depth (Fig. 7 right);
   attention_rollout.png              the output token's attention to the
-                                     input, over a few images (Fig. 6).
+                                     input, over a few images (Fig. 6);
+  mae_reconstructions.png            for a checkpoint with MAE's decoder
+                                     (an MAE run, MAE's full files): the
+                                     same images masked, predicted and
+                                     original (`analysis/reconstructions.py`).
 
 A model without attention or position embeddings (an MLP-Mixer) gets the
 figures it has numbers for, and the command says which it has none of;
@@ -29,6 +33,7 @@ evaluation split. `--out` defaults to `analysis/` in the training workdir
 import dataclasses
 import json
 import os
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -41,6 +46,7 @@ from vit_jax import paths
 from vit_jax import weights
 from vit_jax.analysis import figures
 from vit_jax.analysis import measures
+from vit_jax.analysis import reconstructions
 from vit_jax.data import image_files
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
@@ -63,9 +69,14 @@ flags.DEFINE_integer(
     "the attention of every layer is kept, so memory grows "
     "with batch x layers x heads x tokens^2.", lower_bound=1)
 flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
+flags.DEFINE_boolean(
+    "norm_pix_loss", None, "Whether an MAE decoder predicts normalised pixels "
+    "(default: its run's config.mae, else True as MAE's full files; "
+    "--nonorm_pix_loss for its mae_visualize files).")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
            "mean_attention_distance.png", "attention_rollout.png")
+MAE_FIGURE = "mae_reconstructions.png"
 
 
 def _eval_split_batches(loaded, batch_size: int):
@@ -155,6 +166,29 @@ def _draw(result: dict, names, where) -> list[str]:
   return written
 
 
+def _reconstructions(loaded, result: dict, names, where) -> Optional[dict]:
+  """MAE's reconstructions of the rollout's images, where the checkpoint
+  has MAE's decoder; what analysis.json says of them."""
+  decoder = reconstructions.decoder_of(loaded, FLAGS.norm_pix_loss)
+  if decoder is None:
+    return None
+  shown = result["attention_rollout"]
+  images = np.stack([s.image for s in shown])
+  masked, predicted, pasted, loss = reconstructions.reconstruct(
+      loaded, decoder, images)
+  figures.mae_reconstructions(masked, predicted, pasted,
+                              images, [names(s.index) for s in shown],
+                              where(MAE_FIGURE), decoder.norm_pix_loss)
+  return {
+      "mask_ratio": decoder.mask_ratio,
+      "norm_pix_loss": decoder.norm_pix_loss,
+      "loss": [{
+          "image": names(s.index),
+          "loss": measures.rounded(float(value))
+      } for s, value in zip(shown, loss)]
+  }
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments {argv[1:]}: name images "
@@ -194,8 +228,14 @@ def main(argv):
   paths.resolve(out).mkdir(parents=True, exist_ok=True)
   where = lambda name: f"{out.rstrip('/')}/{name}"
   written = _draw(result, names, where)
-  paths.resolve(where("analysis.json")).write_text(
-      json.dumps(to_json(result, images, names), indent=1))
+  summary = to_json(result, images, names)
+  if result["attention_rollout"]:
+    summary["mae_reconstructions"] = _reconstructions(loaded, result, names,
+                                                      where)
+    if summary["mae_reconstructions"]:
+      written.append(MAE_FIGURE)
+  paths.resolve(where("analysis.json")).write_text(json.dumps(
+      summary, indent=1))
 
   if result["mean_attention_distance"] is not None:
     console.say(

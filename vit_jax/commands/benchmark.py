@@ -49,6 +49,11 @@ flags.DEFINE_integer(
     "profile_steps", 0, "Also trace this many steps and "
     "report where the device time goes.", lower_bound=0)
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
+flags.DEFINE_enum(
+    "objective", "supervised", speed.OBJECTIVES,
+    "What the step trains: supervised, masked_patch, or mae "
+    "(its encoder on the visible patches).")
+flags.DEFINE_float("mask_ratio", 0.75, "MAE's share of patches dropped.")
 flags.DEFINE_string("out", None, "Write the JSON result here as well.")
 cli.check_flag("peak_tflops", lambda tflops: tflops > 0,
                "give the device's peak TFLOP/s, a positive number.")
@@ -61,7 +66,9 @@ def main(argv):
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
                      model_options, mu_dtype=f.mu_dtype,
                      peak_tflops=f.peak_tflops, profile_steps=f.profile_steps,
-                     compiler_options=speed.xla_options(f.xla_options))
+                     compiler_options=speed.xla_options(
+                         f.xla_options), objective=f.objective,
+                     mae_options=dict(mask_ratio=f.mask_ratio))
   text = json.dumps(result, indent=2)
   print(text)
   if f.out:

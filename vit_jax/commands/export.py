@@ -59,9 +59,9 @@ flags.mark_flags_as_required(["out"])
 def _say_left_out(left_out):
   if left_out:
     console.say(
-        "Left out masked patch prediction's [mask] token and "
-        "prediction head (%d arrays): the other code base's model has no "
-        "place for them.", len(left_out))
+        "Left out the self-supervised objective's parts (masked patch "
+        "prediction's [mask] token and head, MAE's decoder; %d arrays): the "
+        "other code base's model has no place for them.", len(left_out))
 
 
 def _say_stored_patch_size(checkpoint, params):
@@ -124,7 +124,7 @@ def export_directory(checkpoint: str, fmt: str, out: str, config=None,
                                      loaded.config.image_size)
   flat = flax.traverse_util.flatten_dict(jax.device_get(loaded.params), sep="/")
   flat = scan.unstack_flat(flat) if scan.is_scanned(loaded.params) else flat
-  # The plain model: masked patch prediction's parts were left out loading.
+  # The plain model: self-supervised objectives' parts were left out loading.
   params = {k: np.asarray(v, np.float32) for k, v in flat.items()}
   run_patch = loaded.config.model.patch_size
   if run_patch:  # FlexiViT: the other libraries' models run what they store.

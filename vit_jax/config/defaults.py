@@ -163,7 +163,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # masked_patch, the paper's self-supervision (App. B.1.2; labels are not
   # read, so unlabelled data works): corrupt some patch embeddings and
   # predict each corrupted patch's colours (vit_jax/models/masked_patch.py);
-  # distill (below); siglip or clip, from image-text pairs (config.text).
+  # distill (below); siglip or clip, from image-text pairs (config.text);
+  # mae (config.mae).
   config.objective = "supervised"  # See above.
   config.masked_patch = ml_collections.ConfigDict()  # Used by masked_patch.
   config.masked_patch.target = "mean_color"  # mean_color|downsized|pixels_l2.
@@ -172,6 +173,23 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.masked_patch.replace_rate = 0.1  # by another patch; the rest kept.
   config.masked_patch.color_bits = 3  # Bits per channel of colour targets.
   config.masked_patch.downsized_size = 4  # downsized: cells per patch side.
+
+  # mae (He et al. 2021, "Masked Autoencoders Are Scalable Vision
+  # Learners"): mask_ratio of each image's patches are dropped at random,
+  # the ViT encodes the rest, and a light decoder predicts every patch's
+  # pixels from them and a [mask] token at each dropped place; the loss is
+  # the mean squared error on the dropped patches (vit_jax/models/mae.py).
+  # Labels are not read; the checkpoint fine-tunes as any ViT.
+  config.mae = ml_collections.ConfigDict()  # Used by mae.
+  config.mae.mask_ratio = 0.75  # Share of each image's patches dropped.
+  # The target: each patch's pixels standardised by their own mean and
+  # variance (MAE's norm_pix_loss, the paper's better features); False:
+  # the pixels as they are (in [-1, 1]).
+  config.mae.norm_pix_loss = True  # See above.
+  config.mae.decoder_width = 512  # The decoder's sizes: MAE's for B, L, H.
+  config.mae.decoder_depth = 8  # Its blocks.
+  config.mae.decoder_heads = 16  # Its attention heads.
+  config.mae.decoder_mlp_dim = 2048  # Its MLPs' hidden width.
 
   # distill (Beyer et al. 2022, "Knowledge distillation: A good teacher is
   # patient and consistent"): the student matches frozen teachers'
@@ -255,6 +273,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
       average_label_sets=False)
   config.evals.masked_patch = eval_entry(  # Self-supervised runs.
       "masked_patch", enabled=None)
+  config.evals.mae = eval_entry(  # MAE runs: the reconstruction loss.
+      "mae", enabled=None)
   config.evals.distill = eval_entry(  # Distillation runs: the teachers'
       "distill", enabled=None, cache_teacher=True)  # accuracy, agreement, KL.
   # Image-text runs (siglip, clip): zero-shot accuracy on the evaluation

@@ -1,12 +1,15 @@
-"""Masked patch prediction on the eval split: loss and per-patch accuracy.
+"""The self-supervised objectives on the eval split: masked patch
+prediction's loss and per-patch accuracy, MAE's reconstruction loss.
 
-The evaluator of `config.objective=masked_patch`. Each evaluation corrupts
-the same patches of the same images (the corruption of batch i is drawn from
-the config's seed and i), so evaluations at different steps compare. Like
-the classification evaluator it counts every image once (padding is masked);
-loss and accuracy are over the corrupted patches.
+The evaluators of `config.objective=masked_patch` and `mae`. Each
+evaluation corrupts (or masks) the same patches of the same images (batch
+i's draw comes from the config's seed and i), so evaluations at different
+steps compare. Like the classification evaluator it counts every image once
+(padding is masked); the loss (and accuracy) are over the corrupted or
+dropped patches.
 """
 
+import functools
 from typing import Callable
 from typing import Iterable
 
@@ -14,7 +17,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
-import ml_collections
 import numpy as np
 
 from vit_jax import models
@@ -26,23 +28,26 @@ from vit_jax.evaluators import registry
 from vit_jax.training import objectives
 
 
-class MaskedPatchEvaluator:
-  """`run(params) -> {'loss', 'accuracy', 'num_examples', 'num_patches'}`."""
+class PatchObjectiveEvaluator:
+  """`run(params) -> {'loss', ['accuracy',] 'num_examples', 'num_patches'}`
+  for `sums(apply, images, rng, weights_B)`, an objective's sums over its
+  patches (`objectives.masked_patch_sums`, `objectives.mae_sums`)."""
 
   def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
-               mesh: Mesh, mp_config: ml_collections.ConfigDict, stride: int,
-               seed: int, params_sharding, logical_axis_rules=()):
-    """`batches()` returns a fresh iterable of process-local numpy batches."""
+               mesh: Mesh, sums: Callable, seed: int, params_sharding,
+               logical_axis_rules=(), what: str = "corrupted"):
+    """`batches()` returns a fresh iterable of process-local numpy batches;
+    `what` names the patches the loss is over."""
     self._batches = batches
     self._mesh = mesh
+    self._what = what
 
     def eval_step(params, batch, index):
       rng = jax.random.fold_in(jax.random.key(seed), index)
       apply = lambda images, **kw: model.apply({"params": params}, images, train
                                                =False, **kw)
-      sums = objectives.masked_patch_sums(apply, batch["image"], rng, mp_config,
-                                          stride, batch["mask"])
-      return {**sums, "images": jnp.sum(batch["mask"])}
+      totals = sums(apply, batch["image"], rng, weights_B=batch["mask"])
+      return {**totals, "images": jnp.sum(batch["mask"])}
 
     self._step = sharding.jit_on_mesh(
         eval_step, mesh, logical_axis_rules,
@@ -57,34 +62,63 @@ class MaskedPatchEvaluator:
           local_batch, self._mesh), np.int32(index))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
+    metrics = {"loss": totals["loss"] / totals["count"]}
+    if "correct" in totals:
+      metrics["accuracy"] = totals["correct"] / totals["count"]
     return {
-        "loss": totals["loss"] / totals["count"],
-        "accuracy": totals["correct"] / totals["count"],
-        "num_examples": totals["images"],
+        **metrics, "num_examples": totals["images"],
         "num_patches": totals["count"],
         **unreadable.left_out(self._batches, totals["images"])
     }
 
   def summary(self, metrics) -> str:
-    return (f"accuracy {metrics['accuracy']:.4f}, loss {metrics['loss']:.4f} "
-            f"on {metrics['num_patches']:.0f} corrupted patches of "
+    accuracy = (f"accuracy {metrics['accuracy']:.4f}, "
+                if "accuracy" in metrics else "")
+    return (f"{accuracy}loss {metrics['loss']:.4f} on "
+            f"{metrics['num_patches']:.0f} {self._what} patches of "
             f"{metrics['num_examples']:.0f} images" +
             unreadable.summary(metrics))
 
 
-@registry.register(
-    "masked_patch", skip=lambda config, fields: None
-    if config.objective == "masked_patch" else
-    (f"config.objective={config.objective!r} trains no masked-patch head"),
-    reads=tuple(f for f in specs.DATA_FIELDS if f != "label_key"))
+def _make(entry: registry.Entry, context: registry.Context, sums: Callable,
+          what: str):
+  config = context.config
+  return PatchObjectiveEvaluator(
+      context.model,
+      input_pipeline.make_eval_batches(entry.data, context.source(
+          entry.data), labels=False, collector=context.unreadable),
+      context.mesh, sums, config.seed, context.params_sharding,
+      config.sharding.logical_axis_rules, what)
+
+
+def _runs_on(objective: str, what: str):
+  return lambda config, fields: None if config.objective == objective else (
+      f"config.objective={config.objective!r} trains no {what}")
+
+
+_READS = tuple(f for f in specs.DATA_FIELDS if f != "label_key")
+
+
+@registry.register("masked_patch", skip=_runs_on(
+    "masked_patch", "masked-patch head"), reads=_READS)
 def make(entry: registry.Entry, context: registry.Context):
   """Masked patch prediction's loss and per-patch accuracy on the entry's
   data (labels are not read)."""
   config = context.config
-  return MaskedPatchEvaluator(
-      context.model,
-      input_pipeline.make_eval_batches(
-          entry.data, context.source(entry.data), labels=False,
-          collector=context.unreadable), context.mesh, config.masked_patch,
-      models.stride(config.model), config.seed, context.params_sharding,
-      config.sharding.logical_axis_rules)
+  return _make(
+      entry, context,
+      functools.partial(objectives.masked_patch_sums,
+                        mp_config=config.masked_patch, stride=models.stride(
+                            config.model)), "corrupted")
+
+
+@registry.register("mae", skip=_runs_on("mae", "MAE decoder"), reads=_READS)
+def make_mae(entry: registry.Entry, context: registry.Context):
+  """MAE's reconstruction loss (the training loss: the squared error on the
+  dropped patches, normalised pixels as config.mae says) on the entry's
+  data (labels are not read)."""
+  config = context.config
+  return _make(
+      entry, context,
+      functools.partial(objectives.mae_sums, mae_config=config.mae,
+                        stride=models.stride(config.model)), "dropped")

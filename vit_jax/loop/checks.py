@@ -83,12 +83,12 @@ def check_batches(config: ml_collections.ConfigDict, mesh: Mesh,
 def check_labels(config: ml_collections.ConfigDict,
                  info: input_pipeline.DatasetInfo):
   """Supervised training needs labels, distillation the data's classes;
-  unlabelled data is for masked_patch."""
+  unlabelled data is for mae and masked_patch."""
   if objectives.trains_classifier(config) and not info.num_classes:
     raise UserError(f"{config.dataset} has no labels, and config.objective="
                     f"{config.objective} trains a head of its classes. Use "
-                    "--config.objective=masked_patch (self-supervised; "
-                    "configs/selfsup.py), or a labelled dataset.")
+                    "--config.objective=mae (self-supervised; configs/"
+                    "mae.py), or a labelled dataset.")
 
 
 def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,

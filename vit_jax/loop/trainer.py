@@ -228,6 +228,7 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   learns = {
       "supervised": f"{info.num_classes} classes",
       "masked_patch": f"masked_patch: {config.masked_patch.target}",
+      "mae": f"MAE, {config.mae.mask_ratio:.0%} of the patches masked",
       "distill": f"{info.num_classes} classes from {len(teachers)} "
                  f"teacher{'s' if len(teachers) > 1 else ''}",
       "siglip": f"SigLIP, text tower {config.text.variant}",

@@ -16,6 +16,7 @@ import ml_collections
 
 from vit_jax.config.model_form import ModelForm
 from vit_jax.errors import UserError
+from vit_jax.models import mae
 from vit_jax.models import masked_patch
 from vit_jax.models import text
 from vit_jax.models import variants
@@ -115,10 +116,17 @@ def from_config(config, num_classes):
   """The model a training config trains (the loop, the plan and `inspect`
   build it so): with a head of `num_classes` (None: none); for
   config.objective=masked_patch no head but the [mask] token and the patch
-  head; for siglip and clip the two towers (`two_towers`). Inference and
-  few-shot read a plain ViT (`build_model`)."""
+  head; for mae no head but MAE's decoder (`mae.MaskedAutoencoder`); for
+  siglip and clip the two towers (`two_towers`). Inference and few-shot
+  read a plain ViT (`build_model`)."""
   if config.objective in IMAGE_TEXT_OBJECTIVES:
     return two_towers(config)
+  if config.objective == "mae":
+    m = config.mae
+    return mae.MaskedAutoencoder(
+        build_model(config.model, None),
+        mae.DecoderSize(m.decoder_width, m.decoder_depth, m.decoder_heads,
+                        m.decoder_mlp_dim))
   if config.objective != "masked_patch":
     return build_model(config.model, num_classes)
   mp = config.masked_patch
@@ -136,13 +144,15 @@ def vit_of(model: nn.Module) -> VisionTransformer:
   """The ViT itself, where `build_model` composed parts around it."""
   if isinstance(model, TwoTowers):
     return model.img
-  return model.vit if isinstance(model, masked_patch.MaskedPatchViT) else model
+  if isinstance(model, (masked_patch.MaskedPatchViT, mae.MaskedAutoencoder)):
+    return model.vit
+  return model
 
 
 def with_block_gather(model: nn.Module, gather) -> nn.Module:  # ViTs only.
   """The model whose encoder blocks gather their parameters with `gather`
   (FSDP; see `encoder.Encoder`)."""
-  if isinstance(model, masked_patch.MaskedPatchViT):
+  if isinstance(model, (masked_patch.MaskedPatchViT, mae.MaskedAutoencoder)):
     return model.clone(vit=model.vit.clone(gather_block=gather))
   if isinstance(model, TwoTowers):
     return model.clone(img=model.img.clone(gather_block=gather),

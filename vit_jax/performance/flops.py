@@ -14,11 +14,12 @@ import jax.numpy as jnp
 from vit_jax import models
 
 
-def forward_macs(model, image_size: int) -> int:
-  """Multiply-adds of one image's forward pass: its matmuls and convolutions."""
+def forward_macs(model, image_size: int, **apply_kwargs) -> int:
+  """Multiply-adds of one image's forward pass: its matmuls and convolutions
+  (`apply_kwargs`: how the model is called, e.g. MAE's masking)."""
   params = models.param_shapes(model, image_size)
   images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
-  forward = lambda p, x: model.apply({"params": p}, x)[0]
+  forward = lambda p, x: model.apply({"params": p}, x, **apply_kwargs)
   closed = jax.make_jaxpr(forward)(params, images)
   return _count_macs(closed.jaxpr)
 

@@ -21,6 +21,7 @@ from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.loop import preflight
+from vit_jax.models import mae
 from vit_jax.performance import flops
 from vit_jax.performance import profiling
 from vit_jax.training import objectives
@@ -99,23 +100,46 @@ def xla_options(text: str) -> dict:
   return options
 
 
+# The objectives a run may time: their steps differ in what they compute
+# (MAE's encoder reads a quarter of the patches).
+OBJECTIVES = ("supervised", "masked_patch", "mae")
+
+
+def forward_macs(model, config, image_size: int) -> int:
+  """An image's forward multiply-adds as the objective runs the model (MAE:
+  the encoder on its visible patches, then the decoder)."""
+  if config.objective != "mae":
+    return flops.forward_macs(model, image_size)
+  patches = (image_size // models.stride(config.model))**2
+  return flops.forward_macs(
+      model, image_size, masking=mae.sample_masking(
+          jax.random.key(0), 1, patches, config.mae.mask_ratio))
+
+
 def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
         num_steps: int = 10, model_options=None, mu_dtype: str = "float32",
-        peak_tflops=None, profile_steps: int = 0,
-        compiler_options=None) -> dict:
+        peak_tflops=None, profile_steps: int = 0, compiler_options=None,
+        objective: str = "supervised", mae_options=None) -> dict:
   """`model_options`: config.model fields beside the variant (dtype, remat,
   attention, fp8, ViT-22B's block options...); GELU tanh as released.
   `compiler_options`: XLA options of this step's compilation alone (e.g.
-  {"xla_gpu_enable_triton_gemm": False}), so one process compares many."""
+  {"xla_gpu_enable_triton_gemm": False}), so one process compares many.
+  `objective`: one of OBJECTIVES, with its defaults; `mae_options`: fields
+  of config.mae (the mask ratio, the decoder's sizes)."""
   config = defaults.get_config()
   config.model.update({
       "variant": variant,
       "gelu_approximate": True,
       **(model_options or {})
   })
+  config.objective = objective
+  config.mae.update(mae_options or {})
+  config.image_size = image_size
   config = weights.decide(config)  # No weights: as at random init.
-  model = models.build_model(config.model, num_classes)
   models.variants.check_image_size(variant, image_size, "--image_size")
+  objectives.check_config(config)
+  model = models.from_config(
+      config, num_classes if objectives.trains_classifier(config) else None)
   config.update(dict(optimizer="adam", warmup_steps=1, mu_dtype=mu_dtype))
   mesh = sharding.make_mesh()
   sharding.local_batch_size(batch, mesh, what="batch")
@@ -123,8 +147,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   state, state_sharding = train_state.create_train_state(
       model, tx, image_size, 0, mesh)
   train_step = steps.jit_train_step(
-      steps.make_train_step(model, tx,
-                            objectives.supervised(objectives.softmax_xent),
+      steps.make_train_step(model, tx, objectives.objective_for_config(config),
                             schedule, mesh), state_sharding, mesh)
   batch_data = _synthetic_batch(batch, image_size, num_classes, mesh)
   start = time.perf_counter()
@@ -143,7 +166,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
              if profile_steps else None)
   step_s = statistics.median(times)
   images_per_sec = batch / step_s
-  macs = flops.forward_macs(model, image_size)
+  macs = forward_macs(model, config, image_size)
   device = jax.devices()[0]
   peak = peak_flops(device, config.model.dtype, peak_tflops)
   model_flops_per_sec = images_per_sec * 6 * macs
@@ -160,6 +183,8 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "patch_size": spec.patch_size,
       "hybrid": spec.resnet is not None,
       "num_classes": num_classes,
+      "objective": objective,
+      "mae": config.mae.to_dict() if objective == "mae" else None,
       "parameters": sum(x.size for x in jax.tree.leaves(state.params)),
       "batch": batch,
       "image_size": image_size,

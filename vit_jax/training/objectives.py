@@ -1,7 +1,8 @@
 """What a train step minimises: the losses and the objectives (supervised
-classification, the paper's masked patch prediction, distillation from
-frozen teachers, image-text pairs: SigLIP's and CLIP's), and the checks of
-the config fields that choose them. Imports no TensorFlow.
+classification, the paper's masked patch prediction, masked autoencoders,
+distillation from frozen teachers, image-text pairs: SigLIP's and CLIP's),
+and the checks of the config fields that choose them. Imports no
+TensorFlow.
 """
 
 import re
@@ -16,6 +17,7 @@ from vit_jax import models
 from vit_jax import sharding
 from vit_jax.config import fields
 from vit_jax.errors import UserError
+from vit_jax.models import mae
 from vit_jax.models import masked_patch
 from vit_jax.models import text
 from vit_jax.training import contrastive
@@ -161,6 +163,43 @@ def masked_patch_prediction(mp_config, stride: int) -> Objective:
   return objective
 
 
+def mae_sums(apply, images, rng, mae_config, stride: int, weights_B=None,
+             masking=None) -> dict[str, jax.Array]:
+  """MAE on `images` with a masking drawn from `rng` (or the `masking`
+  given): the sum of the per-patch squared error over the dropped patches
+  and their count (each image weighted by `weights_B`, e.g. the
+  evaluation's padding mask)."""
+  masking_rng, dropout_rng = jax.random.split(rng)
+  batch, height, width = images.shape[:3]
+  if masking is None:
+    masking = mae.sample_masking(masking_rng, batch,
+                                 (height // stride) * (width // stride),
+                                 mae_config.mask_ratio)
+  _, out = apply(images, masking=masking, rngs={"dropout": dropout_rng})
+  targets = mae.patch_targets(images, stride, mae_config.norm_pix_loss)
+  loss_BxN = mae.per_patch_loss(out["mae_predictions"], targets)
+  weights_BxN = masking.removed_BxN
+  if weights_B is not None:
+    weights_BxN = weights_BxN * weights_B[:, None]
+  return {
+      "loss": jnp.sum(loss_BxN * weights_BxN),
+      "count": jnp.sum(weights_BxN)
+  }
+
+
+def masked_autoencoder(mae_config, stride: int) -> Objective:
+  """MAE (`models/mae.py`): the mean squared error on the dropped patches
+  of the batch, MAE's (loss x mask).sum() / mask.sum(). Labels are not
+  read."""
+
+  def objective(apply, batch, rng):
+    sums = mae_sums(apply, batch["image"], rng, mae_config, stride,
+                    batch.get("mask"))
+    return sums["loss"] / jnp.maximum(sums["count"], 1.0), {}
+
+  return objective
+
+
 def image_text(loss: str, mesh=None, chunked: bool = True) -> Objective:
   """SigLIP's sigmoid loss (`loss="siglip"`) or CLIP's softmax loss both
   ways (`"clip"`) over the whole global batch of image-text pairs
@@ -200,10 +239,15 @@ def _masked_patch_for_config(config: ml_collections.ConfigDict) -> Objective:
       config.model))
 
 
+def _mae_for_config(config: ml_collections.ConfigDict) -> Objective:
+  return masked_autoencoder(config.mae, models.stride(config.model))
+
+
 # config.objective -> the config's objective.
 OBJECTIVES: dict[str, Callable[[ml_collections.ConfigDict], Objective]] = {
     "supervised": _supervised_for_config,
     "masked_patch": _masked_patch_for_config,
+    "mae": _mae_for_config,
     "distill": _distillation_for_config,
     "siglip": None,  # Made with the mesh (`objective_for_config`).
     "clip": None,
@@ -239,6 +283,8 @@ def check_config(config: ml_collections.ConfigDict):
   distill.check_config(config)
   if config.objective == "masked_patch":
     check_masked_patch(config)
+  if config.objective == "mae":
+    check_mae(config)
   if config.objective in models.IMAGE_TEXT_OBJECTIVES:
     check_image_text(config)
 
@@ -343,3 +389,44 @@ def check_masked_patch(config: ml_collections.ConfigDict):
         f"config.image_size={config.image_size} gives one patch; masked "
         "patch prediction needs at least two (a patch is replaced by "
         "another).")
+
+
+def check_mae(config: ml_collections.ConfigDict):
+  """The model (a plain ViT on whole images, with nothing it cannot
+  train), the ratio and the decoder's sizes that MAE needs."""
+  m, objective = config.mae, "config.objective=mae"
+  variant = models.get_variant(config.model.variant)
+  if not isinstance(variant, models.Variant) or variant.resnet is not None:
+    raise UserError(
+        f"{objective} does not take {config.model.variant}: the encoder runs "
+        "on the visible patches alone, which a Mixer cannot (its token MLP "
+        "reads every patch) and a hybrid's ResNet stem would see across "
+        "(the dropped patches' pixels reach it). Pick a plain ViT variant.")
+  if config.model.classifier == "map" or config.model.representation_size:
+    raise UserError(
+        "config.model.classifier=map and config.model.representation_size "
+        f"add layers {objective} never trains (weight decay would shrink "
+        "them to zero); use classifier token or gap and no "
+        "representation_size.")
+  if (config.sequence_length or config.packing.length or
+      config.flexi.patch_sizes):
+    raise UserError(
+        f"{objective} masks whole images at the model's patch size; unset "
+        "config.sequence_length, config.packing.length and "
+        "config.flexi.patch_sizes.")
+  patches = (config.image_size // models.stride(config.model))**2
+  kept = mae.num_kept(patches, m.mask_ratio)
+  if not 0.0 < m.mask_ratio < 1.0 or kept >= patches:
+    raise UserError(
+        f"config.mae.mask_ratio={m.mask_ratio} must leave some of the "
+        f"{patches} patches visible and drop some (MAE: 0.75).")
+  for field in ("decoder_width", "decoder_depth", "decoder_heads",
+                "decoder_mlp_dim"):
+    if not isinstance(m[field], int) or m[field] < 1:
+      raise UserError(f"config.mae.{field}={m[field]} must be a positive "
+                      "integer.")
+  if m.decoder_width % m.decoder_heads or m.decoder_width % 4:
+    raise UserError(
+        f"config.mae.decoder_width={m.decoder_width} must be a multiple of 4 "
+        f"(its sin-cos position embeddings) and of config.mae.decoder_heads="
+        f"{m.decoder_heads}, e.g. 512 and 16.")

@@ -26,6 +26,8 @@ A core, and a room per origin (what another code base names and lays out):
                       attention pool, ResNetV2 stem, MlpMixer), its
                       directories
   transformers/       transformers' names (ViT, DINOv2), its directories
+  mae/                facebookresearch/mae's full checkpoints (timm's
+                      encoder, its decoder)
 
 Modules outside `weights/` import only this face. Imports no TensorFlow:
 converting and loading run on accelerator hosts. `decide(config, ...)`
@@ -73,6 +75,7 @@ from vit_jax.weights.loader import read_converted
 from vit_jax.weights.loader import recorded_config
 from vit_jax.weights.loader import target_grid
 from vit_jax.weights.loader import training_workdir
+from vit_jax.weights.mae.mae_names import DECODER_HEADS as MAE_DECODER_HEADS
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
 from vit_jax.weights.origins import convert as convert_tensors
@@ -120,5 +123,6 @@ __all__ = [
     "check_config", "resize_grid", "resize_posemb", "Report", "config_for",
     "write_timm_dir", "from_timm_mixer", "to_timm_mixer", "write_hf_dir",
     "EXPORT_FORMATS", "at_patch_size", "released_params", "save_npz",
-    "save_timm", "with_class_token_entry", "with_posemb_table"
+    "save_timm", "with_class_token_entry", "with_posemb_table",
+    "MAE_DECODER_HEADS"
 ]

@@ -27,7 +27,9 @@ from vit_jax.weights.names import FACTORIZED
 from vit_jax.weights.names import PATCH_KERNEL
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
+from vit_jax.weights.names import is_mae_part
 from vit_jax.weights.names import is_masked_patch_part
+from vit_jax.weights.names import is_pretraining_part
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +64,7 @@ def _not_loaded(name, value, shape, source, target):
   if matches(target.dont_load, name):
     return Outcome("reinitialised", (name, "config.init.dont_load"))
   if value is None:
-    if name.startswith("head/") or is_masked_patch_part(name):
+    if name.startswith("head/") or is_pretraining_part(name):
       return Outcome("reinitialised", (name, "not in the file"))
     return Outcome("missing", name)
   return None
@@ -180,6 +182,7 @@ DROPS: tuple[tuple[str, Callable[[str, Target], bool]], ...] = (
      lambda name, t: name.startswith("pre_logits/")),
     ("masked patch prediction only",
      lambda name, t: is_masked_patch_part(name)),
+    ("MAE's decoder, pre-training only", lambda name, t: is_mae_part(name)),
 )
 
 

@@ -14,6 +14,7 @@ POSEMB = "Transformer/posembed_input/pos_embedding"
 FACTORIZED = (POSEMB + "_y", POSEMB + "_x")  # NaViT's per-axis tables.
 PATCH_KERNEL = "embedding/kernel"
 BLOCK = "Transformer/encoderblock_{}/"  # "{}": the block's index.
+MAE_DECODER = "mae_decoder/"  # models/mae.py's decoder, beside the ViT.
 
 
 @dataclasses.dataclass
@@ -33,6 +34,17 @@ def is_masked_patch_part(name: str) -> bool:
   """The [mask] token and prediction head of masked patch prediction: used
   in self-supervised pre-training only (models/masked_patch.py)."""
   return name == "mask_token" or name.startswith("masked_patch_head/")
+
+
+def is_mae_part(name: str) -> bool:
+  """MAE's decoder: used in its pre-training only (models/mae.py)."""
+  return name.startswith(MAE_DECODER)
+
+
+def is_pretraining_part(name: str) -> bool:
+  """A part of a self-supervised objective, not of the ViT (the features
+  are the same without it)."""
+  return is_masked_patch_part(name) or is_mae_part(name)
 
 
 def _is_square(count: int) -> bool:

@@ -18,6 +18,7 @@ from vit_jax.weights.big_vision import flax_names
 from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.files import directories
 from vit_jax.weights.files import formats
+from vit_jax.weights.mae import mae_names
 from vit_jax.weights.names import Converted
 from vit_jax.weights.timm import timm_config
 from vit_jax.weights.timm import timm_names
@@ -50,6 +51,10 @@ ORIGINS = {
     "timm": Origin(
         "timm", False, lambda fmt, tensors, heads, path: timm_names.from_timm(
             tensors, heads, path)),
+    "mae": Origin(
+        "facebookresearch/mae (encoder and decoder)", False,
+        lambda fmt, tensors, heads, path: mae_names.from_mae(
+            tensors, heads, path)),
     "hugging_face": Origin(
         "Hugging Face transformers", False,
         lambda fmt, tensors, heads, path: hf_names.from_hugging_face(
@@ -64,7 +69,8 @@ def words(origin: str) -> str:
 def detect(fmt: str, names, path: str) -> str:
   """Which code base wrote the file, decided by the whole set of names:
   `orbax` (this project's workdirs), `released`, `released_current_flax`,
-  `big_vision` (`flax_names.origin` says how), `timm`, `hugging_face`.
+  `big_vision` (`flax_names.origin` says how), `timm`, `mae`
+  (facebookresearch/mae's full checkpoints), `hugging_face`.
   MLP-Mixers in the released names are `released` (big_vision's names are
   the released ones). A file of a family no room computes is refused
   (`unsupported`)."""
@@ -79,6 +85,8 @@ def detect(fmt: str, names, path: str) -> str:
     refused = unsupported.find(table, names)
     if refused:
       raise WeightsError(unsupported.refusal(refused, path))
+  if mae_names.is_full(names):  # Its encoder is timm's, its decoder its own.
+    return "mae"
   if any(n.startswith(("blocks.", "patch_embed.")) for n in names):
     return "timm"
   if any(

@@ -15,7 +15,7 @@ from vit_jax import paths
 from vit_jax.weights import loader
 from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
-from vit_jax.weights.names import is_masked_patch_part
+from vit_jax.weights.names import is_pretraining_part
 from vit_jax.weights.timm import timm_mixer
 from vit_jax.weights.timm import timm_names
 
@@ -88,12 +88,13 @@ def save_npz(params, path: str):
 
 def save_timm(params, path: str) -> list[str]:
   """Params (flat or nested) -> timm VisionTransformer state dict. Returns
-  what was left out: the parts of masked patch prediction, which timm's
-  model has no place for (its features are the same without them)."""
+  what was left out: the parts of masked patch prediction and MAE's
+  decoder, which timm's model has no place for (its features are the same
+  without them)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   if not all(isinstance(k, str) and "/" in k for k in params):
     params = flax.traverse_util.flatten_dict(params, sep="/")
-  left_out = sorted(k for k in params if is_masked_patch_part(k))
+  left_out = sorted(k for k in params if is_pretraining_part(k))
   flat = {
       k: np.asarray(v, np.float32)
       for k, v in params.items()

@@ -29,7 +29,11 @@ A name is `VARIANT@ORIGIN`, the variant as in `models/variants.py`:
   rope-{axial,mixed}[-ape]-i1k, rope-reg1-gap-sbb-i1k, pe-core,
   dinov3[-qkvb]-lvd1689m
                        Naver's RoPE-ViT, timm's RoPE ViTs, Perception
-                       Encoder core and DINOv3 (its licence's terms).
+                       Encoder core and DINOv3 (its licence's terms);
+  mae, mae-full, mae-visualize, mae-timm
+                       facebookresearch/mae's ViT-B/16, L/16, H/14: the
+                       encoder, with its decoder (normalised or plain pixel
+                       targets), and timm's copy of the encoder.
 
 Any other AugReg checkpoint is named by its file stem, as in the `filename`
 and `adapt_filename` columns of gs://vit_models/augreg/index.csv (e.g.
@@ -215,12 +219,38 @@ def _timm_hub() -> dict[str, Released]:
   return table
 
 
+def _mae() -> dict[str, Released]:
+  """facebookresearch/mae's ImageNet-1k pre-training (1600 epochs): the
+  encoder alone, with its decoder (normalised-pixel targets; `configs/
+  mae.py` continues them), with the decoder of pixel targets (for
+  reconstructions), and timm's copy of the encoder."""
+  mae = "https://dl.fbaipublicfiles.com/mae"
+  table = {}
+  for variant, short, timm_model in (("ViT-B/16", "base", "base_patch16"),
+                                     ("ViT-L/16", "large", "large_patch16"),
+                                     ("ViT-H/14", "huge", "huge_patch14")):
+    table[f"{variant}@mae"] = Released(
+        f"{mae}/pretrain/mae_pretrain_vit_{short}.pth", variant,
+        "MAE encoder, ImageNet-1k (1600 epochs)")
+    table[f"{variant}@mae-full"] = Released(
+        f"{mae}/pretrain/mae_pretrain_vit_{short}_full.pth", variant,
+        "MAE encoder and decoder, ImageNet-1k (normalised-pixel targets)")
+    table[f"{variant}@mae-visualize"] = Released(
+        f"{mae}/visualize/mae_visualize_vit_{short}.pth", variant,
+        "MAE encoder and decoder, ImageNet-1k (pixel targets: reconstructions)")
+    table[f"{variant}@mae-timm"] = Released(
+        f"{HUB}/timm/vit_{timm_model}_224.mae/resolve/main/model.safetensors",
+        variant, "MAE encoder, ImageNet-1k (timm's copy)")
+  return table
+
+
 # Name -> checkpoint. Tests add entries (pytest's monkeypatch.setitem).
 CHECKPOINTS: dict[str, Released] = {
     **_original_release(),
     **_augreg_recommended(),
     **_big_vision(),
-    **_timm_hub()
+    **_timm_hub(),
+    **_mae()
 }
 
 # The model part of AugReg file stems (google-research/vision_transformer's

@@ -34,7 +34,7 @@ from vit_jax.weights.torch_layout import Module
 _ATTENTION = BLOCK + "MultiHeadDotProductAttention_1/"
 _QKV = ("q", "k", "v")  # timm's split of attn.qkv, in its order.
 # timm fuses query, key and value into `attn.qkv`, read as three modules
-# (`_split_qkv`).
+# (`split_qkv`).
 MODULES = (
     Module("cls", "tensor", "cls_token"),
     Module(POSEMB, "tensor", "pos_embed"),
@@ -130,7 +130,7 @@ def from_timm(tensors, num_heads, path, overrides=None) -> Converted:
   lacks += (POSEMB,) if factorized else ()
   params = resnetv2.stem_params(tensors)
   params.update(
-      torch_layout.from_torch(_split_qkv(tensors), MODULES, num_heads, path,
+      torch_layout.from_torch(split_qkv(tensors), MODULES, num_heads, path,
                               lacks))
   params.update(pool)
   params.update(factorized)
@@ -153,7 +153,7 @@ def to_timm_split(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return torch_layout.to_torch(params, modules, "timm", {}, set())
 
 
-def _split_qkv(tensors) -> dict:
+def split_qkv(tensors) -> dict:
   """timm's fused `attn.qkv` as three modules, `attn.q`, `attn.k`, `attn.v`."""
   out = dict(tensors)
   for name in [n for n in tensors if ".attn.qkv." in n]:
@@ -163,7 +163,7 @@ def _split_qkv(tensors) -> dict:
 
 
 def fuse_qkv(tensors) -> dict:
-  """The inverse of `_split_qkv`."""
+  """The inverse of `split_qkv`."""
   out = dict(tensors)
   for name in [n for n in tensors if ".attn.q." in n]:
     parts = [out.pop(name.replace(".q.", f".{part}.")) for part in _QKV]
