@@ -50,8 +50,8 @@ references: torch-env
 
 # Pre-trains on digits at 16 px, then fine-tunes that checkpoint at 32 px
 # (position embeddings resized, new head); each prints its test accuracy.
-# Then pre-trains the same model self-supervised (masked patch prediction,
-# no labels read), and prints the few-shot linear accuracies of its features
+# Then pre-trains the same model self-supervised (a masked autoencoder, no
+# labels read), and prints the few-shot linear accuracies of its features
 # next to random-init and supervised features. Last, it writes the paper's
 # figures of what the pre-trained model learnt into its workdir.
 demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
@@ -61,8 +61,8 @@ demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 	@echo "== 2/5 Fine-tuning that checkpoint at 32 px"
 	$(VIT_JAX) train --config=configs/finetune.py:digits \
 	    --workdir=$(WORKDIR)/finetune --config.init.checkpoint=$(WORKDIR)/pretrain
-	@echo "== 3/5 Self-supervised pre-training (masked patch prediction) at 16 px"
-	$(VIT_JAX) train --config=configs/selfsup.py:digits --workdir=$(WORKDIR)/selfsup
+	@echo "== 3/5 Self-supervised pre-training (a masked autoencoder, MAE) at 16 px"
+	$(VIT_JAX) train --config=configs/mae.py:digits --workdir=$(WORKDIR)/selfsup
 	@echo "== 4/5 Few-shot linear accuracy: self-supervised, random init, supervised"
 	$(VIT_JAX) fewshot --config=configs/fewshot.py:digits --workdir=$(WORKDIR)/fewshot \
 	    --checkpoints=$(WORKDIR)/selfsup,random,$(WORKDIR)/pretrain
