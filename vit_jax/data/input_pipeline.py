@@ -98,8 +98,8 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "
-                    "self-supervised training (config.objective="
-                    "masked_patch) reads it.")
+                    "self-supervised training (config.objective=mae "
+                    "or masked_patch) reads it.")
   text_fn = None
   if spec.text is not None:
     sources.check_text(source, spec.text)

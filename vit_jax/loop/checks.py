@@ -87,8 +87,8 @@ def check_labels(config: ml_collections.ConfigDict,
   if objectives.trains_classifier(config) and not info.num_classes:
     raise UserError(f"{config.dataset} has no labels, and config.objective="
                     f"{config.objective} trains a head of its classes. Use "
-                    "--config.objective=mae (self-supervised; configs/"
-                    "mae.py), or a labelled dataset.")
+                    "a self-supervised objective (--config.objective=mae, "
+                    "configs/mae.py; or masked_patch), or a labelled dataset.")
 
 
 def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,
