@@ -38,23 +38,8 @@ if ! "$PYTHON" -c 'import ml_collections' 2>/dev/null; then
   export PYTHONPATH=$PWD/benchmarks/wheels/ml_collections-1.1.0-py3-none-any.whl${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-while left=$((deadline - SECONDS)); ((left >= 30)); do
-  status=0
-  timeout "$left" "$PYTHON" benchmarks/sweep.py --out="$out" \
-    --seconds="$left" "${dry[@]}" 2>>"$out/sweep.log" || status=$?
-  ((status == 0)) && break
-  died_in=0
-  for log in "$out"/*.*.log; do  # The candidate the process died in.
-    if [[ -f $log && $(tail -n 1 "$log") == started ]]; then
-      echo "the process died in it (exit status $status)" >>"$log"
-      died_in=1
-    fi
-  done
-  if ((!died_in)); then  # It died before any candidate: it would again.
-    tail -n 5 "$out/sweep.log" >&2
-    break
-  fi
-done
+source benchmarks/sweep_loop.sh
+run_candidates "$PYTHON" benchmarks/sweep.py "$out" "$deadline" "${dry[@]}"
 read -ra names < <("$PYTHON" benchmarks/sweep.py --names "${dry[@]}")
 "$PYTHON" benchmarks/sweep_table.py "$out" "${names[@]}"
 echo "(results and logs: $out)"

@@ -64,10 +64,17 @@ SETTINGS = (
 )
 PARALLEL, NO_BIAS = {"parallel_block": True}, {"use_bias": False}
 
+# The dry mode's runs (the `testing` model on a CPU): every kind of run
+# once (tests/test_gpu_sweep.py also compiles every candidate's options).
+DRY = ("B.default", "L.default", "B.no_triton_gemm", "B.mu_bf16",
+       "B.attention_xla", "B.default_again", "B.best", "B.parallel_block",
+       "L.parallel_no_bias", "L.long_bf16", "L.long_fp8", "B.batch_2x")
 
-def candidates() -> list:
-  """Every run, most telling first: a budget running out drops the least."""
-  return [
+
+def candidates(dry: bool = False) -> list:
+  """Every run, most telling first: a budget running out drops the least
+  (the dry mode: those of `DRY`)."""
+  runs = [
       Candidate("B.default", profile=True),
       Candidate("L.default", profile=True),
       *SETTINGS,
@@ -97,6 +104,7 @@ def candidates() -> list:
       Candidate("L.mu_bf16", mu_dtype="bfloat16"),
       Candidate("L.no_bias", model=NO_BIAS),
   ]
+  return [c for c in runs if c.name in DRY] if dry else runs
 
 
 def baselines(candidate: Candidate) -> list:
@@ -132,6 +140,37 @@ def run(candidate: Candidate, dry: bool) -> dict:
   return result
 
 
+def run_all(candidates_in_order: list, folder: str, seconds, prepare, run_one):
+  """Runs each candidate that `folder` has no result or log of yet, in
+  order (the protocol of the module doc), while `seconds` (None: no end)
+  leave room to start one: `prepare(candidate)` gives what to run (None:
+  not run, said in its log), `run_one` its result."""
+  end = time.monotonic() + seconds if seconds else None
+  for candidate in candidates_in_order:
+    stem = os.path.join(folder, candidate.name)
+    if os.path.exists(stem + ".json") or os.path.exists(stem + ".log"):
+      continue  # Done, failed, or died in an earlier process.
+    if end is not None and end - time.monotonic() < SECONDS_TO_START:
+      return
+    candidate = prepare(candidate)
+    if candidate is None:
+      with open(stem + ".log", "w") as log:
+        log.write("not run: no setting was faster with the same results\n")
+      continue
+    with open(stem + ".log", "w") as log:
+      log.write("started\n")
+    print(f"== {candidate}", file=sys.stderr, flush=True)
+    try:
+      result = run_one(candidate)
+    except Exception as error:  # pylint: disable=broad-except
+      traceback.print_exc()
+      with open(stem + ".log", "a") as log:
+        log.write(f"{type(error).__name__}: {error}".replace("\n", " ") + "\n")
+      continue
+    with open(stem + ".json", "w") as f:
+      json.dump(result, f, indent=1)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--out", help="The folder of results and logs.")
@@ -143,33 +182,11 @@ def main():
                       help="Print the candidates' names, in order.")
   args = parser.parse_args()
   if args.names:
-    print(" ".join(c.name for c in candidates()))
+    print(" ".join(c.name for c in candidates(args.dry)))
     return
-  end = time.monotonic() + args.seconds if args.seconds else None
-  for candidate in candidates():
-    stem = os.path.join(args.out, candidate.name)
-    if os.path.exists(stem + ".json") or os.path.exists(stem + ".log"):
-      continue  # Done, failed, or died in an earlier process.
-    if end is not None and end - time.monotonic() < SECONDS_TO_START:
-      return
-    if candidate.best:
-      candidate = _with_winners(candidate, args.out)
-      if candidate is None:
-        with open(stem + ".log", "w") as log:
-          log.write("not run: no setting was faster with the same loss\n")
-        continue
-    with open(stem + ".log", "w") as log:
-      log.write("started\n")
-    print(f"== {candidate}", file=sys.stderr, flush=True)
-    try:
-      result = run(candidate, args.dry)
-    except Exception as error:  # pylint: disable=broad-except
-      traceback.print_exc()
-      with open(stem + ".log", "a") as log:
-        log.write(f"{type(error).__name__}: {error}".replace("\n", " ") + "\n")
-      continue
-    with open(stem + ".json", "w") as f:
-      json.dump(result, f, indent=1)
+  run_all(candidates(args.dry), args.out, args.seconds,
+          lambda c: _with_winners(c, args.out)
+          if c.best else c, lambda c: run(c, args.dry))
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def baseline(folder: str, result: dict):
   return max(runs, key=lambda r: r["images_per_sec"]) if runs else None
 
 
-def _loss_at(result: dict, step: int) -> float:
+def loss_at(result: dict, step: int) -> float:
   losses = result.get("losses") or [result["final_loss"]]
   return losses[min(step, len(losses)) - 1]
 
@@ -71,7 +71,7 @@ def compare(result: dict, base, is_baseline: bool = False) -> dict:
       "images_per_sec": result["images_per_sec"],
       "mfu": result["mfu"],
       "step_mib": _step_mib(result),
-      "loss_at_20": _loss_at(result, COMPARED_STEP),
+      "loss_at_20": loss_at(result, COMPARED_STEP),
       "final_loss": result["final_loss"],
       "steps": len(result.get("losses") or [None]),
   }
@@ -85,7 +85,7 @@ def compare(result: dict, base, is_baseline: bool = False) -> dict:
   same_length = len(base.get("losses") or [None]) == row["steps"]
   if same_length:  # The schedule decays over the run: equal lengths only.
     row["same_loss_at_20"] = same_loss(row["loss_at_20"],
-                                       _loss_at(base, COMPARED_STEP))
+                                       loss_at(base, COMPARED_STEP))
   changes = [f for f in MODEL_FIELDS if result.get(f) != base.get(f)]
   if is_baseline:
     row["verdict"] = "baseline"

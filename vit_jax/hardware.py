@@ -1,7 +1,7 @@
 """What we know of each accelerator, per chip: memory, dense bf16 peak, and
 the bandwidths of its memory, of its links to other chips and of its share
-of the data-centre network between slices; and how a set of devices lies on
-chips.
+of the data-centre network between slices; how a set of devices lies on
+chips; and the XLA options our steps compile with on each backend.
 
 Keyed by what JAX reports as `device.device_kind`. A TPU v5p reports
 "TPU v5" and a v5e "TPU v5 lite", so the longest matching key wins. A chip
@@ -12,8 +12,12 @@ device.
 """
 
 import dataclasses
+import functools
+import os
 from typing import Optional
 from typing import Sequence
+
+from absl import logging
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,3 +157,42 @@ def placement(devices: Sequence) -> "Placement":
   cores = per_chip * (getattr(devices[0], "num_cores", 1) if tpu else 1)
   return Placement(len(devices), len(places), cores, per_chip,
                    len({d.process_index for d in devices}), tpu)
+
+
+# XLA's options every jitted step of ours (training, evaluation, `predict`,
+# few-shot features) compiles with on a CPU, on top of XLA's own defaults:
+# what benchmarks/cpu_sweep.sh found faster with the same results
+# (docs/speed.md has the tables).
+CPU_COMPILER_OPTIONS = {}
+# Set to 0, our defaults are off (XLA's own apply); an option named in
+# XLA_FLAGS keeps the value given there.
+DEFAULTS_VARIABLE = "VIT_JAX_XLA_DEFAULTS"
+
+
+def compiler_options() -> dict:
+  """The XLA options our jitted functions compile with on the default
+  backend (`CPU_COMPILER_OPTIONS` on a CPU; none elsewhere), less those
+  XLA_FLAGS sets (the user's value wins) and all of them where
+  VIT_JAX_XLA_DEFAULTS=0. Read at each jit, so a process may change
+  either; said once at debug level."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if (jax.default_backend() != "cpu" or
+      os.environ.get(DEFAULTS_VARIABLE, "1") == "0"):
+    return {}
+  flags = os.environ.get("XLA_FLAGS", "")
+  options = {
+      name: value
+      for name, value in CPU_COMPILER_OPTIONS.items()
+      if f"--{name}=" not in flags
+  }
+  _say_once(tuple(sorted(options.items())))
+  return options
+
+
+@functools.cache
+def _say_once(options: tuple):
+  if options:
+    logging.debug(
+        "XLA options of our CPU steps: %s (%s=0 turns them off; XLA_FLAGS "
+        "overrides each).", ", ".join(f"{k}={v}" for k, v in options),
+        DEFAULTS_VARIABLE)

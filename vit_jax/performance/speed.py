@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from vit_jax import hardware
+from vit_jax import inference
 from vit_jax import models
 from vit_jax import sharding
 from vit_jax import weights
@@ -52,9 +53,9 @@ def _synthetic_batch(batch: int, image_size: int, num_classes: int, mesh):
       mesh)
 
 
-def _timed_steps(compiled, state, batch_data, num_steps: int):
+def _timed_steps(compiled, state, batch_data, num_steps: int, between=None):
   """(state, the loss after each timed step, seconds of each) after one
-  warm-up step."""
+  warm-up step; `between()`, if given, runs after each (untimed here)."""
   state, metrics = compiled(state, batch_data)
   jax.block_until_ready(metrics)
   times, losses = [], []
@@ -64,6 +65,8 @@ def _timed_steps(compiled, state, batch_data, num_steps: int):
     jax.block_until_ready(metrics)
     times.append(time.perf_counter() - start)
     losses.append(float(metrics["loss"]))  # Outside the timed span.
+    if between is not None:
+      between()
   return state, losses, times
 
 
@@ -116,16 +119,10 @@ def forward_macs(model, config, image_size: int) -> int:
           jax.random.key(0), 1, patches, config.mae.mask_ratio))
 
 
-def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
-        num_steps: int = 10, model_options=None, mu_dtype: str = "float32",
-        peak_tflops=None, profile_steps: int = 0, compiler_options=None,
-        objective: str = "supervised", mae_options=None) -> dict:
-  """`model_options`: config.model fields beside the variant (dtype, remat,
-  attention, fp8, ViT-22B's block options...); GELU tanh as released.
-  `compiler_options`: XLA options of this step's compilation alone (e.g.
-  {"xla_gpu_enable_triton_gemm": False}), so one process compares many.
-  `objective`: one of OBJECTIVES, with its defaults; `mae_options`: fields
-  of config.mae (the mask ratio, the decoder's sizes)."""
+def _config(variant: str, image_size: int, model_options, objective: str,
+            mae_options=None):
+  """The decided config of a run: the variant at `image_size`, GELU tanh as
+  released, `model_options` on top."""
   config = defaults.get_config()
   config.model.update({
       "variant": variant,
@@ -138,6 +135,27 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   config = weights.decide(config)  # No weights: as at random init.
   models.variants.check_image_size(variant, image_size, "--image_size")
   objectives.check_config(config)
+  return config
+
+
+def _compile(jitted, args, compiler_options):
+  """`jitted` compiled for `args`, with XLA's `compiler_options` on top of
+  the backend's defaults (`hardware.compiler_options`)."""
+  try:
+    return jitted.lower(*args).compile(
+        compiler_options=compiler_options or None)
+  except jax.errors.JaxRuntimeError as error:
+    if "No such compile option" not in str(error):
+      raise
+    raise UserError(f"This XLA has no option named in {compiler_options}: "
+                    f"{error}") from None
+
+
+def _prepare(variant, batch, image_size, num_classes, model_options, mu_dtype,
+             compiler_options, objective, mae_options, num_steps):
+  """(config, model, compiled train step, its first state, the synthetic
+  batch, compile seconds)."""
+  config = _config(variant, image_size, model_options, objective, mae_options)
   model = models.from_config(
       config, num_classes if objectives.trains_classifier(config) else None)
   config.update(dict(optimizer="adam", warmup_steps=1, mu_dtype=mu_dtype))
@@ -151,16 +169,58 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
                             schedule, mesh), state_sharding, mesh)
   batch_data = _synthetic_batch(batch, image_size, num_classes, mesh)
   start = time.perf_counter()
-  try:
-    compiled = train_step.lower(
-        state, batch_data).compile(compiler_options=compiler_options or None)
-  except jax.errors.JaxRuntimeError as error:
-    if "No such compile option" not in str(error):
-      raise
-    raise UserError(f"This XLA has no option named in {compiler_options}: "
-                    f"{error}") from None
-  compile_s = time.perf_counter() - start
-  state, losses, times = _timed_steps(compiled, state, batch_data, num_steps)
+  compiled = _compile(train_step, (state, batch_data), compiler_options)
+  return (config, model, compiled, state, batch_data,
+          time.perf_counter() - start)
+
+
+def step_timer(variant: str, batch: int, image_size: int, model_options=None,
+               forward_only: bool = False, num_classes: int = 1000):
+  """A function that runs one more train step (or, with `forward_only`, one
+  more forward of `run_inference`'s) of this run and returns its seconds:
+  a reference to time in alternation with another run's steps (`run`'s
+  `between`), so that both see the same state of a noisy machine."""
+  if forward_only:
+    _, _, apply, args, _ = _prepare_inference(variant, batch, image_size,
+                                              num_classes, model_options, None)
+    jax.block_until_ready(apply(*args))
+
+    def forward() -> float:
+      start = time.perf_counter()
+      jax.block_until_ready(apply(*args))
+      return time.perf_counter() - start
+
+    return forward
+  *_, compiled, state, batch_data, _ = _prepare(
+      variant, batch, image_size, num_classes, model_options, "float32", None,
+      "supervised", None, 1_000_000)
+  box = [compiled(state, batch_data)[0]]
+
+  def step() -> float:
+    start = time.perf_counter()
+    box[0], metrics = compiled(box[0], batch_data)
+    jax.block_until_ready(metrics)
+    return time.perf_counter() - start
+
+  return step
+
+
+def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
+        num_steps: int = 10, model_options=None, mu_dtype: str = "float32",
+        peak_tflops=None, profile_steps: int = 0, compiler_options=None,
+        objective: str = "supervised", mae_options=None, between=None) -> dict:
+  """`model_options`: config.model fields beside the variant (dtype, remat,
+  attention, fp8, ViT-22B's block options...); GELU tanh as released.
+  `compiler_options`: XLA options of this step's compilation alone (e.g.
+  {"xla_gpu_enable_triton_gemm": False}), so one process compares many.
+  `objective`: one of OBJECTIVES, with its defaults; `mae_options`: fields
+  of config.mae (the mask ratio, the decoder's sizes). `between()` runs
+  after each timed step (a reference's, `step_timer`)."""
+  config, model, compiled, state, batch_data, compile_s = _prepare(
+      variant, batch, image_size, num_classes, model_options, mu_dtype,
+      compiler_options, objective, mae_options, num_steps)
+  state, losses, times = _timed_steps(compiled, state, batch_data, num_steps,
+                                      between)
   profile = (profiling.device_time_by_op(lambda s: compiled(s, batch_data),
                                          state, profile_steps)
              if profile_steps else None)
@@ -174,6 +234,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   spec = models.get_variant(variant)
   return {
       "variant": variant,
+      "mode": "train",
       # The architecture, so another code base can build the same model
       # (benchmarks/timm_speed.py).
       "hidden_size": spec.hidden_size,
@@ -219,4 +280,67 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       # After each timed step (the sweep compares the 20th; FP8 the 200th).
       "losses": losses,
       "profile": profile,
+  }
+
+
+def _prepare_inference(variant, batch, image_size, num_classes, model_options,
+                       compiler_options):
+  """(config, model, compiled forward, its arguments, compile seconds)."""
+  config = _config(variant, image_size, model_options, "supervised")
+  model = models.from_config(config, num_classes)
+  mesh = sharding.make_mesh(devices=jax.local_devices())
+  sharding.local_batch_size(batch, mesh, what="batch")
+  params, params_sharding = sharding.random_params(model, image_size, 0, mesh)
+  # A random head (at init it is zeros: every logit 0, nothing to compare).
+  head = params["head"]["kernel"]
+  params["head"]["kernel"] = jax.device_put(
+      0.02 * jax.random.normal(jax.random.key(1), head.shape, head.dtype),
+      head.sharding)
+  loaded = inference.Loaded("random", config, model, params, mesh,
+                            params_sharding, trained_here=False)
+  apply = inference.make_apply_fn(loaded, lambda outputs, images: outputs[0])
+  images = _synthetic_batch(batch, image_size, num_classes, mesh)["image"]
+  start = time.perf_counter()
+  compiled = _compile(apply, (params, images), compiler_options)
+  return (config, model, compiled, (params, images),
+          time.perf_counter() - start)
+
+
+def run_inference(variant: str, batch: int, image_size: int,
+                  num_classes: int = 1000, num_steps: int = 10,
+                  model_options=None, compiler_options=None,
+                  between=None) -> dict:
+  """`predict`'s jitted forward (`inference.make_apply_fn`: the logits of
+  a batch of images, split over this process's devices) on random weights
+  and images (seed 0): images/s of the median of `num_steps` calls after a
+  warm-up one (`between()` after each), and the logits (`logits`, to
+  compare runs)."""
+  config, model, compiled, args, compile_s = _prepare_inference(
+      variant, batch, image_size, num_classes, model_options, compiler_options)
+  logits = jax.block_until_ready(compiled(*args))
+  times = []
+  for _ in range(num_steps):
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    times.append(time.perf_counter() - start)
+    if between is not None:
+      between()
+  step_s = statistics.median(times)
+  return {
+      "variant": variant,
+      "mode": "inference",
+      "batch": batch,
+      "image_size": image_size,
+      **{
+          k: config.model[k] for k in MODEL_OPTIONS
+      },
+      "compiler_options": compiler_options or {},
+      "device": jax.devices()[0].device_kind,
+      "num_devices": jax.local_device_count(),
+      "jax_version": jax.__version__,
+      "compile_s": compile_s,
+      "step_s": step_s,
+      "images_per_sec": batch / step_s,
+      "forward_gmacs_per_image": flops.forward_macs(model, image_size) / 1e9,
+      "logits": np.asarray(jax.device_get(logits)),
   }

@@ -25,6 +25,7 @@ from jax.sharding import PartitionSpec as P
 import ml_collections
 import numpy as np
 
+from vit_jax import hardware
 from vit_jax.errors import UserError
 
 SLICE_AXIS = "slice"
@@ -205,7 +206,9 @@ class jit_on_mesh:  # pylint: disable=invalid-name
   """
 
   def __init__(self, fn: Callable, mesh: Mesh, logical_axis_rules, **jit_kw):
-    self._jitted = jax.jit(fn, **jit_kw)
+    # XLA's options of this backend (ours on a CPU: `hardware`).
+    self._jitted = jax.jit(fn, compiler_options=hardware.compiler_options() or
+                           None, **jit_kw)
     self._mesh = mesh
     self._rules = rules_on_mesh(logical_axis_rules, mesh)
     self._compiled = None
