@@ -1,7 +1,9 @@
-"""Writes `tiny_mae_full.pth` and `tiny_mae_io.safetensors`:
-facebookresearch/mae's own `models_mae.MaskedAutoencoderViT` (encoder and
-decoder) with random weights at trained-like scales, saved as its full
-checkpoints are (`torch.save({"model": state_dict})`), and what its
+"""Writes `tiny_mae_full.pth`, `tiny_mae_encoder.pth` and
+`tiny_mae_io.safetensors`: facebookresearch/mae's own
+`models_mae.MaskedAutoencoderViT` (encoder and decoder) with random weights
+at trained-like scales, saved as its full checkpoints are
+(`torch.save({"model": state_dict})`) and as its encoder files are (the
+same without the decoder and its [mask] token), and what its
 `forward` computes on 4 images of 16 x 16 px with a mask drawn from a
 known noise.
 
@@ -56,6 +58,7 @@ def _models_mae():
 
 HERE = os.path.dirname(__file__)
 WEIGHTS = os.path.join(HERE, "tiny_mae_full.pth")
+ENCODER = os.path.join(HERE, "tiny_mae_encoder.pth")
 IO = os.path.join(HERE, "tiny_mae_io.safetensors")
 BATCH, SIZE, PATCH, RATIO = 4, 16, 4, 0.75
 # The encoder's and decoder's sizes (the decoder has MAE's 16 heads).
@@ -86,7 +89,16 @@ def trained_like(model, seed=0):
 def main():
   model = _models_mae().MaskedAutoencoderViT(**CONFIG).eval()
   trained_like(model)
-  torch.save({"model": model.state_dict()}, WEIGHTS)
+  state = model.state_dict()
+  torch.save({"model": state}, WEIGHTS)
+  torch.save(
+      {
+          "model": {
+              k: v
+              for k, v in state.items()
+              if not k.startswith("decoder_") and k != "mask_token"
+          }
+      }, ENCODER)
   rng = np.random.default_rng(1)
   images = rng.uniform(-1, 1, (BATCH, SIZE, SIZE, 3)).astype(np.float32)
   x = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
@@ -120,7 +132,7 @@ def main():
       "torch": torch.__version__,
       "timm": timm.__version__
   })
-  print(f"Wrote {WEIGHTS} and {IO}: loss {loss.item():.6f}, "
+  print(f"Wrote {WEIGHTS}, {ENCODER} and {IO}: loss {loss.item():.6f}, "
         f"pixels {loss_pixels.item():.6f}.")
 
 

@@ -51,6 +51,10 @@ class ModelForm:
   # a learned table of rows and one of columns, summed) | none (a model
   # whose attention knows positions by `rope` alone, DINOv3's).
   posemb: Literal["learn", "sincos2d", "factorized", "none"] = "learn"
+  # A learned table's first values: normal (stddev 0.02, the paper's) |
+  # sincos (MAE's fixed 2D sin-cos values, the prefix tokens' zero: MAE
+  # pre-trains with the table frozen, config.frozen, and fine-tunes it).
+  posemb_init: Literal["normal", "sincos"] = _vit("normal")
   # Rotary position embeddings on each head's queries and keys of the
   # patches, from each patch's (row, column) in its grid (models/rope.py):
   # none | dinov3 (DINOv3's: positions centred and scaled into [-1, 1] per

@@ -45,6 +45,7 @@ class AddPositionEmbs(nn.Module):
   grids: Optional[tuple] = None
   skip: int = 0
   interpolation: str = "bilinear"  # One of sequences.INTERPOLATIONS.
+  init: str = "normal"  # The table's first values (ModelForm.posemb_init).
 
   @nn.compact
   def __call__(self, x_BxNxD, positions=None, grid_hw=None):
@@ -59,12 +60,13 @@ class AddPositionEmbs(nn.Module):
     if positions is not None:
       posemb = self._at_positions(x_BxNxD, *positions)
     elif self.grids is None:
-      posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+      posemb = self.param("pos_embedding", self._initializer(grid_hw),
                           (1,) + x_BxNxD.shape[1:], self.param_dtype)
     else:
       (stored_h, stored_w), (run_h, run_w) = self.grids
       prefix = x_BxNxD.shape[1] - run_h * run_w
-      posemb = self.param("pos_embedding", nn.initializers.normal(stddev=0.02),
+      posemb = self.param("pos_embedding",
+                          self._initializer((stored_h, stored_w)),
                           (1, prefix + stored_h * stored_w, x_BxNxD.shape[-1]),
                           self.param_dtype)
       posemb = posemb_at_grid(posemb, *self.grids)
@@ -72,6 +74,19 @@ class AddPositionEmbs(nn.Module):
     if not self.skip:
       return x_BxNxD
     return jnp.concatenate([skipped, x_BxNxD], axis=1)
+
+  def _initializer(self, grid_hw):
+    if self.init == "normal":
+      return nn.initializers.normal(stddev=0.02)
+
+    def sincos(key, shape, dtype):  # MAE's table; the prefix tokens' zero.
+      del key
+      _, tokens, width = shape
+      table = mae_sincos_table(*grid_hw, width)
+      prefix = np.zeros((tokens - len(table), width), np.float32)
+      return jnp.asarray(np.concatenate([prefix, table])[None], dtype)
+
+    return sincos
 
   def _stored_for_another(self, x_BxNxD, grid_hw) -> bool:
     """Whether the stored table has another token count than the image's
@@ -192,6 +207,19 @@ def posemb_at_grid(posemb_1xNxD, stored_hw, run_hw):
   return jnp.concatenate(
       [posemb_1xNxD[:, :prefix],
        grid.reshape(1, run_h * run_w, width)], axis=1)
+
+
+def mae_sincos_table(grid_h: int, grid_w: int, width: int) -> np.ndarray:
+  """(H*W) x D, MAE's fixed 2D sin-cos embeddings (its `pos_embed.py`): a
+  quarter of the channels each sin(x w_k), cos(x w_k), sin(y w_k),
+  cos(y w_k), w_k = 10000^(-k / (D/4)), x the column and y the row. (The
+  ViT's `sincos2d` is big_vision's, with D/4 - 1 in that exponent.)"""
+  quarter = width // 4
+  omega = 1.0 / 10_000.0**(np.arange(quarter, dtype=np.float64) / quarter)
+  rows, cols = np.divmod(np.arange(grid_h * grid_w), grid_w)
+  x, y = cols[:, None] * omega, rows[:, None] * omega
+  return np.concatenate([np.sin(x), np.cos(x),
+                         np.sin(y), np.cos(y)], axis=1).astype(np.float32)
 
 
 def posemb_sincos2d(grid_h: int, grid_w: int, width: int,

@@ -19,6 +19,7 @@ from vit_jax.models import partitioning as lx
 from vit_jax.models.attention import FP8_STATE
 from vit_jax.models.attention import MultiHeadDotProductAttention
 from vit_jax.models.attention import fp8_matmuls
+from vit_jax.models.attention import over_tokens
 from vit_jax.models.embeddings import AddPositionEmbs
 from vit_jax.models.embeddings import FactorizedPositionEmbs
 
@@ -46,9 +47,9 @@ class MlpBlock(nn.Module):
             form.param_dtype), kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6),
         dot_general_cls=fp8_matmuls(form.fp8, deterministic))
-    h_BxNxF = dense(self.mlp_dim, name="Dense_0")(x_BxNxD)
+    h_BxNxF = over_tokens(dense(self.mlp_dim, name="Dense_0"), x_BxNxD)
     if form.swiglu:
-      gate_BxNxF = dense(self.mlp_dim, name="Gate")(x_BxNxD)
+      gate_BxNxF = over_tokens(dense(self.mlp_dim, name="Gate"), x_BxNxD)
       h_BxNxF = nn.silu(gate_BxNxF) * h_BxNxF
     elif form.quick_gelu:  # x sigmoid(1.702 x): OpenAI's CLIP.
       h_BxNxF = h_BxNxF * nn.sigmoid(1.702 * h_BxNxF)
@@ -60,7 +61,7 @@ class MlpBlock(nn.Module):
       h_BxNxF = nn.LayerNorm(form.layer_norm_eps, dtype=jnp.dtype(
           form.dtype), param_dtype=jnp.dtype(form.param_dtype),
                              name="LayerNorm_0")(h_BxNxF)
-    y_BxNxD = dense(x_BxNxD.shape[-1], name="Dense_1")(h_BxNxF)
+    y_BxNxD = over_tokens(dense(x_BxNxD.shape[-1], name="Dense_1"), h_BxNxF)
     return nn.Dropout(form.dropout_rate)(y_BxNxD, deterministic)
 
 
@@ -173,7 +174,7 @@ class Encoder(nn.Module):
       posemb_1xNxD = AddPositionEmbs(
           param_dtype=param_dtype, grids=self.posemb_grids,
           skip=self.posemb_skips, interpolation=form.posemb_interpolation,
-          name="posembed_input")
+          init=form.posemb_init, name="posembed_input")
       x_BxNxD = posemb_1xNxD(x_BxNxD, positions, grid_hw)
     x_BxNxD = nn.with_logical_constraint(x_BxNxD, lx.TOKENS_AXES)
     x_BxNxD = nn.Dropout(form.dropout_rate)(x_BxNxD, deterministic)

@@ -25,9 +25,9 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vit_jax.config.model_form import ModelForm
+from vit_jax.models import embeddings
 from vit_jax.models import sequences
 from vit_jax.models.encoder import Encoder
 
@@ -87,19 +87,6 @@ def visible_patches(images_BxHxWxC, patch: int,
                                      keep.shape, jnp.int32), grids=whole.grids)
 
 
-def sincos_table(grid_h: int, grid_w: int, width: int) -> np.ndarray:
-  """(H*W) x D, MAE's fixed 2D sin-cos embeddings (its `pos_embed.py`): a
-  quarter of the channels each sin(x w_k), cos(x w_k), sin(y w_k),
-  cos(y w_k), w_k = 10000^(-k / (D/4)), x the column and y the row. (The
-  ViT's `sincos2d` is big_vision's, with D/4 - 1 in that exponent.)"""
-  quarter = width // 4
-  omega = 1.0 / 10_000.0**(np.arange(quarter, dtype=np.float64) / quarter)
-  rows, cols = np.divmod(np.arange(grid_h * grid_w), grid_w)
-  x, y = cols[:, None] * omega, rows[:, None] * omega
-  return np.concatenate([np.sin(x), np.cos(x),
-                         np.sin(y), np.cos(y)], axis=1).astype(np.float32)
-
-
 def decoder_form(form: ModelForm) -> ModelForm:
   """The decoder's blocks: MAE's plain pre-LN blocks, with the encoder's
   numerics (dtypes, GELU, LayerNorm epsilon, attention kernel) and remat;
@@ -120,8 +107,9 @@ class MaeDecoder(nn.Module):
   Parameters (MAE's, in this project's names): `embed` (its
   decoder_embed), `mask_token`, `Transformer/encoderblock_{i}` and
   `Transformer/encoder_norm` (decoder_blocks, decoder_norm), `pred`
-  (decoder_pred). The position embeddings are fixed (`sincos_table`); the
-  prefix tokens (class token, registers) get none, as MAE's class token.
+  (decoder_pred). The position embeddings are fixed
+  (`embeddings.mae_sincos_table`); the prefix tokens (class token,
+  registers) get none, as MAE's class token.
   """
   width: int
   depth: int
@@ -148,7 +136,7 @@ class MaeDecoder(nn.Module):
     shuffled_BxNxE = jnp.concatenate([x_BxTxE[:, prefix:], dropped_BxMxE], 1)
     x_BxNxE = jnp.take_along_axis(shuffled_BxNxE,
                                   masking.ids_restore_BxN[..., None], axis=1)
-    posemb_NxE = sincos_table(*grid_hw, self.width)
+    posemb_NxE = embeddings.mae_sincos_table(*grid_hw, self.width)
     x_BxNxE = x_BxNxE + jnp.asarray(posemb_NxE, x_BxNxE.dtype)
     x_BxTxE = jnp.concatenate([x_BxTxE[:, :prefix], x_BxNxE], axis=1)
     decoded_BxTxE, _ = Encoder(self.depth, self.mlp_dim, self.num_heads, form,

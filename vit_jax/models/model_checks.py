@@ -39,6 +39,13 @@ def check_model_config(model_config: ml_collections.ConfigDict):
         f"config.model.posemb=sincos2d needs a width divisible by 4; "
         f"{model_config.variant} is {variant.hidden_size} wide. Use "
         "posemb=learn.")
+  elif model_config.posemb_init == "sincos" and (model_config.posemb != "learn"
+                                                 or variant.hidden_size % 4):
+    raise UserError(
+        "config.model.posemb_init=sincos starts a learned table (posemb=learn) "
+        "at MAE's 2D sin-cos values, which need a width divisible by 4; "
+        f"here posemb={model_config.posemb}, {model_config.variant} is "
+        f"{variant.hidden_size} wide. Use posemb_init=normal.")
   elif model_config.rope != "none" and (variant.hidden_size //
                                         variant.num_heads) % 4:
     raise UserError(

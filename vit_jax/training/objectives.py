@@ -5,6 +5,7 @@ and the checks of the config fields that choose them. Imports no
 TensorFlow.
 """
 
+import dataclasses
 import re
 from typing import Callable
 
@@ -40,6 +41,22 @@ LOSSES = {"softmax_xent": softmax_xent, "sigmoid_xent": sigmoid_xent}
 # `objective(apply, batch, rng) -> (loss, metrics)`, where `apply(images,
 # **kwargs)` is the model in training mode with its parameters bound.
 Objective = Callable[[Callable, dict, jax.Array], tuple[jax.Array, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class DrawnForBatch:
+  """An objective whose random draw (MAE's masking) is made once for the
+  global batch, before the step splits it over devices, FSDP's shards or
+  micro-batches: each example's draw is a pure function of the seed, the
+  step and its place in the batch, on any mesh and at any
+  config.accum_steps, so a run resumed on another device count goes on
+  exactly. `draw(batch, rng)` gives the entries to add to the batch (each
+  with the batch's leading axis); the objective reads them."""
+  objective: Objective
+  draw: Callable[[dict, jax.Array], dict]
+
+  def __call__(self, apply, batch, rng):
+    return self.objective(apply, batch, rng)
 
 
 def weighted_mean(values_B, weights_B=None):
@@ -187,17 +204,31 @@ def mae_sums(apply, images, rng, mae_config, stride: int, weights_B=None,
   }
 
 
-def masked_autoencoder(mae_config, stride: int) -> Objective:
+MAE_NOISE = "mae_noise"  # The batch's entry of MAE's per-patch noise.
+_MAE_NOISE_STREAM = 0x6d6165  # Folded into the step's key for that noise.
+
+
+def masked_autoencoder(mae_config, stride: int) -> DrawnForBatch:
   """MAE (`models/mae.py`): the mean squared error on the dropped patches
   of the batch, MAE's (loss x mask).sum() / mask.sum(). Labels are not
-  read."""
+  read. The masking's noise is drawn for the global batch (`DrawnForBatch`)."""
+
+  def draw(batch, rng):
+    batch_size, height, width = batch["image"].shape[:3]
+    num_patches = (height // stride) * (width // stride)
+    return {
+        MAE_NOISE: jax.random.uniform(
+            jax.random.fold_in(rng, _MAE_NOISE_STREAM),
+            (batch_size, num_patches))
+    }
 
   def objective(apply, batch, rng):
+    masking = mae.masking_from_noise(batch[MAE_NOISE], mae_config.mask_ratio)
     sums = mae_sums(apply, batch["image"], rng, mae_config, stride,
-                    batch.get("mask"))
+                    batch.get("mask"), masking)
     return sums["loss"] / jnp.maximum(sums["count"], 1.0), {}
 
-  return objective
+  return DrawnForBatch(objective, draw)
 
 
 def image_text(loss: str, mesh=None, chunked: bool = True) -> Objective:

@@ -121,6 +121,12 @@ def make_train_step(model, tx, objective: objectives.Objective, schedule,
 
   def train_step(state: TrainState, batch, *teacher_params):
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    if isinstance(objective, objectives.DrawnForBatch):
+      batch = {
+          **batch,
+          **jax.lax.with_sharding_constraint(objective.draw(batch, rng),
+                                             sharding.batch_sharding(mesh))
+      }
     trained = ({
         "params": state.params,
         "fp8": state.fp8

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from vit_jax.errors import WeightsError
-from vit_jax.models import mae
+from vit_jax.models import embeddings
 from vit_jax.weights import torch_layout
 from vit_jax.weights.names import MAE_DECODER
 from vit_jax.weights.names import POSEMB
@@ -46,7 +46,7 @@ def _check_posemb(table, path: str) -> str:
   computes: a note for the report, or a refusal where they differ."""
   table = np.asarray(table, np.float32).reshape(-1, table.shape[-1])
   side = math.isqrt(table.shape[0] - 1)
-  expected = mae.sincos_table(side, side, table.shape[-1])
+  expected = embeddings.mae_sincos_table(side, side, table.shape[-1])
   if side * side != table.shape[0] - 1 or not (np.allclose(
       table[0], 0.0) and np.allclose(table[1:], expected, atol=1e-5)):
     raise WeightsError(
