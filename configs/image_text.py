@@ -41,7 +41,8 @@ Full size (not run here: a pod's days; what each needs is stated):
   siglip2     SigLIP 2's NaFlex B/16 two towers (`init=`, default
               ViT-B/16@siglip2-naflex) trained further on `dataset=`: each
               image at its own shape (256 patches), Gemma's tokenizer
-              (`tokenizer=`, 64 tokens of 256,000 pieces), lr 1e-5, batch
+              (`tokenizer=`, 64 tokens of 256,000 pieces, the texts
+              lower-cased as SigLIP 2's were), lr 1e-5, batch
               1,024, 2,000 steps: our choice for continuing it (the paper
               publishes no fine-tuning recipe)
 
@@ -154,6 +155,7 @@ def _siglip2(config, args):
   config.model.classifier = "map"
   config.model.class_token = False
   config.text.length = 64
+  config.text.lowercase = True  # SigLIP 2's texts (its paper, 3.1).
   config.init.checkpoint = args.init or "ViT-B/16@siglip2-naflex"
   config.batch_size = config.eval_batch_size = 1_024
   config.optimizer, config.lr, config.weight_decay = "adam", 1e-5, 1e-4

@@ -23,6 +23,7 @@ from vit_jax import zero_shot
 from vit_jax.commands import export
 from vit_jax.errors import UserError
 from vit_jax.evaluators import image_text
+from vit_jax.loop import checks
 from vit_jax.loop import trainer
 from vit_jax.models import variants
 from vit_jax.training import objectives
@@ -163,6 +164,14 @@ def test_recall_counts_a_repeated_caption_as_one_text():
   # Text 0's nearest image is 1 (not its), text 1's is 0 (its), text 2's 2.
   assert got["txt2img/recall@1"] == pytest.approx(2 / 3)
   assert got["txt2img/recall@2"] == 1.0
+  # A fourth image, whose text could not be read, is no query (it would
+  # otherwise count as a hit at rank 0) but a candidate of the texts':
+  # it is now text 2's nearest image.
+  zimg = np.concatenate([zimg, [[0.0, 0.0, 2.0]]])
+  pairs = np.concatenate([pairs, [[False] * 3]])
+  got = image_text.recalls(zimg, ztxt, pairs, ks=(1, 2))
+  assert got["img2txt/recall@1"] == pytest.approx(2 / 3)
+  assert got["txt2img/recall@1"] == pytest.approx(1 / 3)
 
 
 def _count(result, name):
@@ -176,7 +185,8 @@ def test_clip_trains_over_eight_devices_and_evaluates_as_the_command_does(
   """CLIP's recipe (runlocal, 2 steps) trains on the built-in captions over
   8 devices, evaluates zero-shot on the 360 test digits and recall over
   their 50 distinct captions; `vit-jax zeroshot`'s evaluation of the
-  workdir gives what training's gave. (SigLIP's ring, trained and
+  workdir, with the tokenizer file the run kept, gives what training's
+  gave. (SigLIP's ring, trained and
   evaluated: tests/test_multiprocess.py.)"""
   config = recipes.get_config("clip,runlocal")
   config.data_dir = tfds_data_dir
@@ -192,6 +202,8 @@ def test_clip_trains_over_eight_devices_and_evaluates_as_the_command_does(
     assert 0 <= at[0] <= at[1] <= at[2] <= 1, (way, at)
   loaded = zero_shot.load(str(tmp_path))
   assert loaded.trained_here and "b" not in loaded.params
+  # The run kept its tokenizer's file: its checkpoint reads with it.
+  assert loaded.config.text.tokenizer == str(tmp_path / "tokenizer.model")
   again = zero_shot.evaluate(loaded, data_dir=tfds_data_dir)
   for name in ("zeroshot/accuracy", "retrieval/img2txt/recall@1",
                "retrieval/txt2img/recall@5"):
@@ -207,6 +219,8 @@ def test_lit_trains_the_text_tower_on_a_locked_digits_vit(
   the recipe is refused before anything runs."""
   config = recipes.get_config(f"lit_digits,init={trained_digits},runlocal")
   config.data_dir = tfds_data_dir
+  # The evaluators are the CLIP test's and the two-process SigLIP test's.
+  config.evals.zeroshot.enabled = config.evals.retrieval.enabled = False
   trainer.train_and_evaluate(config, str(tmp_path))
   final = zero_shot.load(str(tmp_path))
   params = zero_shot.flat_params(final)
@@ -223,3 +237,19 @@ def test_lit_trains_the_text_tower_on_a_locked_digits_vit(
       not np.array_equal(params[k], initial[k]) for k in text), text
   with pytest.raises(UserError, match="config.init.checkpoint"):
     objectives.check_config(recipes.get_config("lit_digits,runlocal"))
+
+
+@pytest.mark.parametrize("arg", [
+    "siglip_b16,dataset=img2dataset:/data/laion,tokenizer=/c4_en.model",
+    "lit_b16,dataset=img2dataset:/data/cc12m,tokenizer=/c4_en.model",
+    "siglip2,dataset=coco_captions,tokenizer=/gemma/tokenizer.json",
+    "siglip_b16,runlocal", "lit_b16,runlocal", "siglip2,runlocal"
+])
+def test_full_size_presets_pass_the_config_checks(arg, tfds_data_dir):
+  """The presets not trained here are valid configs (their shrunk forms
+  pass every check before compiling, on this machine's mesh)."""
+  config = recipes.get_config(arg)
+  checks.check_fields(config)
+  if arg.endswith("runlocal"):
+    config.unlock().data_dir = tfds_data_dir
+    checks.check_config(config, sharding.make_mesh())

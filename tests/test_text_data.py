@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tokenizers
 
+from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.data import digits_captions
 from vit_jax.data import input_pipeline
@@ -66,6 +67,10 @@ def test_tokenizers_end_every_text_with_eos(tmp_path, monkeypatch):
     pieces = tok.pieces([text])[0]
     assert list(row[:len(pieces)]) == pieces
     assert (row[len(pieces):] == tok.eos_id).all()
+  lower = tokenizer.load_tokenizer("digits", lowercase=True)  # SigLIP 2's.
+  np.testing.assert_array_equal(lower.encode(["The Number 3"], LENGTH),
+                                tok.encode(["the number 3"], LENGTH))
+  assert (lower.vocab_size, lower.eos_id) == (tok.vocab_size, tok.eos_id)
   cut = tok.encode(["a handwritten digit seven"], 3)[0]
   assert list(cut) == tok.pieces(["a handwritten digit seven"])[0][:2] + [1]
 
@@ -89,6 +94,22 @@ def test_tokenizers_end_every_text_with_eos(tmp_path, monkeypatch):
   (tmp_path / "bad.model").write_bytes(b"not a model")
   with pytest.raises(UserError, match="bad.model is not a SentencePiece"):
     tokenizer.load_tokenizer(str(tmp_path / "bad.model"))
+
+  # A run keeps its tokenizer's file in its workdir, once; resuming it reads
+  # that file whatever its config names.
+  workdir = tmp_path / "run"
+  assert tokenizer.kept(workdir) is None
+  tokenizer.keep("digits", workdir)
+  assert (workdir / "tokenizer.model").read_bytes() == model.read_bytes()
+  tokenizer.keep(_hf_tokenizer(tmp_path / "other.json"), workdir)  # Kept.
+  assert tokenizer.kept(workdir) == str(workdir / "tokenizer.model")
+  assert os.listdir(workdir) == ["tokenizer.model"]
+  config = defaults.get_config()
+  config.objective, config.text.tokenizer = "siglip", "digits"
+  resumed = weights.decide(config, resumed_workdir=str(workdir))
+  assert resumed.text.tokenizer == str(workdir / "tokenizer.model")
+  assert resumed.text.vocab_size == 128
+  assert weights.decide(config).text.tokenizer == "digits"
 
 
 @pytest.fixture(scope="module")

@@ -100,6 +100,21 @@ def list_dir(path) -> tuple[list[str], list[str]]:
   ])
 
 
+def write_whole(path, data: bytes):
+  """`data` written to `path` whole or not at all: a local file is written
+  beside it and renamed (a crash leaves no half file for a later run to
+  trust); an object in a bucket is written whole by the store itself."""
+  path = resolve(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if is_remote(path):
+    path.write_bytes(data)
+    return
+  with tempfile.NamedTemporaryFile(dir=str(path.parent), suffix=".tmp",
+                                   delete=False) as f:
+    f.write(data)
+  os.replace(f.name, str(path))
+
+
 def make_workdir(workdir) -> epath.Path:
   """The workdir, created if needed; a file in its place is an error."""
   path = resolve(workdir)

@@ -25,6 +25,7 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from vit_jax import hardware
 from vit_jax import models
 from vit_jax import paths
 from vit_jax import sharding
@@ -52,7 +53,8 @@ class LoadedTwoTowers:
     model = self.model
     # (params, images or None, tokens or None) -> (zimg, ztxt, outputs).
     self.apply = jax.jit(
-        lambda p, images, texts: model.apply({"params": p}, images, texts))
+        lambda p, images, texts: model.apply({"params": p}, images, texts),
+        compiler_options=hardware.compiler_options() or None)
 
 
 def config_for(checkpoint: str, tokenizer: Optional[str] = None,
@@ -85,7 +87,11 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
           f"reads ({fields['vocab_size']} pieces), e.g. --tokenizer="
           "PATH/sentencepiece.model (SigLIP's: its c4_en or multilingual "
           "model) or a tokenizer.json.")
-  if tokenizer is not None:
+  if tokenizer is None and recorded is not None:
+    from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
+    # The file the run kept: the pieces it was trained with.
+    tokenizer = tokenizers.kept(weights.training_workdir(checkpoint))
+  if tokenizer:
     config.text.tokenizer = tokenizer
   elif recorded is None:  # Texts are not read: the vocabulary is the file's.
     from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
@@ -137,7 +143,8 @@ def predict(loaded: LoadedTwoTowers, batches, files, class_names, templates,
   every image of `batches` (`data.image_files.ImageFiles`), best first."""
   from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
   from vit_jax.evaluators import image_text  # pylint: disable=g-import-not-at-top
-  tokenizer = tokenizers.load_tokenizer(loaded.config.text.tokenizer)
+  tokenizer = tokenizers.load_tokenizer(loaded.config.text.tokenizer,
+                                        loaded.config.text.lowercase)
   image_text.check_templates(templates, "--templates")
   embed = lambda t: np.asarray(loaded.apply(loaded.params, None, t)[1])
   classes_KxE = image_text.class_embeddings(
@@ -169,8 +176,9 @@ def embed_images(loaded: LoadedTwoTowers, images_BxHxWx3) -> np.ndarray:
 def embed_texts(loaded: LoadedTwoTowers, texts: Sequence[str]) -> np.ndarray:
   """Normalised text embeddings, tokenised by the config's tokenizer."""
   from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
-  tokens = tokenizers.load_tokenizer(loaded.config.text.tokenizer).encode(
-      list(texts), loaded.config.text.length)
+  tokens = tokenizers.load_tokenizer(loaded.config.text.tokenizer,
+                                     loaded.config.text.lowercase).encode(
+                                         list(texts), loaded.config.text.length)
   _, ztxt, _ = loaded.apply(loaded.params, None, tokens)
   return np.asarray(ztxt)
 

@@ -229,6 +229,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # (the built-in captions' own, trained from them: vit_jax/data/tokenizer.py).
   config.text.tokenizer = "digits"  # See above.
   config.text.vocab_size = config_dict.placeholder(int)  # None: tokenizer's.
+  # Texts lower-cased before they are tokenised (SigLIP 2's towers were
+  # trained so; loading one of its files sets it).
+  config.text.lowercase = False  # See above.
   config.text.length = 16  # Tokens per text: truncated or padded to it.
   config.text.key = "captions"  # The dataset's text feature (one or a list).
   # The embedding both towers project to, compared by cosine similarity.
@@ -243,7 +246,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.text.bias_init = config_dict.placeholder(float)  # See above.
   # siglip's loss over the devices' ring (each device scores its images
   # against every device's texts in turn, never the B x B matrix); False:
-  # the whole batch's logits on every device.
+  # the B x B logits as one expression, split by XLA (each device's images
+  # against every text, all gathered: big_vision's jit trainer's form).
   config.text.chunked = True  # See above.
 
   # Starting weights (fine-tuning); ignored when the workdir has a checkpoint

@@ -158,8 +158,7 @@ def index_path(index_dir: str, root: str):
 
 
 def _write(path, listing: dict):
-  path.parent.mkdir(parents=True, exist_ok=True)  # A new run's workdir.
-  path.write_bytes(gzip.compress(json.dumps(listing).encode()))
+  paths.write_whole(path, gzip.compress(json.dumps(listing).encode()))
 
 
 def _read(path, root: str) -> dict:

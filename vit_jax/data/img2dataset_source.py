@@ -172,7 +172,7 @@ class ShardReader:
     self._shards = shards
     self._shard_of = columns["shard"]
     self._offsets, self._sizes = columns["offset"], columns["size"]
-    self._captions = tf.constant(columns["caption"].astype(str), tf.string)
+    self._captions = columns["caption"]
 
   parse = None  # `read` gives the records themselves.
 
@@ -203,7 +203,7 @@ class ShardReader:
     data = tf.numpy_function(self._read, [indices], tf.string, stateful=False)
     return {
         "image": tf.ensure_shape(data, [None]),
-        TEXT_KEY: tf.gather(self._captions, indices)
+        TEXT_KEY: _gather_strings(self._captions, indices)
     }
 
 
@@ -215,13 +215,26 @@ class FileReader:
   def __init__(self, columns: dict[str, np.ndarray]):
     """`columns`: `_folder_columns`'."""
     self.size = len(columns["key"])
-    self._images = tf.constant(columns["image"].astype(str), tf.string)
-    self._captions = tf.constant(columns["caption"].astype(str), tf.string)
+    self._images, self._captions = columns["image"], columns["caption"]
 
   parse = None  # `read` gives the records themselves.
 
   def read(self, indices) -> dict:
     return {
-        "path": tf.gather(self._images, indices),  # Names it if unreadable.
-        "caption_path": tf.gather(self._captions, indices)
+        # Names it if unreadable.
+        "path": _gather_strings(self._images, indices),
+        "caption_path": _gather_strings(self._captions, indices)
     }
+
+
+def _gather_strings(table: np.ndarray, indices):
+  """The strings of `table` (an object array) at `indices` (an int64 tf
+  vector), looked up in Python: a listing's millions of captions or paths
+  stay one numpy array, not a constant of the tf.data graph (a fixed-width
+  copy of every string, in a graph whose protos stop at 2 GB)."""
+
+  def take(rows):
+    return np.array([str(text).encode() for text in table[rows]], object)
+
+  return tf.ensure_shape(
+      tf.numpy_function(take, [indices], tf.string, stateful=False), [None])

@@ -36,6 +36,7 @@ class TextSpec:
   tokenizer: str  # A SentencePiece .model, a tokenizer.json or 'digits'.
   length: int  # Tokens per text, the last one EOS.
   all_captions: bool = False  # Every caption (retrieval), not one drawn.
+  lowercase: bool = False  # Texts lower-cased before they are tokenised.
   max_captions: int = 5  # all_captions: texts per image, padded or cut.
 
 
@@ -105,7 +106,8 @@ def text_spec(config: ml_collections.ConfigDict,
   if config.objective not in ("siglip", "clip"):
     return None
   return TextSpec(key=config.text.key, tokenizer=config.text.tokenizer,
-                  length=config.text.length, all_captions=all_captions)
+                  length=config.text.length, all_captions=all_captions,
+                  lowercase=config.text.lowercase)
 
 
 def _common(config: ml_collections.ConfigDict) -> dict:

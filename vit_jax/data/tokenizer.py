@@ -9,7 +9,9 @@ pieces without BOS, cut to `length - 1`, then EOS, then EOS again up to
 `length`, so the last token is always EOS (the text tower pools it). The
 `digits` tokenizer is a small BPE model trained from every caption of
 `digits_captions` the first time it is asked for, and kept in the cache
-($VIT_JAX_CACHE_DIR, else ~/.cache/vit_jax: the weights' cache too).
+($VIT_JAX_CACHE_DIR, else ~/.cache/vit_jax: the weights' cache too). A
+training run keeps a copy of its tokenizer's file in its workdir (`keep`),
+which resuming it and reading its checkpoint prefer (`kept`).
 """
 
 import functools
@@ -17,7 +19,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -128,9 +129,54 @@ class HuggingFaceTokenizer(Tokenizer):
     return self._tok.decode(self._before_eos(ids))
 
 
-def load_tokenizer(spec: str) -> Tokenizer:
+# A run's own copy of the tokenizer file it reads, in its workdir (`keep`).
+KEPT_NAMES = ("tokenizer.model", "tokenizer.json")
+
+
+def keep(spec: str, workdir):
+  """Copies the tokenizer file `spec` reads into `workdir`, once (process
+  0's job), so that the run's checkpoint is read, and the run resumed,
+  with the pieces it was trained with wherever the workdir moves: a
+  relative path, or a `digits` model trained again by another
+  SentencePiece version, might not give them."""
+  if spec == NO_TEXTS or kept(workdir):
+    return
+  source = _digits_model() if spec == DIGITS else str(paths.resolve(spec))
+  name = KEPT_NAMES[1] if source.endswith(".json") else KEPT_NAMES[0]
+  paths.write_whole(
+      paths.resolve(workdir) / name,
+      paths.resolve(source).read_bytes())
+
+
+def kept(workdir) -> str | None:
+  """The tokenizer file a run's workdir keeps (`keep`); None: none."""
+  for name in KEPT_NAMES:
+    path = paths.resolve(workdir) / name
+    if path.is_file():
+      return str(path)
+  return None
+
+
+class Lowercased(Tokenizer):
+  """Another tokenizer's pieces of the texts lower-cased (SigLIP 2's)."""
+
+  def __init__(self, tokenizer: Tokenizer):
+    self._tokenizer = tokenizer
+    self.vocab_size, self.eos_id = tokenizer.vocab_size, tokenizer.eos_id
+
+  def pieces(self, texts):
+    return self._tokenizer.pieces([text.lower() for text in texts])
+
+  def decode(self, ids):
+    return self._tokenizer.decode(ids)
+
+
+def load_tokenizer(spec: str, lowercase: bool = False) -> Tokenizer:
   """The tokenizer of config.text.tokenizer: a SentencePiece `.model`
-  file, a Hugging Face `tokenizer.json` (local or at a URL) or 'digits'."""
+  file, a Hugging Face `tokenizer.json` (local or at a URL) or 'digits';
+  with `lowercase` (config.text.lowercase), of the texts lower-cased."""
+  if lowercase:
+    return Lowercased(load_tokenizer(spec))
   if spec == DIGITS:
     return _load(_digits_model())
   if spec == NO_TEXTS:
@@ -165,14 +211,8 @@ def train_sentencepiece(texts: Sequence[str], vocab_size: int,
       vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
       hard_vocab_limit=False, num_threads=1, minloglevel=2, **_SPECIAL_IDS)
   path = f"{model_prefix}.model"
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  # Written aside and renamed: processes training it at once never read
-  # half a file.
-  with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp",
-                                   delete=False) as f:
-    f.write(model.getvalue())
-  os.replace(f.name, path)
+  # Whole or not at all: processes training it at once never read half.
+  paths.write_whole(path, model.getvalue())
   return path
 
 
@@ -217,7 +257,8 @@ def text_fn(text: specs.TextSpec):
   outputs: "text" int32[L], one caption drawn with the seed; with
   `all_captions`, "texts" int32[C, L] and "texts_mask" f32[C] (1: a
   caption, 0: padding), its first C = `max_captions` captions."""
-  tokenize = tokenize_fn(load_tokenizer(text.tokenizer), text.length)
+  tokenize = tokenize_fn(load_tokenizer(text.tokenizer, text.lowercase),
+                         text.length)
   count = text.max_captions
 
   def one(strings, seed):

@@ -179,7 +179,8 @@ def make_zeroshot(entry: registry.Entry, context: registry.Context):
   check_templates(templates, f"config.evals.{entry.name}.templates")
   embedder = _Embedder(context.model, context.mesh, context.params_sharding,
                        config.sharding.logical_axis_rules)
-  tokenizer = tokenizers.load_tokenizer(config.text.tokenizer)
+  tokenizer = tokenizers.load_tokenizer(config.text.tokenizer,
+                                        config.text.lowercase)
 
   def class_texts(params):
     return class_embeddings(lambda t: embedder.embed_texts(params, t),
@@ -194,14 +195,16 @@ def make_zeroshot(entry: registry.Entry, context: registry.Context):
 def recalls(zimg_NxE, ztxt_MxE, pairs_NxM, ks=RECALL_AT) -> dict[str, float]:
   """Recall at k both ways: an image's query is right when one of its top
   k texts is its own (`pairs_NxM`), a text's when one of its top k images
-  has it. Texts no image has are left out of the text queries."""
+  has it. Texts no image has, and images without a text, are left out of
+  the queries (each still a candidate for the other way's)."""
   sim_NxM = zimg_NxE @ ztxt_MxE.T
 
   def first_hit(scores, truth):  # Rank of the first true item, per row.
     order = np.argsort(-scores, axis=1, kind="stable")
     return np.argmax(np.take_along_axis(truth, order, 1), axis=1)
 
-  i2t = first_hit(sim_NxM, pairs_NxM)
+  captioned = pairs_NxM.any(1)
+  i2t = first_hit(sim_NxM[captioned], pairs_NxM[captioned])
   used = pairs_NxM.any(0)
   t2i = first_hit(sim_NxM.T[used], pairs_NxM.T[used])
   out = {}

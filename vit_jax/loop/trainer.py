@@ -33,6 +33,7 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import length_schedule
 from vit_jax.data import packing
 from vit_jax.data import specs
+from vit_jax.data import tokenizer
 from vit_jax.data import unreadable
 from vit_jax.errors import NonFiniteLossError
 from vit_jax.loop import checks
@@ -93,13 +94,16 @@ def _decided(config, workdir, resumed: bool):
 
 
 def _record(config, workdir):
-  """The decided config, written to WORKDIR/config.json."""
+  """The decided config, written to WORKDIR/config.json; an image-text
+  run's tokenizer file kept beside it."""
   # Every process has read the previous run's config.json before process 0
   # rewrites it (a process reading while it is written sees it truncated).
   multihost_utils.sync_global_devices("config.json read")
   if jax.process_index() == 0:
     (workdir / paths.CONFIG_FILE).write_text(
         config.to_json_best_effort(indent=2))
+    if config.objective in models.IMAGE_TEXT_OBJECTIVES:
+      tokenizer.keep(config.text.tokenizer, workdir)
 
 
 def _starting_state(config, manager, model, tx, mesh):

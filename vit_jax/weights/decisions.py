@@ -49,7 +49,7 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     checkpoint = config.init.checkpoint
   if checkpoint:  # Before a released checkpoint is downloaded.
     loader.check_released_variant(checkpoint, config.model.variant)
-  config = _decided_vocabulary(config)
+  config = _decided_vocabulary(_kept_tokenizer(config, resumed_workdir))
   open_fields = [f for f in _DECIDERS if config.model[f] is None]
   if not open_fields:
     return config
@@ -71,6 +71,20 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     said = report.GELU_NAMES[value] if field == "gelu_approximate" else value
     logging.info("%s: %s, %s (config.model.%s was unset).", _LABELS[field],
                  said, why, field)
+  return config
+
+
+def _kept_tokenizer(config, resumed_workdir):
+  """A resumed image-text run reads the tokenizer file it kept (the pieces
+  it was trained with: `tokenizer.keep`)."""
+  from vit_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
+  kept = resumed_workdir is not None and tokenizer.kept(resumed_workdir)
+  if not kept or config.text.tokenizer == kept:
+    return config
+  config = config.copy_and_resolve_references()
+  logging.info("Tokenizer: %s, which the run kept (config.text.tokenizer=%s).",
+               kept, config.text.tokenizer)
+  config.text.tokenizer = kept
   return config
 
 

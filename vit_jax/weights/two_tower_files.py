@@ -151,6 +151,9 @@ def is_two_towers_file(path: str, cache_dir=None) -> bool:
     return False
 
 
+GEMMA_VOCABULARY = 256_000  # SigLIP 2's tokenizer's pieces.
+
+
 def text_fields(path: str, cache_dir=None) -> dict:
   """The config.text fields a two-tower file's text tower shows (its
   sizes as a variant's name, vocabulary, length, pooling, projection),
@@ -181,10 +184,14 @@ def text_fields(path: str, cache_dir=None) -> dict:
         f"{mlp_dim}, {heads} heads) has the sizes of no variant "
         "of vit_jax/models/variants.py; add one with them.")
   return dict(
-      objective="siglip" if "b" in tensors else "clip", variant=names[0],
-      vocab_size=int(vocab), length=int(
-          text["pos_embedding"].shape[1]), pool="map" if any(
-              k.startswith("MAPHead_0/") for k in text) else "last",
+      objective="siglip" if "b" in tensors else "clip",
+      variant=names[0],
+      # SigLIP 2's texts were lower-cased (its paper, 3.1): its towers read
+      # Gemma's 256,000 pieces, which no SigLIP 1 tower does.
+      lowercase=int(vocab) == GEMMA_VOCABULARY,
+      vocab_size=int(vocab),
+      length=int(text["pos_embedding"].shape[1]),
+      pool="map" if any(k.startswith("MAPHead_0/") for k in text) else "last",
       embedding_dim=int(text["head/kernel"].shape[-1] if "head/kernel" in
                         text else width))
 
