@@ -6,9 +6,10 @@ r"""Training speed of ours against timm on this machine, in one run.
 
 Each run is a fresh process: ours is `python3 -m vit_jax benchmark` (the
 train step of `vit-jax train`: fp32, Adam, softmax cross-entropy, synthetic
-data), timm's the same model (`vit_tiny_patch16_224` and kin, erf GELU as
-timm has it) with torch.optim.Adam, eager. The two alternate, `--runs` times
-each, so both see the same machine state; each run's figure is the median
+data), timm's the same model with torch.optim.Adam, eager
+(benchmarks/timm_cpu.py's step: timm's VisionTransformer, erf GELU as
+timm has it). The two alternate, `--runs` times each, so both see the
+same machine state; each run's figure is the median
 step time of `--steps` steps after one warm-up step, and the result is the
 median over runs. timm runs in `--torch_python` (default `.venv-torch`,
 which `make test` builds where torch's CPU build is at hand:
@@ -24,36 +25,17 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMM_NAMES = {
-    "ViT-Ti/16": "vit_tiny_patch16_224",
-    "ViT-S/16": "vit_small_patch16_224",
-    "ViT-B/16": "vit_base_patch16_224"
-}
+VARIANTS = ("ViT-Ti/16", "ViT-S/16", "ViT-B/16")
 
+# timm's training step: benchmarks/timm_cpu.py's, on (variant, batch, size).
 _TIMM_STEP = r"""
-import json, statistics, sys, time
-sys.path.insert(0, sys.argv[5])
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/benchmarks"]
+import timm_cpu
 from tests.helpers import torch_reference  # timm, without torchvision.
+variant, (batch, size, steps) = sys.argv[2], map(int, sys.argv[3:6])
 timm = torch_reference.import_timm()
-import torch
-name, (batch, size, steps) = sys.argv[1], map(int, sys.argv[2:5])
-torch.manual_seed(0)
-model = timm.create_model(name, num_classes=1000, img_size=size).train()
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-images = torch.rand(batch, 3, size, size) * 2 - 1
-labels = torch.randint(0, 1000, (batch,))
-def step():
-  optimizer.zero_grad(set_to_none=True)
-  loss = torch.nn.functional.cross_entropy(model(images), labels)
-  loss.backward()
-  optimizer.step()
-  return float(loss)
-step()  # Warm-up.
-times = []
-for _ in range(steps):
-  start = time.perf_counter(); step(); times.append(time.perf_counter() - start)
-print(json.dumps({"images_per_sec": batch / statistics.median(times),
-                  "threads": torch.get_num_threads()}))
+print(json.dumps(timm_cpu.run(timm, (variant, batch, size, True), steps)))
 """
 
 
@@ -70,17 +52,17 @@ def run_ours(args, env) -> float:
 
 def run_timm(args) -> float:
   done = subprocess.run([
-      args.torch_python, "-c", _TIMM_STEP, TIMM_NAMES[args.variant],
+      args.torch_python, "-c", _TIMM_STEP, REPO, args.variant,
       str(args.batch),
       str(args.image_size),
-      str(args.steps), REPO
+      str(args.steps)
   ], check=True, capture_output=True, text=True)
   return json.loads(done.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--variant", default="ViT-Ti/16", choices=TIMM_NAMES)
+  parser.add_argument("--variant", default="ViT-Ti/16", choices=VARIANTS)
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--image_size", type=int, default=224)
   parser.add_argument("--steps", type=int, default=8)

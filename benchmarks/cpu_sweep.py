@@ -20,7 +20,6 @@ evaluation and `predict` compile with), except the `xla_default` runs,
 which have XLA's own alone.
 """
 
-import argparse
 import dataclasses
 import itertools
 import os
@@ -223,23 +222,5 @@ def run(candidate: Candidate, dry: bool, folder: str) -> dict:
   return result
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--out", help="The folder of results and logs.")
-  parser.add_argument("--seconds", type=float, default=None,
-                      help="Start no candidate in the last 20 of these.")
-  parser.add_argument("--dry", action="store_true",
-                      help="The tiny `testing` model at 32 px, few steps.")
-  parser.add_argument("--names", action="store_true",
-                      help="Print the candidates' names, in order.")
-  args = parser.parse_args()
-  if args.names:
-    print(" ".join(c.name for c in candidates(args.dry)))
-    return
-  sweep.run_all(candidates(args.dry), args.out, args.seconds,
-                lambda c: _with_winners(c, args.out)
-                if c.best else c, lambda c: run(c, args.dry, args.out))
-
-
 if __name__ == "__main__":
-  main()
+  sweep.main(__doc__, candidates, run, _with_winners)

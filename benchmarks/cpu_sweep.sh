@@ -6,7 +6,7 @@
 # (images/s, x default, x timm, the loss after 20 steps or the largest
 # logit difference, a verdict) and one JSON (OUT/sweep.json).
 #
-#   benchmarks/cpu_sweep.sh          # 2 CPU cores: about 40 minutes
+#   benchmarks/cpu_sweep.sh          # 2 CPU cores: all in about 75 minutes
 #   benchmarks/cpu_sweep.sh --dry    # the tiny `testing` model, 3 steps
 #
 # The candidates and their order are benchmarks/cpu_sweep.py's. Ours run in

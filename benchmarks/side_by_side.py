@@ -40,6 +40,18 @@ def _cells(result: dict) -> list:
   ]
 
 
+def aligned(columns, body: list) -> list:
+  """The header and `body`'s rows as lines in aligned columns; a row with
+  fewer cells (a failed run's message) runs on in its last."""
+  full = [list(columns)] + [r for r in body if len(r) == len(columns)]
+  widths = [max(len(r[i]) for r in full) for i in range(len(columns))]
+  lines = []
+  for cells in [list(columns)] + body:
+    padded = [c.ljust(w) for c, w in zip(cells, widths)]
+    lines.append("  ".join(padded[:len(cells) - 1] + cells[-1:]).rstrip())
+  return lines
+
+
 def table(folder: str, rows: list) -> str:
   lines, about = [], {}
   body = []
@@ -58,12 +70,7 @@ def table(folder: str, rows: list) -> str:
       body.append([name, str(result["batch"]), code] + _cells(result))
   lines.append("gpu_check: " + ", ".join(
       f"{k.replace('_version', '')} {v}" for k, v in sorted(about.items())))
-  full = [list(COLUMNS)] + [r for r in body if len(r) == len(COLUMNS)]
-  widths = [max(len(r[i]) for r in full) for i in range(len(COLUMNS))]
-  for cells in [list(COLUMNS)] + body:  # A failed run's message runs on.
-    padded = [c.ljust(w) for c, w in zip(cells, widths)]
-    lines.append("  ".join(padded[:len(cells) - 1] + cells[-1:]).rstrip())
-  return "\n".join(lines)
+  return "\n".join(lines + aligned(COLUMNS, body))
 
 
 if __name__ == "__main__":

@@ -123,7 +123,8 @@ def _with_winners(candidate: Candidate, folder: str):
                              mu_dtype=won["mu_dtype"])
 
 
-def run(candidate: Candidate, dry: bool) -> dict:
+def run(candidate: Candidate, dry: bool, folder: str) -> dict:
+  del folder  # The result is all a GPU run keeps.
   from vit_jax.performance import speed  # pylint: disable=g-import-not-at-top
   model = candidate.name.split(".")[0]
   variant, batch = (DRY_MODELS if dry else MODELS)[model]
@@ -171,23 +172,26 @@ def run_all(candidates_in_order: list, folder: str, seconds, prepare, run_one):
       json.dump(result, f, indent=1)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(doc: str, candidates_of, run_one, with_winners):
+  """A sweep's command line (this one's and cpu_sweep.py's): the names of
+  `candidates_of(dry)` in order, or each of them run into --out
+  (`run_all`), a `best` one given the winners (`with_winners`)."""
+  parser = argparse.ArgumentParser(description=doc.split("\n")[0])
   parser.add_argument("--out", help="The folder of results and logs.")
   parser.add_argument("--seconds", type=float, default=None,
                       help="Start no candidate in the last 20 of these.")
   parser.add_argument("--dry", action="store_true",
-                      help="The tiny `testing` model at 32 px, 3 steps.")
+                      help="The tiny `testing` model at 32 px, few steps.")
   parser.add_argument("--names", action="store_true",
                       help="Print the candidates' names, in order.")
   args = parser.parse_args()
   if args.names:
-    print(" ".join(c.name for c in candidates(args.dry)))
+    print(" ".join(c.name for c in candidates_of(args.dry)))
     return
-  run_all(candidates(args.dry), args.out, args.seconds,
-          lambda c: _with_winners(c, args.out)
-          if c.best else c, lambda c: run(c, args.dry))
+  run_all(candidates_of(args.dry), args.out, args.seconds,
+          lambda c: with_winners(c, args.out)
+          if c.best else c, lambda c: run_one(c, args.dry, args.out))
 
 
 if __name__ == "__main__":
-  main()
+  main(__doc__, candidates, run, _with_winners)

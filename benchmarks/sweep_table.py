@@ -157,11 +157,7 @@ def table(folder: str, names: list) -> str:
   with open(os.path.join(folder, "sweep.json"), "w") as f:
     json.dump(rows, f, indent=1)
   lines = ["gpu_sweep: " + ", ".join(f"{k} {v}" for k, v in about.items())]
-  full = [list(COLUMNS)] + [r for r in body if len(r) == len(COLUMNS)]
-  widths = [max(len(r[i]) for r in full) for i in range(len(COLUMNS))]
-  for cells in [list(COLUMNS)] + body:  # A failed run's message runs on.
-    padded = [c.ljust(w) for c, w in zip(cells, widths)]
-    lines.append("  ".join(padded[:len(cells) - 1] + cells[-1:]).rstrip())
+  lines += side_by_side.aligned(COLUMNS, body)
   for name in names:  # Where the defaults' device time goes.
     profile = (rows[name].get("result") or {}).get("profile")
     if profile and profile.get("share_by_kind"):

@@ -30,6 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = {
     "ViT-Ti/16": (192, 12, 3, 768, 16),
     "ViT-S/16": (384, 12, 6, 1536, 16),
+    "ViT-B/16": (768, 12, 12, 3072, 16),
     "testing": (16, 2, 2, 32, 4),
 }
 # CASE -> (variant, batch, image size, training?).
