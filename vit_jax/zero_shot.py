@@ -62,6 +62,7 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
   """(decided config, whether it is the workdir's) of a two-tower
   checkpoint; `tokenizer` replaces the config's (a file's needs one where
   texts are to be read: `need_tokenizer`)."""
+  from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
   recorded = weights.recorded_config(checkpoint)
   if recorded is not None:
     if recorded.get("objective") not in models.IMAGE_TEXT_OBJECTIVES:
@@ -88,13 +89,11 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
           "PATH/sentencepiece.model (SigLIP's: its c4_en or multilingual "
           "model) or a tokenizer.json.")
   if tokenizer is None and recorded is not None:
-    from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
     # The file the run kept: the pieces it was trained with.
     tokenizer = tokenizers.kept(weights.training_workdir(checkpoint))
   if tokenizer:
     config.text.tokenizer = tokenizer
   elif recorded is None:  # Texts are not read: the vocabulary is the file's.
-    from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
     config.text.tokenizer = tokenizers.NO_TEXTS
   if image_size:
     config.image_size = image_size
@@ -143,8 +142,7 @@ def predict(loaded: LoadedTwoTowers, batches, files, class_names, templates,
   every image of `batches` (`data.image_files.ImageFiles`), best first."""
   from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
   from vit_jax.evaluators import image_text  # pylint: disable=g-import-not-at-top
-  tokenizer = tokenizers.load_tokenizer(loaded.config.text.tokenizer,
-                                        loaded.config.text.lowercase)
+  tokenizer = tokenizers.for_text(loaded.config.text)
   image_text.check_templates(templates, "--templates")
   embed = lambda t: np.asarray(loaded.apply(loaded.params, None, t)[1])
   classes_KxE = image_text.class_embeddings(
@@ -176,9 +174,8 @@ def embed_images(loaded: LoadedTwoTowers, images_BxHxWx3) -> np.ndarray:
 def embed_texts(loaded: LoadedTwoTowers, texts: Sequence[str]) -> np.ndarray:
   """Normalised text embeddings, tokenised by the config's tokenizer."""
   from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
-  tokens = tokenizers.load_tokenizer(loaded.config.text.tokenizer,
-                                     loaded.config.text.lowercase).encode(
-                                         list(texts), loaded.config.text.length)
+  tokens = tokenizers.for_text(loaded.config.text).encode(
+      list(texts), loaded.config.text.length)
   _, ztxt, _ = loaded.apply(loaded.params, None, tokens)
   return np.asarray(ztxt)
 

@@ -55,13 +55,12 @@ def decoder_of(loaded,
                                                      "oderblock_")
   }
   first = "Transformer/encoderblock_0/"
-  # Width x heads x head width (the released layout, ours; a fused qkv
-  # of facebookresearch/mae's was split at MAE_DECODER_HEADS on reading).
+  # Width x heads x head width, as read (facebookresearch/mae's fused qkv
+  # is split at MAE_DECODER_HEADS on reading).
   query = found[first + "MultiHeadDotProductAttention_1/query/kernel"]
   size = mae.DecoderSize(
       width=found["embed/kernel"].shape[1], depth=len(blocks),
-      num_heads=query.shape[1] if query.ndim == 3 else
-      run.decoder_heads if run else weights.MAE_DECODER_HEADS,
+      num_heads=query.shape[1],
       mlp_dim=found[first + "MlpBlock_3/Dense_0/kernel"].shape[1])
   if norm_pix_loss is None:
     norm_pix_loss = run.norm_pix_loss if run else True

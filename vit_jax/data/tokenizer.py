@@ -14,6 +14,7 @@ training run keeps a copy of its tokenizer's file in its workdir (`keep`),
 which resuming it and reading its checkpoint prefer (`kept`).
 """
 
+import abc
 import functools
 import hashlib
 import io
@@ -47,18 +48,18 @@ _FORMS = ("a SentencePiece .model file, a Hugging Face tokenizer.json or "
 _CAPTION_STREAM = 1 << 30
 
 
-class Tokenizer:
+class Tokenizer(abc.ABC):
   """Token ids of texts; `vocab_size` ids, of which `eos_id` ends a text."""
   vocab_size: int
   eos_id: int
 
+  @abc.abstractmethod
   def pieces(self, texts: Sequence[str]) -> list[list[int]]:
     """Each text's ids, with no BOS and no EOS."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def decode(self, ids: Sequence[int]) -> str:
     """The text of `ids` up to its first EOS."""
-    raise NotImplementedError
 
   def encode(self, texts: Sequence[str], length: int) -> np.ndarray:
     """int32[len(texts), length]: each text's pieces (at most length - 1),
@@ -189,6 +190,12 @@ def load_tokenizer(spec: str, lowercase: bool = False) -> Tokenizer:
   return _load(str(path))
 
 
+def for_text(text) -> Tokenizer:
+  """The tokenizer `config.text` (or a `specs.TextSpec`) names, of its texts
+  lower-cased where it says so."""
+  return load_tokenizer(text.tokenizer, text.lowercase)
+
+
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> Tokenizer:
   """One tokenizer per file and process (files are not changed in place)."""
@@ -257,8 +264,7 @@ def text_fn(text: specs.TextSpec):
   outputs: "text" int32[L], one caption drawn with the seed; with
   `all_captions`, "texts" int32[C, L] and "texts_mask" f32[C] (1: a
   caption, 0: padding), its first C = `max_captions` captions."""
-  tokenize = tokenize_fn(load_tokenizer(text.tokenizer, text.lowercase),
-                         text.length)
+  tokenize = tokenize_fn(for_text(text), text.length)
   count = text.max_captions
 
   def one(strings, seed):

@@ -179,8 +179,7 @@ def make_zeroshot(entry: registry.Entry, context: registry.Context):
   check_templates(templates, f"config.evals.{entry.name}.templates")
   embedder = _Embedder(context.model, context.mesh, context.params_sharding,
                        config.sharding.logical_axis_rules)
-  tokenizer = tokenizers.load_tokenizer(config.text.tokenizer,
-                                        config.text.lowercase)
+  tokenizer = tokenizers.for_text(config.text)
 
   def class_texts(params):
     return class_embeddings(lambda t: embedder.embed_texts(params, t),
