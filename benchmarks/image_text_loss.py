@@ -92,12 +92,12 @@ def _digits_config(batch: int, chunked: bool):
   sys.path.insert(0, REPO)  # `configs` sits beside the package.
   # pylint: disable=import-outside-toplevel
   from configs import image_text
-  from vit_jax import weights
+  from vit_jax import objectives
 
   config = image_text.get_config("digits")
   config.batch_size = batch
   config.text.chunked = chunked
-  return weights.decide(config)  # Reads the digits tokenizer's vocabulary.
+  return objectives.decide(config)  # Reads the tokenizer's vocabulary.
 
 
 def _synthetic_batch(config, mesh, seed: int = 0) -> dict:
@@ -128,21 +128,19 @@ def _step_run(args, chunked: bool) -> dict:
   # pylint: disable=import-outside-toplevel
   import jax
 
-  from vit_jax import models
+  from vit_jax import objectives
   from vit_jax import sharding
   from vit_jax.training import optim
-  from vit_jax.training import steps
   from vit_jax.training import train_state
 
   config = _digits_config(args.step_batch, chunked)
   mesh = sharding.mesh_from_config(config)
-  model = models.from_config(config, None)
+  model = objectives.of(config).model(config, None)
   tx, schedule = optim.make_optimizer(config, config.total_steps,
                                       config.warmup_steps)
   state, shardings = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
-  step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                     shardings)
+  step = objectives.train_step(config, model, tx, schedule, mesh, shardings)
   batch = _synthetic_batch(config, mesh)
   temp = step.compile(state, batch).memory_analysis().temp_size_in_bytes
   for _ in range(args.warmup):

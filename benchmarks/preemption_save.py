@@ -24,10 +24,9 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax import paths
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.training import checkpoint
 from vit_jax.training import optim
 from vit_jax.training import train_state
@@ -54,7 +53,8 @@ def main(argv):
   del argv
   config = FLAGS.config
   mesh = sharding.mesh_from_config(config)
-  model = models.from_config(weights.decide(config), FLAGS.num_classes)
+  decided = objectives.decide(config)
+  model = objectives.of(decided).model(decided, FLAGS.num_classes)
   tx, _ = optim.make_optimizer(config, total_steps=1000)
   state, _ = train_state.create_train_state(model, tx, config.image_size,
                                             config.seed, mesh, config.sharding,

@@ -20,8 +20,9 @@ from vit_jax.data import randaug
 from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
+from vit_jax.objectives import supervised
+from vit_jax.training import losses
 from vit_jax.training import mixup
-from vit_jax.training import objectives
 
 # ------------------------------------------------------------------ mixup --
 
@@ -75,14 +76,14 @@ def test_the_train_step_mixes_only_when_configured():
   apply = lambda images, **kw: model.apply({"params": params}, images, train=
                                            True, **kw)
   rng = jax.random.key(3)
-  plain = objectives.supervised(objectives.softmax_xent)
-  mixed = objectives.supervised(objectives.softmax_xent, mixup_alpha=0.5,
-                                mixup_p=1.0)
+  plain = supervised.classification_loss(losses.softmax_xent)
+  mixed = supervised.classification_loss(losses.softmax_xent, mixup_alpha=0.5,
+                                         mixup_p=1.0)
   loss_plain, _ = plain(apply, {"image": x, "labels": y}, rng)
   loss_mixed, _ = mixed(apply, {"image": x, "labels": y}, rng)
   mixup_rng, _ = jax.random.split(rng)
   mx, my, _ = mixup.mix(mixup_rng, x, y, 0.5, 1.0)
-  expected = jnp.mean(objectives.softmax_xent(apply(mx)[0], my))
+  expected = jnp.mean(losses.softmax_xent(apply(mx)[0], my))
   np.testing.assert_allclose(loss_mixed, expected, rtol=1e-6)
   assert abs(float(loss_mixed) - float(loss_plain)) > 1e-4
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import tiny_models
 from vit_jax import models
-from vit_jax import weights
+from vit_jax import objectives
 from vit_jax.config import defaults
 from vit_jax.performance import flops
 from vit_jax.performance import profiling
@@ -62,7 +62,7 @@ def test_mae_counts_its_encoder_on_the_visible_patches():
   config = defaults.get_config()
   config.model.variant, config.model.gelu_approximate = "ViT-B/16", True
   config.model.posemb, config.objective = "sincos2d", "mae"
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   encoder = (_blocks_macs(50, 768, 3072, 12) + 49 * 16 * 16 * 3 * 768)
   decoder = (50 * 768 * 512 + _blocks_macs(197, 512, 2048, 8) +
              196 * 512 * 16 * 16 * 3)

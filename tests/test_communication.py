@@ -13,9 +13,8 @@ import numpy as np
 import optax
 import pytest
 
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.models import variants
 from vit_jax.performance import communication
 from vit_jax.performance import hlo
@@ -252,7 +251,7 @@ def test_the_least_a_sharding_must_move(digits_config):
   gradient reduce-scattered (3/4 of the bytes each time); this config
   computes in float32, so nothing is cast."""
   mesh = sharding.make_mesh(4, 1, jax.devices()[:4])
-  model = models.from_config(weights.decide(digits_config), 10)
+  model = objectives.model(objectives.decide(digits_config), 10)
   for strategy in ("replicate", "fsdp"):
     with digits_config.unlocked():
       digits_config.sharding.params = ((".*", strategy),)

@@ -18,6 +18,7 @@ import pytest
 from configs import distill as distill_recipes
 from tests.helpers import tiny_models
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
@@ -25,11 +26,10 @@ from vit_jax.data import preprocess
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
+from vit_jax.objectives import function_matching
 from vit_jax.training import distill
 from vit_jax.training import fsdp
-from vit_jax.training import objectives
 from vit_jax.training import optim
-from vit_jax.training import steps
 from vit_jax.training import teachers as teachers_lib
 from vit_jax.training import train_state
 
@@ -135,8 +135,8 @@ def test_the_objective_shows_the_teachers_the_students_mixed_images():
   student = rng.normal(size=(8, 5)).astype(np.float32)
   teacher = rng.normal(size=(8, 5)).astype(np.float32)
   seen_by_student, seen_by_teacher = [], []
-  objective = objectives.distillation(temperature=2.0, label_weight=0.5,
-                                      mixup_alpha=1.0)
+  objective = function_matching.matching_loss(temperature=2.0, label_weight=0.5,
+                                              mixup_alpha=1.0)
   loss, metrics = objective(
       _capturing(seen_by_student, student), {
           "image": images,
@@ -206,8 +206,8 @@ def _step_setup(student_rule, teacher_rule, mesh, teacher_size=24):
                           shardings)
   teacher = teachers_lib.Teacher("in memory", teacher_config, teacher_model,
                                  params, shardings)
-  step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                     state_sharding, (teacher,))
+  step = objectives.train_step(config, model, tx, schedule, mesh,
+                               state_sharding, (teacher,))
   return state, step, teacher
 
 

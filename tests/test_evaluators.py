@@ -54,7 +54,8 @@ def test_an_enabled_entry_that_cannot_run_is_refused(config):
   config.evals.masked_patch.enabled = True  # A supervised config.
   with pytest.raises(
       UserError, match=r"config.evals.masked_patch \(masked_patch\) cannot "
-      r"run: config.objective='supervised' trains no masked-patch head"):
+      r"run: config.objective='supervised' is evaluated by classification, "
+      r"fewshot, not masked_patch"):
     evaluators.check(config)
 
 
@@ -81,7 +82,7 @@ def test_unknown_types_and_fields_are_refused(config):
   config.evals.test.type = "accuracy"
   with pytest.raises(
       UserError, match="'accuracy' is not an evaluator type; "
-      "known: classification, distill, fewshot, mae, masked_patch"):
+      "known: classification, distill, fewshot, loss, mae, masked_patch"):
     evaluators.check(config)
   config.evals.test.type = "fewshot"  # Its fields are classification's.
   with pytest.raises(

@@ -17,16 +17,16 @@ from safetensors.numpy import load_file
 
 from configs import image_text as recipes
 from tests.references import stored
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax import weights
-from vit_jax import zero_shot
 from vit_jax.commands import export
 from vit_jax.errors import UserError
 from vit_jax.evaluators import image_text
+from vit_jax.inference import zero_shot
 from vit_jax.loop import checks
 from vit_jax.loop import trainer
 from vit_jax.models import variants
-from vit_jax.training import objectives
 
 REFERENCES = stored.HERE
 BIG_VISION = f"{REFERENCES}/tiny_siglip_big_vision.npz"

@@ -17,6 +17,7 @@ from tests.references import stored
 from vit_jax import evaluators
 from vit_jax import inference
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.analysis import reconstructions
@@ -30,9 +31,8 @@ from vit_jax.models import embeddings
 from vit_jax.models import mae
 from vit_jax.models import sequences
 from vit_jax.models import variants
-from vit_jax.training import objectives
+from vit_jax.objectives import masked_autoencoding
 from vit_jax.training import optim
-from vit_jax.training import steps
 from vit_jax.training import train_state
 
 # tests/references/mae_reference.py's model: 16 px, patch 4, width 32, 2
@@ -90,11 +90,10 @@ def test_mae_computes_what_facebookresearch_mae_computes():
   np.testing.assert_allclose(out["encoded"], io["latent"], atol=1e-5)
   np.testing.assert_allclose(out["mae_predictions"], io["pred"], atol=1e-5)
   for name, normalize in (("loss", True), ("loss_pixels", False)):
-    sums = objectives.mae_sums(
+    sums = masked_autoencoding.reconstruction_sums(
         lambda x, **kw: model.apply({"params": params}, x, masking=masking),
         images, jax.random.key(0), _mae_config(normalize), 4, masking=masking)
-    np.testing.assert_allclose(sums["loss"] / sums["count"], io[name][0],
-                               rtol=1e-5)
+    np.testing.assert_allclose(sums.mean(), io[name][0], rtol=1e-5)
 
 
 def _mae_config(normalize=True, ratio=0.75):
@@ -130,9 +129,10 @@ def test_loss_is_the_float64_definition_and_reads_dropped_patches_only(
 
   def loss(predictions, images):
     apply = lambda x, **kw: (None, {"mae_predictions": predictions})
-    sums = objectives.mae_sums(apply, images, jax.random.key(0), config, 4,
-                               masking=masking)
-    return sums["loss"] / sums["count"]
+    sums = masked_autoencoding.reconstruction_sums(apply, images,
+                                                   jax.random.key(0), config, 4,
+                                                   masking=masking)
+    return sums.mean()
 
   np.testing.assert_allclose(
       loss(predictions, images),
@@ -251,11 +251,11 @@ def test_mae_step_under_fsdp_tp_scan_and_remat_equals_one_device(digits_config):
                                "fsdp" if data > 1 else "replicate"),)
     config.sharding.fsdp_min_size = 0
     mesh = sharding.make_mesh(data, tp, devices=jax.devices()[:data * tp])
-    model = models.from_config(weights.decide(config), None)
+    model = objectives.model(objectives.decide(config), None)
     state, state_sharding = train_state.create_train_state(
         model, tx, 16, 0, mesh, config.sharding)
-    step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                       state_sharding)
+    step = objectives.train_step(config, model, tx, schedule, mesh,
+                                 state_sharding)
     losses = []
     for batch in batches:
       state, metrics = step(state, sharding.to_global_batch(batch, mesh))
@@ -322,7 +322,7 @@ def test_imagenet_pretraining_keeps_maes_table_for_fine_tuning():
   for arg in ("i1k,runlocal", "i1k_finetune,runlocal"):
     config = weights.decide(mae_configs.get_config(arg))
     checks.check_fields(config)
-    model = models.from_config(config, None if "finetune" not in arg else 10)
+    model = objectives.model(config, None if "finetune" not in arg else 10)
     params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))["params"]
     tables[arg] = params["Transformer"]["posembed_input"]["pos_embedding"]
   pretrain, finetune = tables.values()
@@ -353,7 +353,7 @@ def continued(tfds_data_dir, tmp_path_factory):
   config.frozen = ("Transformer/posembed_input/pos_embedding",)
   decided = weights.decide(config)
   assert decided.model.gelu_approximate is False  # timm's, MAE's encoder.
-  target = models.param_shapes(models.from_config(decided, None), 16)
+  target = models.param_shapes(objectives.model(decided, None), 16)
   loaded, report = weights.load_for_config(decided, config.init.checkpoint,
                                            target)
   assert not report.reinitialised and not report.dropped
@@ -378,7 +378,7 @@ def test_a_full_checkpoint_continues_pre_training(continued, tfds_data_dir):
                "embedding/kernel"):
     assert not np.array_equal(final[name], loaded[name]), name
   mesh = sharding.mesh_from_config(config)
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   state, shardings = train_state.create_train_state(model, optax.identity(), 16,
                                                     1, mesh)
   params = weights.init_params(config, workdir, state.params, shardings.params)
@@ -404,11 +404,10 @@ def test_a_full_checkpoint_continues_pre_training(continued, tfds_data_dir):
   dropped = np.broadcast_to(dropped, (3, 4, 4, 4, 4)).reshape(3, 16, 16, 1)
   np.testing.assert_array_equal(np.where(dropped, predicted, images), pasted)
   np.testing.assert_array_equal(np.where(dropped, 0.0, images), masked)
-  sums = objectives.mae_sums(
+  sums = masked_autoencoding.reconstruction_sums(
       lambda x, **kw: model.apply({"params": params}, x, **kw), images,
       jax.random.key(0), config.mae, 4, masking=masking)
-  np.testing.assert_allclose(loss.mean(), sums["loss"] / sums["count"],
-                             rtol=1e-5)
+  np.testing.assert_allclose(loss.mean(), sums.mean(), rtol=1e-5)
 
 
 def test_an_encoder_file_loads_as_the_full_files_vit():
@@ -427,7 +426,7 @@ def test_an_encoder_file_loads_as_the_full_files_vit():
       f"digits_finetune,init={stored.path('tiny_mae_encoder.pth')},runlocal")
   config.model.variant = "mae-reference"
   decided = weights.decide(config)
-  target = models.param_shapes(models.from_config(decided, 10), 16)
+  target = models.param_shapes(objectives.model(decided, 10), 16)
   _, report = weights.load_for_config(decided, config.init.checkpoint, target)
   assert not report.dropped
   assert {name for name, _ in report.reinitialised} == {
@@ -444,7 +443,7 @@ def test_the_checkpoint_fine_tunes_and_sweeps_as_any_vit(
   finetune.data_dir = tfds_data_dir
   finetune.model.variant = "mae-reference"
   decided = weights.decide(finetune)
-  target = models.param_shapes(models.from_config(decided, 10), 16)
+  target = models.param_shapes(objectives.model(decided, 10), 16)
   _, report = weights.load_for_config(decided, workdir, target)
   dropped = {name for name, _ in report.dropped}
   assert dropped and all(n.startswith("mae_decoder/") for n in dropped)

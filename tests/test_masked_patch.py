@@ -8,6 +8,7 @@ import safetensors.numpy
 
 from tests.helpers import tiny_models
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
@@ -16,8 +17,8 @@ from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.models import masked_patch as mp
+from vit_jax.objectives import masked_patch_prediction
 from vit_jax.performance import planning
-from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
@@ -145,9 +146,10 @@ def test_loss_ignores_uncorrupted_patches(target):
       np.testing.assert_array_equal(corruption.corrupted_BxN, corrupted)
       return None, {"patch_predictions": predictions, "grid": (2, 2)}
 
-    value, _ = objectives.masked_patch_prediction(config, stride=4)(apply, {
-        "image": images
-    }, key)
+    value, _ = masked_patch_prediction.prediction_loss(config, stride=4)(
+        apply, {
+            "image": images
+        }, key)
     return value
 
   grads = np.abs(np.asarray(jax.grad(loss)(predictions, images))).sum(-1)
@@ -199,7 +201,7 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
   batches = input_pipeline.make_train_iterator(specs.training(config), source,
                                                labels=False)
   batches = [next(batches) for _ in range(2)]
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   tx, schedule = optim.make_optimizer(config, config.total_steps)
   results = []
   for devices in (jax.devices()[:1], jax.devices()):
@@ -207,9 +209,9 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
     state, state_sharding = train_state.create_train_state(
         model, tx, 16, 0, mesh)
     step = steps.jit_train_step(
-        steps.make_train_step(
-            model, tx, objectives.objective_for_config(config), schedule, mesh),
-        state_sharding, mesh)
+        steps.make_train_step(model, tx,
+                              objectives.of(config).loss(config), schedule,
+                              mesh), state_sharding, mesh)
     losses = []
     for batch in batches:
       state, metrics = step(state, sharding.to_global_batch(batch, mesh))
@@ -222,7 +224,8 @@ def test_masked_patch_step_is_the_same_on_8_devices(selfsup_config):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("objective", "byol", "objective='byol' is not one of supervised"),
+    ("objective", "byol", "objective='byol' is not an objective; known: clip, "
+     "distill, mae"),
     ("masked_patch.target", "hog", "target='hog' is not one of mean_color"),
     ("masked_patch.corrupt_rate", 0.0, r"corrupt_rate=0.0 must be in \(0, 1\]"),
     ("masked_patch.replace_rate", 0.3, "mask_rate \\+ replace_rate = 1.1"),
@@ -250,7 +253,7 @@ def test_plan_compiles_the_masked_patch_step(selfsup_config):
   config = selfsup_config
   config.dataset = "a_dataset_nobody_prepared"
   r = planning.plan(config, "cpu:8")
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   assert r["params"] == sum(
       x.size for x in jax.tree.leaves(models.param_shapes(model, 16)))
   assert r["flops_per_step"] > 0
@@ -266,7 +269,7 @@ def test_released_weights_start_self_supervised_pre_training(
   path = str(tmp_path / "supervised.npz")
   weights.save_npz(models.init_on_zeros(supervised, jax.random.key(0), 16),
                    path)
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   params = models.param_shapes(model, 16)
   _, report = weights.load_for_config(config, path, params)
   assert {name for name, _ in report.reinitialised} == MASKED_PARTS
@@ -298,12 +301,12 @@ def test_masked_patch_step_without_class_token_and_with_accumulation(
   selfsup_config.model.classifier = "gap"
   selfsup_config.accum_steps = 2
   checks.check_config(selfsup_config, sharding.make_mesh())
-  model = models.from_config(weights.decide(selfsup_config), None)
+  model = objectives.model(objectives.decide(selfsup_config), None)
   tx, schedule = optim.make_optimizer(selfsup_config, 10)
   mesh = sharding.make_mesh()
   state, state_sharding = train_state.create_train_state(model, tx, 16, 0, mesh)
-  step = steps.train_step_for_config(selfsup_config, model, tx, schedule, mesh,
-                                     state_sharding)
+  step = objectives.train_step(selfsup_config, model, tx, schedule, mesh,
+                               state_sharding)
   images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3))
   _, metrics = step(
       state, sharding.to_global_batch({"image": images.astype(np.float32)},
@@ -326,10 +329,10 @@ def test_a_model_run_at_another_patch_size_predicts_its_own_patches():
   config.model.patch_size = 2
   config.masked_patch.corrupt_rate = 1.0
   checks.check_config(config, sharding.make_mesh())
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   params = models.init_on_zeros(model, jax.random.key(0), 16)
   images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3))
-  objective = objectives.objective_for_config(config)
+  objective = objectives.of(config).loss(config)
   apply = lambda x, **kw: model.apply({"params": params}, x, **kw)
   loss, _ = jax.jit(objective, static_argnums=0)(apply, {
       "image": jnp.asarray(images, jnp.float32)

@@ -23,9 +23,8 @@ import pytest
 
 from tests.helpers import gloo_reference
 from tests.helpers import processes
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.training import optim
@@ -108,7 +107,7 @@ def _restore(config, workdir, step, devices):
   process's first `devices` devices, laid out as the config's mesh."""
   mesh = sharding.mesh_from_config(config, jax.devices()[:devices])
   source = input_pipeline.make_source(specs.training(config))
-  model = models.from_config(weights.decide(config), source.num_classes)
+  model = objectives.model(objectives.decide(config), source.num_classes)
   tx, _ = optim.make_optimizer(config, config.total_steps)
   target, _ = train_state.abstract_train_state(model, tx, config.image_size,
                                                mesh, config.sharding)

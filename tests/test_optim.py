@@ -12,7 +12,8 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
-from vit_jax.training import objectives
+from vit_jax.objectives import supervised
+from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
@@ -118,7 +119,7 @@ def _step_and_state(digits_config, ema_decay=0.0, label_smoothing=0.0):
   step = steps.jit_train_step(
       steps.make_train_step(
           model, tx,
-          objectives.supervised(objectives.softmax_xent, label_smoothing),
+          supervised.classification_loss(losses.softmax_xent, label_smoothing),
           schedule, mesh, ema_decay=ema_decay), shardings, mesh)
   rng = np.random.default_rng(0)
   local = {
@@ -187,7 +188,7 @@ def test_smoothed_loss_matches_hand_computation():
   smoothed = optax.smooth_labels(labels, 0.3)
   expected = -np.sum(np.array([0.8, 0.1, 0.1]) * jax.nn.log_softmax(logits)[0])
   np.testing.assert_allclose(
-      objectives.softmax_xent(logits, smoothed)[0], expected, rtol=1e-6)
+      losses.softmax_xent(logits, smoothed)[0], expected, rtol=1e-6)
 
 
 def test_frozen_parameters_cost_no_backward_pass():
@@ -210,10 +211,9 @@ def test_frozen_parameters_cost_no_backward_pass():
 
   def step_with(frozen):
     step = steps.jit_train_step(
-        steps.make_train_step(model, tx,
-                              objectives.supervised(objectives.softmax_xent),
-                              schedule, mesh, frozen=frozen), state_sharding,
-        mesh)
+        steps.make_train_step(
+            model, tx, supervised.classification_loss(losses.softmax_xent),
+            schedule, mesh, frozen=frozen), state_sharding, mesh)
     flops = step.lower(state, batch).compile().cost_analysis()["flops"]
     new_state, _ = step(jax.tree.map(jnp.copy, state), batch)
     return flops, jax.device_get(new_state.params)

@@ -25,7 +25,7 @@ from vit_jax.data import sources
 from vit_jax.data import specs
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
-from vit_jax.training import objectives
+from vit_jax.training import losses
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,7 +66,7 @@ def test_predictions_on_image_files_agree_with_the_evaluator(
       specs.evaluation(loaded.config),
       sources.make_source(specs.training(loaded.config))).as_numpy_iterator()
   evaluator = classification.ClassificationEvaluator(
-      loaded.model, batches, loaded.mesh, objectives.LOSSES["softmax_xent"],
+      loaded.model, batches, loaded.mesh, losses.LOSSES["softmax_xent"],
       loaded.params_sharding)
   metrics = evaluator.run(loaded.params)
   assert metrics["num_examples"] == count

@@ -15,14 +15,13 @@ import tensorflow_datasets as tfds
 from configs import finetune
 from tests.helpers import tfds_fakes
 from vit_jax import evaluators
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.data import sources
 from vit_jax.errors import UserError
 from vit_jax.evaluators import classification
-from vit_jax.training import objectives
+from vit_jax.training import losses
 from vit_jax.training import train_state
 
 # ReaL label sets of the fake validation images; one has none.
@@ -113,7 +112,7 @@ def imagenet_model(tmp_path):
   tfds_fakes.write_metadata(config.data_dir, "imagenet_v2",
                             {"test": len(V2_LABELS)})
   mesh = sharding.make_mesh()
-  model = models.from_config(weights.decide(config), 1000)
+  model = objectives.model(objectives.decide(config), 1000)
   state, state_sharding = train_state.create_train_state(
       model, optax.identity(), config.image_size, 0, mesh, config.sharding)
   params = dict(state.params)  # The head's kernel is zero: logits = bias.
@@ -164,7 +163,7 @@ def test_real_softmax_loss_is_against_the_uniform_label_distribution():
   # Sigmoids: one yes/no question per class, so the set is the target.
   np.testing.assert_allclose(
       classification.eval_loss("sigmoid_xent", True)(logits, labels),
-      objectives.sigmoid_xent(logits, labels))
+      losses.sigmoid_xent(logits, labels))
 
 
 def test_real_needs_a_head_of_imagenets_classes(imagenet_model):

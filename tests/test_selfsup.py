@@ -13,6 +13,7 @@ from configs import selfsup
 from tests.test_masked_patch import MASKED_PARTS
 from vit_jax import evaluators
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.data import input_pipeline
@@ -56,7 +57,7 @@ def test_training_lowers_the_loss_and_evaluation_repeats(
   # parameters again gives the numbers the run logged.
   config = _selfsup_config(tfds_data_dir)
   mesh = sharding.mesh_from_config(config)
-  model = models.from_config(weights.decide(config), None)
+  model = objectives.model(objectives.decide(config), None)
   state, shardings = train_state.create_train_state(model, optax.identity(), 16,
                                                     1, mesh)
   params = weights.init_params(config, workdir, state.params, shardings.params)
@@ -76,7 +77,7 @@ def test_checkpoint_fine_tunes_with_the_masked_parts_dropped(
   config = finetune.get_config(f"digits,runlocal,init={workdir}")
   config.data_dir = tfds_data_dir
   config.total_steps = 3
-  target = models.param_shapes(models.from_config(weights.decide(config), 10),
+  target = models.param_shapes(objectives.model(objectives.decide(config), 10),
                                32)
   _, report = weights.load_for_config(config, workdir, target)
   assert {name for name, _ in report.dropped} == MASKED_PARTS

@@ -254,20 +254,20 @@ def test_the_fsdp_gather_is_exact_and_reduce_scatters_the_gradient():
   p = jax.device_put(jnp.arange(64.0).reshape(16, 4), shard)
   batch = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("data")))
 
-  def local_loss(params, batch, rng):
-    del rng
+  def local_loss(params, batch, rng, frozen):
+    del rng, frozen
     full = fsdp.gather_over_data(params, shard)
     return jnp.sum(full**2) * jnp.mean(batch), {"total": jnp.sum(full)}
 
   loss = fsdp.over_data_shards(local_loss, mesh, shard)
   step = jax.jit(jax.value_and_grad(loss, has_aux=True))
-  (value, metrics), grad = step(p, batch, jax.random.key(0))
+  (value, metrics), grad = step(p, batch, jax.random.key(0), ())
   squares = np.sum(np.arange(64.0)**2)
   np.testing.assert_allclose(value, squares * 3.5)  # The batch's mean.
   np.testing.assert_allclose(metrics["total"], np.sum(np.arange(64.0)))
   np.testing.assert_allclose(grad, 2 * 3.5 * np.arange(64.0).reshape(16, 4))
   assert grad.sharding.is_equivalent_to(shard, grad.ndim)
-  text = step.lower(p, batch, jax.random.key(0)).compile().as_text()
+  text = step.lower(p, batch, jax.random.key(0), ()).compile().as_text()
   kinds = {
       c.kind: c.bytes_per_run
       for c in communication.collectives(text, dict(mesh.shape))

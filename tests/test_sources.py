@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tests.helpers import tfds_fakes
+from vit_jax import objectives
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.errors import UserError
@@ -314,7 +315,7 @@ def test_self_supervised_batches_carry_no_labels(selfsup_config):
   batch = next(
       input_pipeline.make_train_iterator(
           specs.training(selfsup_config), source,
-          labels=input_pipeline.reads_labels(selfsup_config)))
+          labels=objectives.of(selfsup_config).carries(selfsup_config).labels))
   assert set(batch) == {"image", "mask"}
 
 

@@ -15,7 +15,8 @@ from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
-from vit_jax.training import objectives
+from vit_jax.objectives import supervised
+from vit_jax.training import losses
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
@@ -48,8 +49,8 @@ def jitted_step(model, tx, schedule, state_sharding, mesh, sharding_config,
   trainer does."""
   return steps.jit_train_step(
       steps.make_train_step(model, tx,
-                            objectives.supervised(
-                                objectives.softmax_xent), schedule, mesh,
+                            supervised.classification_loss(
+                                losses.softmax_xent), schedule, mesh,
                             accum_steps, params_sharding=state_sharding.params,
                             fp8_sharding=state_sharding.fp8), state_sharding,
       mesh, sharding_config.logical_axis_rules)

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tokenizers
 
+from vit_jax import objectives
 from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.data import digits_captions
@@ -106,7 +107,7 @@ def test_tokenizers_end_every_text_with_eos(tmp_path, monkeypatch):
   assert os.listdir(workdir) == ["tokenizer.model"]
   config = defaults.get_config()
   config.objective, config.text.tokenizer = "siglip", "digits"
-  resumed = weights.decide(config, resumed_workdir=str(workdir))
+  resumed = objectives.decide(config, resumed_workdir=str(workdir))
   assert resumed.text.tokenizer == str(workdir / "tokenizer.model")
   assert resumed.text.vocab_size == 128
   assert weights.decide(config).text.tokenizer == "digits"
@@ -136,10 +137,11 @@ def _label_of(caption: str) -> int:
 def test_training_draws_one_caption_per_example_by_its_seed(captions_dir):
   config = defaults.get_config()
   config.objective = "siglip"
-  assert specs.text_spec(config) == specs.TextSpec("captions", "digits", 16)
-  assert not input_pipeline.reads_labels(config)
+  assert objectives.training_data(config).text == specs.TextSpec(
+      "captions", "digits", 16)
+  assert not objectives.of(config).carries(config).labels
   config.objective = "supervised"
-  assert specs.text_spec(config) is None
+  assert objectives.training_data(config).text is None
 
   # 16 images in batches of 8: each image once in every 2 steps.
   spec = _spec(captions_dir, "train[:16]", 8)

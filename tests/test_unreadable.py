@@ -19,8 +19,9 @@ from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
+from vit_jax.objectives import supervised
+from vit_jax.training import losses
 from vit_jax.training import mixup
-from vit_jax.training import objectives
 
 CLASSES = ("cat", "dog")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -252,7 +253,7 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
   labels = np.eye(3, dtype=np.float32)[[0, 2, 1, 1]]
   kernel = rng.normal(size=(6, 3)).astype(np.float32)
   apply = lambda x, **kw: (x @ kernel, None)
-  objective = objectives.supervised(objectives.softmax_xent)
+  objective = supervised.classification_loss(losses.softmax_xent)
   key = jax.random.key(0)
   masked, _ = objective(apply, {
       "image": images,
@@ -266,7 +267,7 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
   np.testing.assert_allclose(masked, without, rtol=1e-6)
   # With mixup, the example mixed with the placeholder is left out too:
   # example i is mixed with i - 1, so 1 (the placeholder) and 2 go.
-  mixed = objectives.supervised(objectives.softmax_xent, mixup_alpha=1.0)
+  mixed = supervised.classification_loss(losses.softmax_xent, mixup_alpha=1.0)
   loss, _ = mixed(apply, {
       "image": images,
       "labels": labels,
@@ -278,8 +279,7 @@ def test_a_placeholder_weighs_nothing_in_the_loss():
   kept = np.array([0, 3])
   expected = np.mean(
       np.asarray(
-          objectives.softmax_xent(mixed_images[kept] @ kernel,
-                                  mixed_labels[kept])))
+          losses.softmax_xent(mixed_images[kept] @ kernel, mixed_labels[kept])))
   np.testing.assert_allclose(loss, expected, rtol=1e-6)
 
 

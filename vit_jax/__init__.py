@@ -22,10 +22,13 @@ and the layers listed before it, never from one after it
                         big_vision, timm, transformers, mae) around a core:
                         read, convert, resize, load, write; a config's open
                         choices decided
-  vit_jax/training/     objectives and losses (SigLIP's on the devices'
-                        ring), the train state, the jitted step, FSDP's
-                        plan and gathering, optimizer, mixup, checkpoints,
-                        a distillation's teachers
+  vit_jax/training/     losses (SigLIP's on the devices' ring), the train
+                        state, the jitted step, FSDP's plan and gathering,
+                        optimizer, mixup, checkpoints, a distillation's
+                        teachers
+  vit_jax/objectives/   what training learns, registered by name: each
+                        objective's checks, model, batch, loss, teachers,
+                        evaluators and words; the step assembled for it
   vit_jax/fewshot/      the closed-form linear solver, features, sweeps
   vit_jax/evaluators/   config.evals' entries and their registered types:
                         classification, masked patch prediction, MAE's
@@ -33,8 +36,9 @@ and the layers listed before it, never from one after it
                         and retrieval
   vit_jax/loop/         train_and_evaluate: the config's checks gathered,
                         the fit before the first step, the loop
-  inference, zero_shot  a checkpoint ready to apply; an image-text one
-                        (both towers) ready to embed and classify
+  vit_jax/inference/    a checkpoint ready to apply: a classifier; an
+                        image-text one (both towers) ready to embed and
+                        classify zero-shot
   vit_jax/analysis/     the paper's analyses and their figures
   vit_jax/performance/  plan for a topology (memory, communication, a
                         roofline of the step), speed, profiling

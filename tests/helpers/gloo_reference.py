@@ -87,23 +87,19 @@ def _reference(spec: dict) -> dict[str, np.ndarray]:
   jax.distributed.initialize(f"localhost:{free_port()}", num_processes=1,
                              process_id=0)
   from configs import digits
-  from vit_jax import models
+  from vit_jax import objectives
   from vit_jax import sharding
-  from vit_jax import weights
   from vit_jax.data import input_pipeline
-  from vit_jax.data import specs
   from vit_jax.loop import trainer
   from vit_jax.training import optim
-  from vit_jax.training import steps
-  from vit_jax.training import teachers
   from vit_jax.training import train_state
 
   config = digits.get_config("runlocal")
   config.data_dir = spec["data_dir"]
   apply_overrides(config, spec["overrides"])
-  config = weights.decide(config)  # As `vit-jax train` decides it first.
+  config = objectives.decide(config)  # As `vit-jax train` decides it first.
   num_steps = spec["num_steps"]
-  data = specs.training(config)
+  data = objectives.training_data(config)
   source = input_pipeline.make_source(data)
   shares = [
       input_pipeline.make_train_dataset(data, source, process_index=i,
@@ -114,16 +110,15 @@ def _reference(spec: dict) -> dict[str, np.ndarray]:
   # What `vit-jax train` builds: model, schedule (over the config's whole
   # run, its warm-up included) and step (FSDP's explicit gathers included).
   examples = input_pipeline.get_info(data, source).num_train_examples
-  model = models.from_config(config, source.num_classes)
+  model = objectives.model(config, source.num_classes)
   tx, schedule = optim.make_optimizer(config,
                                       trainer.total_steps(config, examples),
                                       trainer.warmup_steps(config, examples))
   state, shardings = train_state.create_train_state(
       model, tx, config.image_size, config.seed, mesh, config.sharding)
-  taught_by = (teachers.load(config, mesh, source.num_classes)
-               if config.objective == "distill" else ())
-  step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                     shardings, taught_by)
+  taught_by = objectives.of(config).teachers(config, mesh, source.num_classes)
+  step = objectives.train_step(config, model, tx, schedule, mesh, shardings,
+                               taught_by)
   saved = {}
   for i in range(num_steps):
     parts = [next(share) for share in shares]

@@ -1,5 +1,5 @@
 """MAE's reconstructions: what a checkpoint with MAE's decoder (a training
-workdir of config.objective=mae, or facebookresearch/mae's full files)
+workdir of the mae objective, or facebookresearch/mae's full files)
 predicts of an image's dropped patches from its visible ones.
 
 For each image: the masked input (dropped patches grey), the prediction of

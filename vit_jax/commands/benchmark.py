@@ -50,7 +50,7 @@ flags.DEFINE_integer(
     "report where the device time goes.", lower_bound=0)
 flags.DEFINE_float("peak_tflops", None, "Peak TFLOP/s per device for MFU.")
 flags.DEFINE_enum(
-    "objective", "supervised", speed.OBJECTIVES,
+    "objective", "supervised", speed.benchmarked_objectives(),
     "What the step trains: supervised, masked_patch, or mae "
     "(its encoder on the visible patches).")
 flags.DEFINE_float("mask_ratio", 0.75, "MAE's share of patches dropped.")

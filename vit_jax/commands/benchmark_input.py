@@ -32,6 +32,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from vit_jax import cli
+from vit_jax import objectives
+from vit_jax.config import imports
 from vit_jax.data import throughput
 from vit_jax.errors import UserError
 
@@ -67,8 +69,13 @@ def main(argv):
       config = config.copy_and_resolve_references()
       config.dataset = synthetic.prepare(FLAGS.synthetic, config.data_dir,
                                          FLAGS.file_format)
+    imports.load(config)  # A user's objective is registered by then.
+    objective = objectives.of(config)
     print(
-        json.dumps(throughput.measure(config, FLAGS.batches, FLAGS.start_step)))
+        json.dumps(
+            throughput.measure(config, FLAGS.batches, FLAGS.start_step,
+                               data=objectives.training_data(config),
+                               labels=objective.carries(config).labels)))
 
 
 if __name__ == "__main__":

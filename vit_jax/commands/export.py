@@ -36,8 +36,8 @@ from vit_jax import console
 from vit_jax import inference
 from vit_jax import paths
 from vit_jax import weights
-from vit_jax import zero_shot
 from vit_jax.errors import UserError
+from vit_jax.inference import zero_shot
 from vit_jax.models import scan
 
 DIRECTORY_FORMATS = ("hf", "timm-dir")

@@ -24,7 +24,9 @@ from ml_collections import config_flags
 import numpy as np
 
 from vit_jax import cli
+from vit_jax import objectives
 from vit_jax import weights
+from vit_jax.config import imports
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Target config (FILE.py:ARG).",
@@ -47,9 +49,13 @@ def main(argv):
   if len(argv) != 2:
     raise app.UsageError("Usage: vit-jax inspect PATH [--config=...]")
   np.set_printoptions(linewidth=120)
+  objective = None
+  if FLAGS.config is not None:
+    imports.load(FLAGS.config)  # A user's objective is registered by then.
+    objective = objectives.of(FLAGS.config)
   print(
       weights.describe_weights(argv[1], FLAGS.config, FLAGS.num_classes,
-                               FLAGS.num_heads))
+                               FLAGS.num_heads, objective))
 
 
 if __name__ == "__main__":

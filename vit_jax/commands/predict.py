@@ -1,5 +1,5 @@
 r"""The predict command: the top classes of image files, by any checkpoint
-(`vit_jax/inference.py`).
+(`vit_jax/inference/`).
 
     vit-jax predict --checkpoint=workdirs/demo/finetune docs/digits \
         --top_k=3 --out=preds.csv
@@ -7,13 +7,13 @@ r"""The predict command: the top classes of image files, by any checkpoint
 (or `python -m vit_jax predict ...`). PATHs are image files or folders
 (searched recursively for .jpg, .jpeg and .png; any size, grey or RGB).
 Each is preprocessed with the config's evaluation pipeline at the
-checkpoint's resolution (see `vit_jax/inference.py`), batches are split over
+checkpoint's resolution (see `vit_jax/inference/`), batches are split over
 all local devices, and a table of the top-k classes with their
 probabilities is printed; `--out` writes it as CSV. A file that cannot be
 read is named and skipped; the command then exits with status 1.
 
 An image-text model (a SigLIP, CLIP or LiT run, a two-tower file, a
-transformers SiglipModel directory: `vit_jax/zero_shot.py`) classifies
+transformers SiglipModel directory: `vit_jax/inference/zero_shot.py`) classifies
 zero-shot among --class_names, each put in --templates: SigLIP's
 probabilities are each name's own sigmoid (they need not sum to 1), CLIP's
 a softmax over the names.
@@ -35,9 +35,9 @@ from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
 from vit_jax import paths
-from vit_jax import zero_shot
 from vit_jax.data import image_files
 from vit_jax.errors import UserError
+from vit_jax.inference import zero_shot
 
 FLAGS = flags.FLAGS
 cli.define_checkpoint_flags("to predict with, with a classification head")

@@ -8,11 +8,11 @@ captions (`vit_jax/evaluators/image_text.py`, what training evaluates).
 
 (or `python -m vit_jax zeroshot ...`). The checkpoint is a run's workdir,
 big_vision's two-tower .npz or a transformers SiglipModel directory
-(`vit_jax/zero_shot.py`); a file ships no tokenizer (--tokenizer). Class
-names: --class_names (a file, one per line, or a comma-separated list),
-else the dataset's (ImageNet's readable names for imagenet2012). Prompts:
---templates (a file of templates, each with one {}), `clip` (CLIP's 80
-ImageNet templates, shipped), else the run's own or CLIP's short set.
+(`vit_jax/inference/zero_shot.py`); a file ships no tokenizer (--tokenizer).
+Class names: --class_names (a file, one per line, or a comma-separated
+list), else the dataset's (ImageNet's readable names for imagenet2012).
+Prompts: --templates (a file of templates, each with one {}), `clip` (CLIP's
+80 ImageNet templates, shipped), else the run's own or CLIP's short set.
 Retrieval runs where the dataset has the config's text feature
 (config.text.key). One process, its devices.
 """
@@ -20,8 +20,8 @@ Retrieval runs where the dataset has the config's text feature
 from absl import flags
 
 from vit_jax import cli
-from vit_jax import zero_shot
 from vit_jax.errors import UserError
+from vit_jax.inference import zero_shot
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(

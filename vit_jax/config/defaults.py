@@ -267,8 +267,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   config.init.cache_dir = config_dict.placeholder(str)  # See above.
 
   # Evaluators: config.evals.NAME = eval_entry(TYPE, ...) (below; the types
-  # in vit_jax/evaluators/), any number; each runs where its type applies to
-  # config.objective, and logs its metrics as NAME/metric.
+  # in vit_jax/evaluators/), any number; each runs where its type evaluates
+  # config.objective (the objective lists its types), and logs its metrics
+  # as NAME/metric.
   config.evals = ml_collections.ConfigDict()  # See above.
   # These run where they apply (enabled=None), with every field of their
   # type (vit_jax/evaluators/) so the command line can set each.
@@ -279,6 +280,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
       "masked_patch", enabled=None)
   config.evals.mae = eval_entry(  # MAE runs: the reconstruction loss.
       "mae", enabled=None)
+  # Runs of an objective with no evaluator type of its own (a user's): its
+  # own loss on the evaluation data (vit_jax/evaluators/objective_loss.py).
+  config.evals.loss = eval_entry("loss", enabled=None)
   config.evals.distill = eval_entry(  # Distillation runs: the teachers'
       "distill", enabled=None, cache_teacher=True)  # accuracy, agreement, KL.
   # Image-text runs (siglip, clip): zero-shot accuracy on the evaluation

@@ -28,7 +28,6 @@ import math
 from typing import Iterator
 
 import jax
-import ml_collections
 import numpy as np
 
 from vit_jax import console
@@ -77,14 +76,6 @@ def get_info(spec: specs.DataSpec, source) -> DatasetInfo:
                          spec.split), multi_label=source.multi_label)
 
 
-def reads_labels(config: ml_collections.ConfigDict) -> bool:
-  """Whether training reads labels (masked patch prediction and image-text
-  training do not, nor distillation without a label term)."""
-  if config.objective == "distill":
-    return config.distill.label_weight > 0
-  return config.objective == "supervised"
-
-
 def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   """Preprocesses one example; a label outside [0, K) fails loudly. Without
   `labels` the example's label (if any) is not read; with `spec.uint8` the
@@ -98,8 +89,8 @@ def _example_fn(spec: specs.DataSpec, source, base_seed, labels: bool):
   num_classes = source.num_classes
   if labels and not num_classes:
     raise UserError(f"{source.name} has no labels (it is unlabelled); only "
-                    "self-supervised training (config.objective=mae "
-                    "or masked_patch) reads it.")
+                    "an objective that reads no labels (self-supervised: "
+                    "mae, masked_patch) trains on it.")
   text_fn = None
   if spec.text is not None:
     sources.check_text(source, spec.text)

@@ -228,58 +228,44 @@ def op_names(config, spec: str, sequence_length=None) -> list[str]:
   ]
 
 
+def evaluated_pipelines(config) -> list[tuple[str, str]]:
+  """(field, pipeline) of every evaluation pipeline the config sets."""
+  evaluated = [("pp_eval", config.pp_eval),
+               ("fewshot.pp_eval", config.fewshot.pp_eval)]
+  return evaluated + [(f"evals.{name}.data.pp", entry.data.pp)
+                      for name, entry in config.evals.items()]
+
+
+def sequence_pipelines(config) -> list[tuple[str, str]]:
+  """(field, pipeline) of the config's pipelines that end with patchify:
+  images at their own shape, as patch sequences."""
+  return [(field, spec)
+          for field, spec in [("pp_train", config.pp_train)] +
+          evaluated_pipelines(config)
+          if spec and op_names(config, spec)[-1:] == ["patchify"]]
+
+
 def check_pipelines(config):
   """Every pipeline of the config parses; RandAugment runs on [0, 255]
-  pixels of training images only; masked patch prediction reads colours
-  in [-1, 1] (its pipelines end with value_range)."""
+  pixels of training images only; patch sequences go to a plain ViT.
+  (What an objective needs of them, its own checks say.)"""
   train_ops = op_names(config, config.pp_train)
   if ("randaug" in train_ops and "value_range" in train_ops and
       train_ops.index("randaug") > train_ops.index("value_range")):
     raise UserError(f"config.pp_train={config.pp_train!r} applies randaug "
                     "after value_range; RandAugment works on [0, 255] "
                     "pixels: put it before value_range.")
-  evaluated = [("pp_eval", config.pp_eval),
-               ("fewshot.pp_eval", config.fewshot.pp_eval)]
-  evaluated += [(f"evals.{name}.data.pp", entry.data.pp)
-                for name, entry in config.evals.items()]
-  for field, spec in evaluated:
+  for field, spec in evaluated_pipelines(config):
     if spec and "randaug" in op_names(config, spec):
       raise UserError(f"config.{field}={spec!r} augments evaluation images "
                       "at random; randaug belongs in config.pp_train.")
-  _check_sequences(config, [("pp_train", config.pp_train)] + evaluated)
-  if config.objective != "masked_patch":
-    return
-  pipelines = [("pp_train", config.pp_train), ("pp_eval", config.pp_eval)]
-  pipelines += [(f"evals.{name}.data.pp", entry.data.pp)
-                for name, entry in config.evals.items()
-                if entry.type == "masked_patch" and entry.data.pp]
-  for field, spec in pipelines:
-    if op_names(config, spec)[-1:] != ["value_range"]:
-      raise UserError(
-          f"config.{field}={spec!r} must end with value_range: the "
-          "colour targets of config.objective=masked_patch are read from "
-          "pixels in [-1, 1].")
-
-
-def _check_sequences(config, pipelines):
-  """Patch sequences (pipelines ending with patchify) need a plain ViT and
-  the supervised objective, or an image-text one (one image per sequence:
-  NaViT's packing pairs images with labels only)."""
-  for field, spec in pipelines:
-    if not spec or op_names(config, spec)[-1:] != ["patchify"]:
-      continue
+  for field, spec in sequence_pipelines(config):
     variant = models.get_variant(config.model.variant)
     if isinstance(variant, models.MixerVariant) or variant.resnet is not None:
       raise UserError(
           f"config.{field}={spec!r} gives images at their own shape (patch "
           f"sequences), which only a plain ViT takes; {config.model.variant} "
           "needs whole square images: end the pipeline with value_range.")
-    image_text = (config.objective in models.IMAGE_TEXT_OBJECTIVES and
-                  not config.packing.length)
-    if config.objective != "supervised" and not image_text:
-      raise UserError(
-          f"config.{field}={spec!r}: config.objective={config.objective} "
-          "reads square images; patch sequences train supervised only.")
     if field == "pp_train" and config.mixup.alpha > 0:
       raise UserError(
           f"config.pp_train={spec!r} gives images of different grids, which "

@@ -100,11 +100,8 @@ def _check_text(text: TextSpec):
 
 
 def text_spec(config: ml_collections.ConfigDict,
-              all_captions: bool = False) -> Optional[TextSpec]:
-  """The text an image-text objective reads (config.text); None for the
-  other objectives."""
-  if config.objective not in ("siglip", "clip"):
-    return None
+              all_captions: bool = False) -> TextSpec:
+  """The text an image-text objective reads (config.text)."""
   return TextSpec(key=config.text.key, tokenizer=config.text.tokenizer,
                   length=config.text.length, all_captions=all_captions,
                   lowercase=config.text.lowercase)
@@ -120,15 +117,16 @@ def _common(config: ml_collections.ConfigDict) -> dict:
                   config.model), sequence_length=config.get("sequence_length"))
 
 
-def training(config: ml_collections.ConfigDict) -> DataSpec:
-  """The training data of a config."""
+def training(config: ml_collections.ConfigDict, text: bool = False) -> DataSpec:
+  """The training data of a config; `text`: with its texts (config.text),
+  where its objective reads them (`objectives.training_data`)."""
   lengths = tuple(config.get("sequence_lengths", ()))
   spec = DataSpec(
       dataset=config.dataset, split=config.train_split, pp=config.pp_train,
       batch_size=config.batch_size, shuffle_buffer=config.shuffle_buffer,
       sequence_lengths=lengths, token_budget=config.get("token_budget") or 0,
-      uint8=handover.hands_over_uint8(config), text=text_spec(config),
-      **_common(config))
+      uint8=handover.hands_over_uint8(config),
+      text=text_spec(config) if text else None, **_common(config))
   return _checked(spec,
                   "The training data (config.dataset, train_split, pp_train)")
 

@@ -14,10 +14,13 @@ from vit_jax.data import specs
 from vit_jax.errors import UserError
 
 
-def measure(config, num_batches: int, start_step: int = 0) -> dict:
+def measure(config, num_batches: int, start_step: int = 0, data=None,
+            labels: bool = True) -> dict:
   """Training images/s after two warm-up batches, and the seconds from
-  opening the source to the first batch of a run at `start_step`."""
-  data = specs.training(config)
+  opening the source to the first batch of a run at `start_step`. `data`:
+  the training data as its objective reads it (None: the images and
+  labels, `specs.training`); `labels`: whether it reads labels."""
+  data = data or specs.training(config)
   # Its batches and the two warm-up ones; said before TensorFlow loads.
   input_pipeline.check_start(data, start_step, num_batches + 2)
   # Loading TensorFlow (quietly, as the pipeline does) is not part of the
@@ -28,8 +31,7 @@ def measure(config, num_batches: int, start_step: int = 0) -> dict:
   start = time.perf_counter()
   source = input_pipeline.make_source(data)
   batches = input_pipeline.make_train_iterator(
-      data, source, start_step=start_step,
-      labels=input_pipeline.reads_labels(config))
+      data, source, start_step=start_step, labels=labels)
   next(batches)
   first_batch_s = time.perf_counter() - start
   next(batches)  # Warm-up: opening files, filling buffers.

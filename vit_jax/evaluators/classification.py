@@ -16,12 +16,13 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 import numpy as np
 
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import unreadable
 from vit_jax.errors import UserError
 from vit_jax.evaluators import registry
-from vit_jax.training import objectives
+from vit_jax.training import losses
 
 
 def top1_correct(logits, labels, mask, skip_unlabelled: bool = False):
@@ -94,7 +95,7 @@ def eval_loss(name: str, average_label_sets: bool):
   """The config's loss; with `average_label_sets` and softmax_xent, against
   the uniform distribution over each example's labels (a multi-hot set
   divided by its size, ReaL's), so it is on the scale of one label's."""
-  loss_fn = objectives.LOSSES[name]
+  loss_fn = losses.LOSSES[name]
   if not average_label_sets or name != "softmax_xent":
     return loss_fn
 
@@ -127,9 +128,8 @@ def check_same_classes(entry: registry.Entry, context: registry.Context,
         # distribution (ReaL's label sets); else against the multi-hot set.
         "average_label_sets": False,
     },
-    skip=lambda config, fields: None
-    if objectives.trains_classifier(config) else
-    (f"config.objective={config.objective!r} trains no classification head"))
+    skip=lambda config, fields: objectives.evaluated_by(config, "classification"
+                                                       ))
 def make(entry: registry.Entry, context: registry.Context):
   """Top-1 accuracy and loss of the model's head on the entry's data (a
   supervised or distilled run's head; its classes must be the data's)."""

@@ -1,5 +1,5 @@
 """The `distill` type of config.evals: how close the student is to its
-teachers on the evaluation data (config.objective=distill).
+teachers on the evaluation data (the distill objective).
 
 Both models see the same evaluation images (each teacher resized to its
 resolution, as in training). Metrics, over every example of the split
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 import numpy as np
 
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import unreadable
@@ -114,8 +115,7 @@ class DistillationEvaluator:
         # first evaluation, so that later ones run the student only.
         "cache_teacher": True,
     },
-    skip=lambda config, fields: None if config.objective == "distill" else
-    (f"config.objective={config.objective!r} learns from no teacher"))
+    skip=lambda config, fields: objectives.evaluated_by(config, "distill"))
 def make(entry: registry.Entry, context: registry.Context):
   """The student against config.distill's teachers on the entry's data
   (labelled with the training data's classes)."""

@@ -2,7 +2,7 @@
 model's frozen features during training (the protocol and its solver:
 `vit_jax/fewshot/`)."""
 
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax.evaluators import registry
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 
@@ -10,10 +10,12 @@ from vit_jax.fewshot import evaluator as fewshot_evaluator
 def _skip(config, fields):
   if not fields["datasets"]:
     return "its datasets are empty"
-  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
-    return ("an image-text run's model is two towers; sweep its image tower "
-            "after training: `vit-jax fewshot --checkpoints=WORKDIR:img`")
-  return None
+  why = objectives.evaluated_by(config, "fewshot")
+  if why and objectives.of(config).carries(config).text:
+    return (f"{why}: an image-text run's model is two towers; sweep its "
+            "image tower after training: `vit-jax fewshot "
+            "--checkpoints=WORKDIR:img`")
+  return why
 
 
 @registry.register(

@@ -19,7 +19,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import sources
@@ -48,9 +48,7 @@ def clip_templates_of(name) -> tuple:
 
 def _skip(config, fields) -> str | None:
   del fields
-  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
-    return None
-  return f"config.objective={config.objective!r} trains no text tower"
+  return objectives.evaluated_by(config, "zeroshot")
 
 
 class _Embedder:

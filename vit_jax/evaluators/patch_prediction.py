@@ -1,7 +1,7 @@
 """The self-supervised objectives on the eval split: masked patch
 prediction's loss and per-patch accuracy, MAE's reconstruction loss.
 
-The evaluators of `config.objective=masked_patch` and `mae`. Each
+The evaluators of the masked_patch and mae objectives. Each
 evaluation corrupts (or masks) the same patches of the same images (batch
 i's draw comes from the config's seed and i), so evaluations at different
 steps compare. Like the classification evaluator it counts every image once
@@ -20,18 +20,21 @@ from jax.sharding import Mesh
 import numpy as np
 
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax.data import input_pipeline
 from vit_jax.data import specs
 from vit_jax.data import unreadable
 from vit_jax.evaluators import registry
-from vit_jax.training import objectives
+from vit_jax.objectives import masked_autoencoding
+from vit_jax.objectives import masked_patch_prediction
 
 
 class PatchObjectiveEvaluator:
   """`run(params) -> {'loss', ['accuracy',] 'num_examples', 'num_patches'}`
   for `sums(apply, images, rng, weights_B)`, an objective's sums over its
-  patches (`objectives.masked_patch_sums`, `objectives.mae_sums`)."""
+  patches (`masked_patch_prediction.patch_sums`,
+  `masked_autoencoding.reconstruction_sums`: `objectives.Sums`)."""
 
   def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
                mesh: Mesh, sums: Callable, seed: int, params_sharding,
@@ -47,7 +50,11 @@ class PatchObjectiveEvaluator:
       apply = lambda images, **kw: model.apply({"params": params}, images, train
                                                =False, **kw)
       totals = sums(apply, batch["image"], rng, weights_B=batch["mask"])
-      return {**totals, "images": jnp.sum(batch["mask"])}
+      return {
+          "loss": totals.loss,
+          "count": totals.count,
+          **totals.per_example, "images": jnp.sum(batch["mask"])
+      }
 
     self._step = sharding.jit_on_mesh(
         eval_step, mesh, logical_axis_rules,
@@ -63,8 +70,8 @@ class PatchObjectiveEvaluator:
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
     metrics = {"loss": totals["loss"] / totals["count"]}
-    if "correct" in totals:
-      metrics["accuracy"] = totals["correct"] / totals["count"]
+    if "accuracy" in totals:  # The correct predictions' sum.
+      metrics["accuracy"] = totals["accuracy"] / totals["count"]
     return {
         **metrics, "num_examples": totals["images"],
         "num_patches": totals["count"],
@@ -91,28 +98,26 @@ def _make(entry: registry.Entry, context: registry.Context, sums: Callable,
       config.sharding.logical_axis_rules, what)
 
 
-def _runs_on(objective: str, what: str):
-  return lambda config, fields: None if config.objective == objective else (
-      f"config.objective={config.objective!r} trains no {what}")
+def _runs_on(evaluator_type: str):
+  return lambda config, fields: objectives.evaluated_by(config, evaluator_type)
 
 
 _READS = tuple(f for f in specs.DATA_FIELDS if f != "label_key")
 
 
-@registry.register("masked_patch", skip=_runs_on(
-    "masked_patch", "masked-patch head"), reads=_READS)
+@registry.register("masked_patch", skip=_runs_on("masked_patch"), reads=_READS)
 def make(entry: registry.Entry, context: registry.Context):
   """Masked patch prediction's loss and per-patch accuracy on the entry's
   data (labels are not read)."""
   config = context.config
   return _make(
       entry, context,
-      functools.partial(objectives.masked_patch_sums,
+      functools.partial(masked_patch_prediction.patch_sums,
                         mp_config=config.masked_patch, stride=models.stride(
                             config.model)), "corrupted")
 
 
-@registry.register("mae", skip=_runs_on("mae", "MAE decoder"), reads=_READS)
+@registry.register("mae", skip=_runs_on("mae"), reads=_READS)
 def make_mae(entry: registry.Entry, context: registry.Context):
   """MAE's reconstruction loss (the training loss: the squared error on the
   dropped patches, normalised pixels as config.mae says) on the entry's
@@ -120,5 +125,6 @@ def make_mae(entry: registry.Entry, context: registry.Context):
   config = context.config
   return _make(
       entry, context,
-      functools.partial(objectives.mae_sums, mae_config=config.mae,
-                        stride=models.stride(config.model)), "dropped")
+      functools.partial(masked_autoencoding.reconstruction_sums,
+                        mae_config=config.mae, stride=models.stride(
+                            config.model)), "dropped")

@@ -1,8 +1,9 @@
 """Every mistake in a training config that can be seen before compiling.
 
 `check_config` gathers the checks each layer keeps for its own fields
-(config/fields.py, models, data/preprocess.py, training/optim.py and
-objectives.py, weights/posemb.py, fewshot, evaluators, sharding). Each
+(config/fields.py, models, data/preprocess.py, training/optim.py,
+weights/posemb.py, the config's objective (vit_jax/objectives/), fewshot,
+evaluators, sharding). Each
 raises a `UserError` that names the field, its value and what to use
 instead, so a bad override costs seconds, not a compiled run.
 """
@@ -15,6 +16,7 @@ import ml_collections
 
 from vit_jax import evaluators
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import fields
@@ -27,7 +29,6 @@ from vit_jax.errors import UserError
 from vit_jax.fewshot import evaluator as fewshot_evaluator
 from vit_jax.fewshot import solver as fewshot_solver
 from vit_jax.training import flexi
-from vit_jax.training import objectives
 from vit_jax.training import optim
 
 
@@ -82,13 +83,9 @@ def check_batches(config: ml_collections.ConfigDict, mesh: Mesh,
 
 def check_labels(config: ml_collections.ConfigDict,
                  info: input_pipeline.DatasetInfo):
-  """Supervised training needs labels, distillation the data's classes;
-  unlabelled data is for mae and masked_patch."""
-  if objectives.trains_classifier(config) and not info.num_classes:
-    raise UserError(f"{config.dataset} has no labels, and config.objective="
-                    f"{config.objective} trains a head of its classes. Use "
-                    "a self-supervised objective (--config.objective=mae, "
-                    "configs/mae.py; or masked_patch), or a labelled dataset.")
+  """A classifier's objective needs the data's classes; unlabelled data is
+  for the objectives that read no labels."""
+  objectives.check_labels(config, info.num_classes)
 
 
 def warn_if_loss_mismatches_labels(config: ml_collections.ConfigDict,

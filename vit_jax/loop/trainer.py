@@ -24,16 +24,13 @@ import numpy as np
 from vit_jax import console
 from vit_jax import evaluators
 from vit_jax import hardware
-from vit_jax import models
+from vit_jax import objectives
 from vit_jax import paths
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.config import imports
 from vit_jax.data import input_pipeline
 from vit_jax.data import length_schedule
 from vit_jax.data import packing
-from vit_jax.data import specs
-from vit_jax.data import tokenizer
 from vit_jax.data import unreadable
 from vit_jax.errors import NonFiniteLossError
 from vit_jax.loop import checks
@@ -41,7 +38,6 @@ from vit_jax.loop import preflight
 from vit_jax.training import checkpoint
 from vit_jax.training import flexi
 from vit_jax.training import optim
-from vit_jax.training import steps
 from vit_jax.training import teachers as teachers_lib
 from vit_jax.training import train_state
 
@@ -88,22 +84,22 @@ class _Outputs:
 
 
 def _decided(config, workdir, resumed: bool):
-  """The config decided (`weights.decide`: a resumed run keeps its GELU
-  form; a checkpoint to start from is read), before anything is written."""
-  return weights.decide(config, resumed_workdir=workdir if resumed else None)
+  """The config decided (`objectives.decide`: a resumed run keeps its GELU
+  form and tokenizer; a checkpoint to start from is read), before
+  anything is written."""
+  return objectives.decide(config, resumed_workdir=workdir if resumed else None)
 
 
 def _record(config, workdir):
-  """The decided config, written to WORKDIR/config.json; an image-text
-  run's tokenizer file kept beside it."""
+  """The decided config, written to WORKDIR/config.json, and what its
+  objective keeps beside it (an image-text run's tokenizer file)."""
   # Every process has read the previous run's config.json before process 0
   # rewrites it (a process reading while it is written sees it truncated).
   multihost_utils.sync_global_devices("config.json read")
   if jax.process_index() == 0:
     (workdir / paths.CONFIG_FILE).write_text(
         config.to_json_best_effort(indent=2))
-    if config.objective in models.IMAGE_TEXT_OBJECTIVES:
-      tokenizer.keep(config.text.tokenizer, workdir)
+    objectives.of(config).keep(config, workdir)
 
 
 def _starting_state(config, manager, model, tx, mesh):
@@ -120,16 +116,9 @@ def _starting_state(config, manager, model, tx, mesh):
       return restored, state_sharding
   state = train_state.initialise(model, tx, config.image_size, config.seed,
                                  state_sharding, ema=config.ema_decay > 0)
-  if config.init.checkpoint and models.is_two_towers(model):
-    params = weights.init_two_towers(config, config.init.checkpoint,
-                                     state.params, state_sharding.params)
-    state = state.replace(
-        params=params,
-        ema_params=(None if state.ema_params is None else jax.tree.map(
-            jnp.copy, params)))
-  elif config.init.checkpoint:
-    params = weights.init_params(config, config.init.checkpoint, state.params,
-                                 state_sharding.params)
+  if config.init.checkpoint:  # The objective's model's weights from it.
+    params = objectives.of(config).init(config, config.init.checkpoint,
+                                        state.params, state_sharding.params)
     state = state.replace(
         params=params,
         ema_params=(  # Own buffers: donated.
@@ -187,32 +176,32 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   # checkpoints and teachers' record); nothing is written into it until then.
   manager = _manager(workdir, config, started) if resumed else None
 
-  data = specs.training(config)
+  objective = objectives.of(config)
+  data = objectives.training_data(config)
   found = unreadable.Collector(workdir)  # The streams' unreadable images.
   source = input_pipeline.make_source(data, index_dir=workdir)
   info = input_pipeline.get_info(data, source)
   checks.check_labels(config, info)
   checks.warn_if_loss_mismatches_labels(config, info)
   num_steps = total_steps(config, info.num_train_examples)
-  model = models.from_config(config, info.num_classes)
+  model = objective.model(config, info.num_classes)
   tx, schedule = optim.make_optimizer(
       config, num_steps, warmup_steps(config, info.num_train_examples))
-  teachers = ()  # Distillation's: loaded again on every start.
-  if config.objective == "distill":
-    teachers = teachers_lib.load(config, mesh, info.num_classes)
-    if resumed:  # Compared with those it started with.
-      teachers_lib.check_recorded(paths.resolve(workdir), teachers, resumed)
+  # Frozen models its loss reads (a distillation's): loaded on every start.
+  teachers = objective.teachers(config, mesh, info.num_classes)
+  if teachers and resumed:  # Compared with those it started with.
+    teachers_lib.check_recorded(paths.resolve(workdir), teachers, resumed)
 
   state, state_sharding = _starting_state(config, manager, model, tx, mesh)
   start_step = int(state.step)
-  make_step = lambda m: steps.train_step_for_config(
-      config, m, tx, schedule, mesh, state_sharding, teachers)
+  make_step = lambda m: objectives.train_step(config, m, tx, schedule, mesh,
+                                              state_sharding, teachers)
   train_step = (flexi.FlexiTrainStep(config, model, make_step, start_step)
                 if flexi.enabled(config) else make_step(model))
   evals = _evaluators(config, model, mesh, state_sharding.params, source, found,
                       teachers)
   batches = input_pipeline.make_train_iterator(
-      data, source, start_step, labels=input_pipeline.reads_labels(config),
+      data, source, start_step, labels=objective.carries(config).labels,
       collector=found)
   packed = packing.PackingStats()
   if packing.enabled(config):  # NaViT: several images per sequence.
@@ -229,15 +218,7 @@ def _train_and_evaluate(config, workdir, started: contextlib.ExitStack):
   manager, outputs = _open_workdir(config, workdir, manager, teachers, resumed,
                                    started)
 
-  learns = {
-      "supervised": f"{info.num_classes} classes",
-      "masked_patch": f"masked_patch: {config.masked_patch.target}",
-      "mae": f"MAE, {config.mae.mask_ratio:.0%} of the patches masked",
-      "distill": f"{info.num_classes} classes from {len(teachers)} "
-                 f"teacher{'s' if len(teachers) > 1 else ''}",
-      "siglip": f"SigLIP, text tower {config.text.variant}",
-      "clip": f"CLIP, text tower {config.text.variant}",
-  }[config.objective]
+  learns = objective.describe(config, info.num_classes, teachers)
   placed = hardware.placement(jax.devices()).describe()
   console.say(
       "Training %s on %s from step %d to %d (%s) on %d devices%s in %d "

@@ -9,12 +9,10 @@ A model is its variant's sizes (`variants.py`) and its form, every other
 """
 
 from vit_jax.config.model_form import ModelForm
-from vit_jax.models.builder import IMAGE_TEXT_OBJECTIVES
 from vit_jax.models.builder import build_model
 from vit_jax.models.builder import create_model
 from vit_jax.models.builder import form_of
 from vit_jax.models.builder import fp8_state
-from vit_jax.models.builder import from_config
 from vit_jax.models.builder import init_on_zeros
 from vit_jax.models.builder import is_two_towers
 from vit_jax.models.builder import param_shapes
@@ -35,7 +33,7 @@ from vit_jax.models.vit import VisionTransformer
 __all__ = [
     "VARIANTS", "ModelForm", "VisionTransformer", "MlpMixer", "MixerVariant",
     "Variant", "build_model", "create_model", "check_image_size", "form_of",
-    "from_config", "get_variant", "check_model_config", "stride",
-    "init_on_zeros", "param_shapes", "fp8_state", "uses_fp8", "vit_of",
-    "with_block_gather", "IMAGE_TEXT_OBJECTIVES", "two_towers", "is_two_towers"
+    "get_variant", "check_model_config", "stride", "init_on_zeros",
+    "param_shapes", "fp8_state", "uses_fp8", "vit_of", "with_block_gather",
+    "two_towers", "is_two_towers"
 ]

@@ -1,6 +1,8 @@
 """A model from its config (`config.model`: a variant's sizes and the form),
 or from a variant and options in code; the parts composed around a ViT
-(masked patch prediction's), FSDP's gathering blocks, initialisation.
+(masked patch prediction's, the two towers), FSDP's gathering blocks,
+initialisation. What an objective trains, it builds from these
+(`vit_jax/objectives/`).
 
     model = create_model("ViT-B/16", num_classes=1000, classifier="gap")
     model = build_model(config.model, num_classes)  # A decided config.
@@ -84,56 +86,24 @@ def stride(model_config: ml_collections.ConfigDict) -> int:
           variants.get_variant(model_config.variant).stride)
 
 
-IMAGE_TEXT_OBJECTIVES = ("siglip", "clip")
-# The objectives' own (temperature, bias) at init: the SigLIP paper's t = 10
-# and b = -10 (most pairs are negatives), CLIP's t = 1 / 0.07 and no bias.
-INITS = {"siglip": (10.0, -10.0), "clip": (1 / 0.07, None)}
-
-
-def two_towers(config) -> TwoTowers:
+def two_towers(config, temperature_init: float,
+               bias_init: Optional[float]) -> TwoTowers:
   """The image-text model of a decided config: config.model's ViT as the
   image tower, config.text's tower, both projecting to
-  config.text.embedding_dim (config.text.vocab_size set: `weights.decide`
-  reads it from the tokenizer)."""
+  config.text.embedding_dim (config.text.vocab_size set: the image-text
+  objectives decide it from the tokenizer), the temperature t and the
+  bias b (None: none) starting at the values given."""
   t = config.text
   if not t.vocab_size:
     raise ValueError("config.text.vocab_size is still None: pass the config "
-                     "through vit_jax.weights.decide first.")
+                     "through vit_jax.objectives.decide first.")
   image = build_model(
       config.model,
       t.embedding_dim if t.image_head else None).clone(head_zeroinit=False)
   form = ModelForm.from_config(config.model)
   tower = text.TextTransformer(t.embedding_dim, variants.get_variant(t.variant),
                                t.vocab_size, text.text_form(form), t.pool)
-  temperature, bias = INITS[config.objective]
-  if config.objective == "siglip" and t.bias_init is not None:
-    bias = t.bias_init
-  return TwoTowers(image, tower, t.temperature_init or temperature, bias,
-                   t.length)
-
-
-def from_config(config, num_classes):
-  """The model a training config trains (the loop, the plan and `inspect`
-  build it so): with a head of `num_classes` (None: none); for
-  config.objective=masked_patch no head but the [mask] token and the patch
-  head; for mae no head but MAE's decoder (`mae.MaskedAutoencoder`); for
-  siglip and clip the two towers (`two_towers`). Inference and few-shot
-  read a plain ViT (`build_model`)."""
-  if config.objective in IMAGE_TEXT_OBJECTIVES:
-    return two_towers(config)
-  if config.objective == "mae":
-    m = config.mae
-    return mae.MaskedAutoencoder(
-        build_model(config.model, None),
-        mae.DecoderSize(m.decoder_width, m.decoder_depth, m.decoder_heads,
-                        m.decoder_mlp_dim))
-  if config.objective != "masked_patch":
-    return build_model(config.model, num_classes)
-  mp = config.masked_patch
-  return build_model(
-      config.model, None,
-      masked_patch.output_width(mp.target, stride(config.model), mp.color_bits,
-                                mp.downsized_size))
+  return TwoTowers(image, tower, temperature_init, bias_init, t.length)
 
 
 def is_two_towers(model: nn.Module) -> bool:

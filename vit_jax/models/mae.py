@@ -10,7 +10,8 @@ reads each patch's own position and the ViT is the one that fine-tunes
 later. A light decoder (`MaeDecoder`) takes the encoded tokens, puts a
 shared, learned [mask] token at each dropped position, adds fixed 2D
 sin-cos position embeddings and predicts the pixels of every patch; the
-loss is the mean squared error on the dropped patches (`objectives.py`).
+loss is the mean squared error on the dropped patches
+(`objectives/masked_autoencoding.py`).
 
 `MaskedAutoencoder` composes the two in the ViT's parameter scope: the
 decoder lives under `mae_decoder/` beside `embedding`, `Transformer`, ...,

@@ -28,11 +28,10 @@ import numpy as np
 
 from vit_jax import hardware
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.config import imports
 from vit_jax.data import handover
-from vit_jax.data import input_pipeline
 from vit_jax.errors import UserError
 from vit_jax.loop import checks
 from vit_jax.loop import preflight
@@ -41,10 +40,7 @@ from vit_jax.performance import flops
 from vit_jax.performance import roofline
 from vit_jax.performance import targets
 from vit_jax.training import fsdp
-from vit_jax.training import objectives
 from vit_jax.training import optim
-from vit_jax.training import steps
-from vit_jax.training import teachers as teachers_lib
 from vit_jax.training import train_state
 
 # Share of device memory the compiled step may use; the rest is left to the
@@ -53,10 +49,7 @@ FIT_FRACTION = 0.9
 
 
 def _num_classes(config: ml_collections.ConfigDict) -> int:
-  """From the dataset's metadata, without reading or preparing the data
-  (an image-text model has no classes)."""
-  if config.objective in models.IMAGE_TEXT_OBJECTIVES:
-    return 0
+  """From the dataset's metadata, without reading or preparing the data."""
   if config.dataset == "digits":
     return 10
   try:
@@ -84,36 +77,23 @@ def plan(config: ml_collections.ConfigDict, topology: str,
   devices, placed = targets.target(topology, slices)
   mesh = sharding.mesh_from_config(config, devices)
   checks.check_batches(config, mesh, process_count=placed.hosts)
-  config = weights.decide(config)
-  if objectives.trains_classifier(config):  # Else no head.
+  config = objectives.decide(config)
+  objective = objectives.of(config)
+  if objective.classifies or objective.carries(config).labels:
     num_classes = num_classes or _num_classes(config)
-  model = models.from_config(config, num_classes)
+  model = objective.model(config, num_classes)
   num_steps = max(config.total_steps, 1)  # The schedule's length only.
   tx, schedule = optim.make_optimizer(config, num_steps)
   state, state_sharding = train_state.abstract_train_state(
       model, tx, config.image_size, mesh, config.sharding, ema=config.ema_decay
       > 0)
   optim.check_param_rules(config, state.params)
-  teachers = ()  # A distillation's, as shapes on the target's mesh.
-  if config.objective == "distill":
-    teachers = teachers_lib.load(config, mesh, num_classes, abstract=True)
-  train_step = steps.train_step_for_config(config, model, tx, schedule, mesh,
-                                           state_sharding, teachers)
-  batch_sharding = sharding.batch_sharding(mesh)
-  size, batch = config.image_size, config.batch_size
+  # A distillation's teachers, as shapes on the target's mesh.
+  teachers = objective.teachers(config, mesh, num_classes, abstract=True)
+  train_step = objectives.train_step(config, model, tx, schedule, mesh,
+                                     state_sharding, teachers)
   image_dtype = jnp.uint8 if handover.hands_over_uint8(config) else jnp.float32
-  batch_spec = {  # As the input pipeline's (mask 0: an unreadable file).
-      "image": jax.ShapeDtypeStruct((batch, size, size, 3), image_dtype,
-                                    sharding=batch_sharding),
-      "mask": jax.ShapeDtypeStruct((batch,), jnp.float32,
-                                   sharding=batch_sharding)
-  }
-  if input_pipeline.reads_labels(config):
-    batch_spec["labels"] = jax.ShapeDtypeStruct(
-        (batch, num_classes), jnp.float32, sharding=batch_sharding)
-  if config.objective in models.IMAGE_TEXT_OBJECTIVES:  # One text each.
-    batch_spec["text"] = jax.ShapeDtypeStruct(
-        (batch, config.text.length), jnp.int32, sharding=batch_sharding)
+  batch_spec = objectives.abstract_batch(config, mesh, num_classes, image_dtype)
   lowered = train_step.lower(state, batch_spec)
   try:
     with targets.compiling_for(devices):

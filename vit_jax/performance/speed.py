@@ -17,15 +17,13 @@ import numpy as np
 from vit_jax import hardware
 from vit_jax import inference
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import sharding
-from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.loop import preflight
-from vit_jax.models import mae
 from vit_jax.performance import flops
 from vit_jax.performance import profiling
-from vit_jax.training import objectives
 from vit_jax.training import optim
 from vit_jax.training import steps
 from vit_jax.training import train_state
@@ -103,20 +101,20 @@ def xla_options(text: str) -> dict:
   return options
 
 
-# The objectives a run may time: their steps differ in what they compute
-# (MAE's encoder reads a quarter of the patches).
-OBJECTIVES = ("supervised", "masked_patch", "mae")
+def benchmarked_objectives() -> tuple[str, ...]:
+  """The objectives a run may time on synthetic images (`Objective.
+  benchmarked`): their steps differ in what they compute (MAE's encoder
+  reads a quarter of the patches)."""
+  return tuple(name for name, objective in objectives.OBJECTIVES.items()
+               if objective.benchmarked)
 
 
 def forward_macs(model, config, image_size: int) -> int:
   """An image's forward multiply-adds as the objective runs the model (MAE:
   the encoder on its visible patches, then the decoder)."""
-  if config.objective != "mae":
-    return flops.forward_macs(model, image_size)
-  patches = (image_size // models.stride(config.model))**2
   return flops.forward_macs(
-      model, image_size, masking=mae.sample_masking(
-          jax.random.key(0), 1, patches, config.mae.mask_ratio))
+      model, image_size,
+      **objectives.of(config).forward_options(config, image_size))
 
 
 def _config(variant: str, image_size: int, model_options, objective: str,
@@ -129,10 +127,9 @@ def _config(variant: str, image_size: int, model_options, objective: str,
       "gelu_approximate": True,
       **(model_options or {})
   })
-  config.objective = objective
+  config.update({"objective": objective, "image_size": image_size})
   config.mae.update(mae_options or {})
-  config.image_size = image_size
-  config = weights.decide(config)  # No weights: as at random init.
+  config = objectives.decide(config)  # No weights: as at random init.
   models.variants.check_image_size(variant, image_size, "--image_size")
   objectives.check_config(config)
   return config
@@ -156,8 +153,7 @@ def _prepare(variant, batch, image_size, num_classes, model_options, mu_dtype,
   """(config, model, compiled train step, its first state, the synthetic
   batch, compile seconds)."""
   config = _config(variant, image_size, model_options, objective, mae_options)
-  model = models.from_config(
-      config, num_classes if objectives.trains_classifier(config) else None)
+  model = objectives.of(config).model(config, num_classes)
   config.update(dict(optimizer="adam", warmup_steps=1, mu_dtype=mu_dtype))
   mesh = sharding.make_mesh()
   sharding.local_batch_size(batch, mesh, what="batch")
@@ -165,8 +161,9 @@ def _prepare(variant, batch, image_size, num_classes, model_options, mu_dtype,
   state, state_sharding = train_state.create_train_state(
       model, tx, image_size, 0, mesh)
   train_step = steps.jit_train_step(
-      steps.make_train_step(model, tx, objectives.objective_for_config(config),
-                            schedule, mesh), state_sharding, mesh)
+      steps.make_train_step(model, tx,
+                            objectives.of(config).loss(config, mesh), schedule,
+                            mesh), state_sharding, mesh)
   batch_data = _synthetic_batch(batch, image_size, num_classes, mesh)
   start = time.perf_counter()
   compiled = _compile(train_step, (state, batch_data), compiler_options)
@@ -213,9 +210,10 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
   attention, fp8, ViT-22B's block options...); GELU tanh as released.
   `compiler_options`: XLA options of this step's compilation alone (e.g.
   {"xla_gpu_enable_triton_gemm": False}), so one process compares many.
-  `objective`: one of OBJECTIVES, with its defaults; `mae_options`: fields
-  of config.mae (the mask ratio, the decoder's sizes). `between()` runs
-  after each timed step (a reference's, `step_timer`)."""
+  `objective`: one of `benchmarked_objectives()`, with its defaults;
+  `mae_options`: fields of config.mae (the mask ratio, the decoder's
+  sizes). `between()` runs after each timed step (a reference's,
+  `step_timer`)."""
   config, model, compiled, state, batch_data, compile_s = _prepare(
       variant, batch, image_size, num_classes, model_options, mu_dtype,
       compiler_options, objective, mae_options, num_steps)
@@ -245,7 +243,8 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "hybrid": spec.resnet is not None,
       "num_classes": num_classes,
       "objective": objective,
-      "mae": config.mae.to_dict() if objective == "mae" else None,
+      # Its own section of the config (config.mae, ...), if it has one.
+      "objective_config": objectives.of(config).config_section_of(config),
       "parameters": sum(x.size for x in jax.tree.leaves(state.params)),
       "batch": batch,
       "image_size": image_size,
@@ -287,7 +286,7 @@ def _prepare_inference(variant, batch, image_size, num_classes, model_options,
                        compiler_options):
   """(config, model, compiled forward, its arguments, compile seconds)."""
   config = _config(variant, image_size, model_options, "supervised")
-  model = models.from_config(config, num_classes)
+  model = objectives.of(config).model(config, num_classes)
   mesh = sharding.make_mesh(devices=jax.local_devices())
   sharding.local_batch_size(batch, mesh, what="batch")
   params, params_sharding = sharding.random_params(model, image_size, 0, mesh)

@@ -17,7 +17,6 @@ import numpy as np
 
 from vit_jax import models
 from vit_jax.errors import UserError
-from vit_jax.training import objectives
 
 
 def enabled(config: ml_collections.ConfigDict) -> bool:
@@ -30,7 +29,8 @@ def eval_patch_sizes(config: ml_collections.ConfigDict) -> tuple[int, ...]:
 
 def check_config(config: ml_collections.ConfigDict):
   """Before compiling: sizes that tile the image, a model that can run
-  at them, an objective that trains a classifier."""
+  at them (that its objective trains a classifier, the objective's checks
+  say)."""
   if config.flexi.eval_patch_sizes and not enabled(config):
     raise UserError("config.flexi.eval_patch_sizes is set but "
                     "config.flexi.patch_sizes is empty: set both, or neither.")
@@ -40,9 +40,6 @@ def check_config(config: ml_collections.ConfigDict):
   if variant.resnet is not None or variant.num_heads == 0:
     raise UserError(f"config.flexi trains a plain ViT at many patch sizes; "
                     f"{config.model.variant} is not one.")
-  if not objectives.trains_classifier(config):
-    raise UserError("config.flexi trains a classifier (objective supervised "
-                    f"or distill); config.objective is {config.objective}.")
   if (config.model.patch_size is None and
       config.image_size % variant.patch_size):
     raise UserError(

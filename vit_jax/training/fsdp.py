@@ -51,14 +51,15 @@ class FsdpPlan:
       return params
     return gather_over_data(params, self.loss_gathers, explicit=self.explicit)
 
-  def wrap_loss(self, loss: Callable, mesh: Mesh,
-                frozen_sharding=None) -> Callable:
-    """The loss run on each device's share of the batch (explicit only);
-    `frozen_sharding`: that of the parameters it takes but does not train
+  def wrap_loss(self, loss: Callable, mesh: Mesh, trained_sharding,
+                frozen_sharding=()) -> Callable:
+    """`loss(trained, batch, rng, frozen)` run on each device's share of
+    the batch (explicit only); `trained_sharding` and `frozen_sharding`:
+    those of the trees it trains and of those it takes but does not train
     (`over_data_shards`)."""
     if not self.explicit:
       return loss
-    return over_data_shards(loss, mesh, self.params_sharding, frozen_sharding)
+    return over_data_shards(loss, mesh, trained_sharding, frozen_sharding)
 
 
 def _gather_block(variables, per_block, cast, explicit):
@@ -165,10 +166,10 @@ def gather_over_data(params, shardings, cast_dtype=None, explicit=True):
 
 
 def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding,
-                     frozen_sharding=None):
-  """`loss_fn(params, batch, rng) -> (loss, metrics)` run on each device's
-  share of the batch, `data` made explicit (shard_map; other mesh axes stay
-  automatic, so tensor parallelism is unchanged).
+                     frozen_sharding=()):
+  """`loss_fn(params, batch, rng, frozen) -> (loss, metrics)` run on each
+  device's share of the batch, `data` made explicit (shard_map; other mesh
+  axes stay automatic, so tensor parallelism is unchanged).
 
   Inside, parameters split over `data` are the device's shard (gather
   them with `gather_over_data(..., explicit=True)`), the batch is the
@@ -176,9 +177,8 @@ def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding,
   (dropout and augmentation draw differently on each share, as per-device
   keys do in data-parallel training); the activations' logical constraints
   keep their other axes.
-  With `frozen_sharding`, `loss_fn(params, batch, rng, frozen)` also takes
-  parameters it does not train (a distillation's teachers), which enter
-  as their shards likewise.
+  `frozen` are parameters it does not train (a distillation's teachers;
+  () where there are none), which enter as their shards likewise.
   Loss and metrics are averaged over `data`; differentiating the result
   reduce-scatters FSDP gradients and all-reduces replicated ones. On
   several slices `slice` is explicit too: the parameters are whole across
@@ -187,16 +187,15 @@ def over_data_shards(loss_fn: Callable, mesh: Mesh, params_sharding,
   axes = sharding.batch_axes(mesh)
   data_only = lambda shardings: jax.tree.map(
       lambda s: P(*(a if a == DATA_AXIS else None for a in s.spec)), shardings)
-  in_specs = (data_only(params_sharding), P(axes), P())
-  if frozen_sharding is not None:
-    in_specs += (data_only(frozen_sharding),)
+  in_specs = (data_only(params_sharding), P(axes), P(),
+              data_only(frozen_sharding))
 
-  def on_shard(params, batch, rng, *frozen):
+  def on_shard(params, batch, rng, frozen):
     rng = jax.random.fold_in(rng, jax.lax.axis_index(axes))
     rules = tuple((name, None if axis in (DATA_AXIS, axes) else axis)
                   for name, axis in nn.get_logical_axis_rules())
     with nn.logical_axis_rules(rules):
-      loss, metrics = loss_fn(params, batch, rng, *frozen)
+      loss, metrics = loss_fn(params, batch, rng, frozen)
     return jax.lax.pmean((loss, metrics), axes)
 
   return jax.shard_map(

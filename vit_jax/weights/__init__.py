@@ -43,6 +43,7 @@ from vit_jax.weights.big_vision.mixer_layout import MixerArchitecture
 from vit_jax.weights.big_vision.mixer_layout import is_mixer
 from vit_jax.weights.big_vision.mixer_layout import mixer_architecture
 from vit_jax.weights.decisions import decide
+from vit_jax.weights.decisions import decide_text
 from vit_jax.weights.describe import SEQUENCE_PP_EVAL
 from vit_jax.weights.describe import compare_with_config
 from vit_jax.weights.describe import describe_model
@@ -112,17 +113,17 @@ __all__ = [
     "as_big_vision_file", "to_siglip", "is_two_towers_file", "text_fields",
     "merge_recorded", "training_workdir", "convert_tensors", "WeightsError",
     "Architecture", "read_architecture", "mixer_architecture", "is_mixer",
-    "decide", "SEQUENCE_PP_EVAL", "compare_with_config", "describe_model",
-    "describe_weights", "EvalPreprocessing", "eval_preprocessing_of",
-    "config_fix", "family_name", "family_options", "CACHE_VARIABLE",
-    "OFFLINE_VARIABLE", "cache_path", "locate", "class_names", "weights_file",
-    "read_file", "RELEASED", "released_table", "lookup_released",
-    "check_released_variant", "file_origin", "init_params", "load",
-    "load_for_config", "origin_gelu", "read_converted", "recorded_config",
-    "target_grid", "POSEMB", "Converted", "stated_options", "origin_words",
-    "check_config", "resize_grid", "resize_posemb", "Report", "config_for",
-    "write_timm_dir", "from_timm_mixer", "to_timm_mixer", "write_hf_dir",
-    "EXPORT_FORMATS", "at_patch_size", "released_params", "save_npz",
-    "save_timm", "with_class_token_entry", "with_posemb_table",
+    "decide", "decide_text", "SEQUENCE_PP_EVAL", "compare_with_config",
+    "describe_model", "describe_weights", "EvalPreprocessing",
+    "eval_preprocessing_of", "config_fix", "family_name", "family_options",
+    "CACHE_VARIABLE", "OFFLINE_VARIABLE", "cache_path", "locate", "class_names",
+    "weights_file", "read_file", "RELEASED", "released_table",
+    "lookup_released", "check_released_variant", "file_origin", "init_params",
+    "load", "load_for_config", "origin_gelu", "read_converted",
+    "recorded_config", "target_grid", "POSEMB", "Converted", "stated_options",
+    "origin_words", "check_config", "resize_grid", "resize_posemb", "Report",
+    "config_for", "write_timm_dir", "from_timm_mixer", "to_timm_mixer",
+    "write_hf_dir", "EXPORT_FORMATS", "at_patch_size", "released_params",
+    "save_npz", "save_timm", "with_class_token_entry", "with_posemb_table",
     "MAE_DECODER_HEADS"
 ]

@@ -49,7 +49,6 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
     checkpoint = config.init.checkpoint
   if checkpoint:  # Before a released checkpoint is downloaded.
     loader.check_released_variant(checkpoint, config.model.variant)
-  config = _decided_vocabulary(_kept_tokenizer(config, resumed_workdir))
   open_fields = [f for f in _DECIDERS if config.model[f] is None]
   if not open_fields:
     return config
@@ -74,6 +73,13 @@ def decide(config: ml_collections.ConfigDict, resumed_workdir=None,
   return config
 
 
+def decide_text(config, resumed_workdir=None):
+  """An image-text config's text fields decided: a resumed run's
+  tokenizer (the file it kept), the vocabulary where unset (its
+  tokenizer's). The image-text objectives call it after `decide`."""
+  return _decided_vocabulary(_kept_tokenizer(config, resumed_workdir))
+
+
 def _kept_tokenizer(config, resumed_workdir):
   """A resumed image-text run reads the tokenizer file it kept (the pieces
   it was trained with: `tokenizer.keep`)."""
@@ -91,9 +97,7 @@ def _kept_tokenizer(config, resumed_workdir):
 def _decided_vocabulary(config):
   """An image-text config's text.vocab_size, where unset: its tokenizer's."""
   from vit_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import builder  # (Both import this module's users.)
-  if (config.objective not in builder.IMAGE_TEXT_OBJECTIVES or
-      config.text.tokenizer == tokenizer.NO_TEXTS):
+  if config.text.tokenizer == tokenizer.NO_TEXTS:
     return config
   size = tokenizer.load_tokenizer(config.text.tokenizer).vocab_size
   if config.text.vocab_size:

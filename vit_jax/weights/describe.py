@@ -118,24 +118,30 @@ def _flags(arch, mixer: bool, run_patch) -> str:
   return " ".join(f"--config.model.{k}={v}" for k, v in fields.items())
 
 
-def compare_with_config(path: str, config, num_classes=None) -> str:
-  """The loader's report for `config`'s model; raises only for a released
-  name of another variant (before downloading it)."""
+def compare_with_config(path: str, config, num_classes=None,
+                        objective=None) -> str:
+  """The loader's report for the model `objective` (the config's
+  `objectives.Objective`; None: a plain ViT with a head) trains of
+  `config`; raises only for a released name of another variant (before
+  downloading it)."""
   loader.check_released_variant(path, config.model.variant)
   config = config.copy_and_resolve_references()
   config.init.checkpoint = path
   config = decisions.decide(config)
+  if objective is not None:
+    config = objective.decide(config)
   if num_classes is None:
     head = loader.read_converted(
         path,
         models.get_variant(config.model.variant).num_heads,
         config.init.cache_dir).params.get("head/kernel")
     num_classes = head.shape[-1] if head is not None else 1000
-  model = models.from_config(config, num_classes)
+  model = (objective.model(config, num_classes) if objective is not None else
+           models.build_model(config.model, num_classes))
   size = config.image_size
   target = models.param_shapes(model, size)
   what = (f"{num_classes} classes" if models.vit_of(model).num_classes else
-          f"config.objective={config.objective}")
+          f"the {objective.name} objective")
   try:
     _, report = loader.load_for_config(config, path, target)
     return (f"Loads into {config.model.variant} at {size} px with "
@@ -144,9 +150,11 @@ def compare_with_config(path: str, config, num_classes=None) -> str:
     return f"Does NOT load into {config.model.variant} at {size} px:\n{e}"
 
 
-def report(path: str, config=None, num_classes=None, num_heads=None) -> str:
-  """The file's arrays, then with `config` how they load into its model.
-  `num_heads`: of a PyTorch file (else the width's, or the config's)."""
+def report(path: str, config=None, num_classes=None, num_heads=None,
+           objective=None) -> str:
+  """The file's arrays, then with `config` how they load into the model
+  `objective` trains of it (`compare_with_config`). `num_heads`: of a
+  PyTorch file (else the width's, or the config's)."""
   if config is None:
     return describe_file(path, num_heads=num_heads)
   # Before `describe_file` downloads a released name.
@@ -154,5 +162,5 @@ def report(path: str, config=None, num_classes=None, num_heads=None) -> str:
   num_heads = num_heads or models.get_variant(config.model.variant).num_heads
   return "\n".join([
       describe_file(path, config.init.cache_dir, num_heads),
-      compare_with_config(path, config, num_classes)
+      compare_with_config(path, config, num_classes, objective)
   ])

@@ -1,5 +1,5 @@
 """The config a checkpoint runs with on its own: for `predict`, `analyze`
-(`vit_jax/inference.py`) and a distillation's teachers
+(`vit_jax/inference/`) and a distillation's teachers
 (`vit_jax/training/teachers.py`).
 
 It is the config given, else the training workdir's config.json, else one

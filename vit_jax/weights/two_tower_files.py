@@ -98,7 +98,7 @@ def _text_and_scalars(tensors: dict, target_flat: dict, path: str) -> dict:
         f"{path}'s text tower does not match config.text's ({lines}). Set "
         "config.text.variant, vocab_size, length, pool and embedding_dim as "
         "the file has them (`vit-jax inspect` on it says), and "
-        "config.objective=siglip where it has a bias b.")
+        "the siglip objective where it has a bias b.")
   return {k: v.astype(wanted[k].dtype) for k, v in source.items()}
 
 

@@ -258,7 +258,7 @@ def _check(params, model_config, text_config):
   if text_config.pool != "last" or "txt/head/kernel" not in params:
     why.append("its text embedding is the last token's, projected")
   if "b" not in params:
-    why.append("it has SigLIP's bias b (config.objective=siglip)")
+    why.append("it has SigLIP's bias b (the siglip objective)")
   extra = [
       k for k in params if any(s in k
                                for s in ("LayerScale", "query_ln", "key_ln",

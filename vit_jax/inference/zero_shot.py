@@ -27,10 +27,12 @@ import numpy as np
 
 from vit_jax import hardware
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import paths
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
+from vit_jax.config import imports
 from vit_jax.errors import UserError
 
 
@@ -55,6 +57,10 @@ class LoadedTwoTowers:
     self.apply = jax.jit(
         lambda p, images, texts: model.apply({"params": p}, images, texts),
         compiler_options=hardware.compiler_options() or None)
+    # The temperature t and bias b (None: none) as the model scores pairs.
+    _, _, out = self.apply(self.params, None, None)
+    self.t = float(out["t"])
+    self.b = float(out["b"]) if "b" in out else None
 
 
 def config_for(checkpoint: str, tokenizer: Optional[str] = None,
@@ -63,15 +69,15 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
   checkpoint; `tokenizer` replaces the config's (a file's needs one where
   texts are to be read: `need_tokenizer`)."""
   from vit_jax.data import tokenizer as tokenizers  # pylint: disable=g-import-not-at-top
+  check_exists(checkpoint)
   recorded = weights.recorded_config(checkpoint)
   if recorded is not None:
-    if recorded.get("objective") not in models.IMAGE_TEXT_OBJECTIVES:
+    config = _run_config(recorded)
+    if not _has_text_tower(config):
       raise UserError(
-          f"{checkpoint} is a run of config.objective="
-          f"{recorded.get('objective')!r}, not an image-text model (siglip, "
-          "clip): `vit-jax predict` classifies with its head.")
-    config = defaults.get_config()
-    weights.merge_recorded(config, recorded)
+          f"{checkpoint} is a run of the {objectives.of(config).name!r} "
+          "objective, not an image-text model (siglip, clip): `vit-jax "
+          "predict` classifies with its head.")
   else:
     if not weights.is_two_towers_file(checkpoint):
       raise UserError(
@@ -79,7 +85,7 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
           "txt/: big_vision's SigLIP .npz, an image-text run's workdir).")
     config, _, arch = weights.config_for(f"{checkpoint}:img")
     fields = weights.text_fields(checkpoint)
-    config.objective = fields.pop("objective")
+    config.update(objective=fields.pop("objective"))
     config.text.update(fields)
     config.text.image_head = arch.num_classes is not None
     if tokenizer is None and need_tokenizer:
@@ -99,7 +105,32 @@ def config_for(checkpoint: str, tokenizer: Optional[str] = None,
     config.image_size = image_size
   config.init.checkpoint = checkpoint
   config.init.dont_load = ()
-  return weights.decide(config), recorded is not None
+  return objectives.decide(config), recorded is not None
+
+
+def check_exists(checkpoint: str):
+  """A local checkpoint is there (URLs and released names are fetched,
+  and checked, where they load)."""
+  file, _ = weights.split_tower(checkpoint)
+  if (paths.is_remote(file) or weights.lookup_released(file) is not None or
+      paths.resolve(file).exists()):
+    return
+  raise UserError(f"{checkpoint}: no such file or directory. Give an "
+                  "image-text run's workdir, a two-tower file (big_vision's "
+                  "SigLIP .npz) or a transformers SiglipModel directory.")
+
+
+def _run_config(recorded: dict):
+  """A run's recorded config over the defaults, its modules loaded."""
+  config = defaults.get_config()
+  weights.merge_recorded(config, recorded)
+  imports.load(config)  # A user's objective is registered by then.
+  return config
+
+
+def _has_text_tower(config) -> bool:
+  """Whether the run's objective trains a text tower (reads texts)."""
+  return objectives.of(config).carries(config).text
 
 
 def load(checkpoint: str, tokenizer: Optional[str] = None,
@@ -108,11 +139,12 @@ def load(checkpoint: str, tokenizer: Optional[str] = None,
   """Both towers of `checkpoint`, replicated on this process's devices."""
   config, trained_here = config_for(checkpoint, tokenizer, image_size,
                                     need_tokenizer)
-  model = models.two_towers(config)
+  objective = objectives.of(config)
+  model = objective.model(config, None)
   mesh = sharding.make_mesh(devices=jax.local_devices())
   params, params_sharding = sharding.abstract_params(model, config.image_size,
                                                      mesh)
-  params = weights.init_two_towers(config, checkpoint, params, params_sharding)
+  params = objective.init(config, checkpoint, params, params_sharding)
   return LoadedTwoTowers(checkpoint, config, model, params, mesh,
                          params_sharding, trained_here)
 
@@ -122,7 +154,7 @@ def is_two_towers(checkpoint: str) -> bool:
   two-tower file or a transformers SiglipModel directory)."""
   recorded = weights.recorded_config(checkpoint)
   if recorded is not None:
-    return recorded.get("objective") in models.IMAGE_TEXT_OBJECTIVES
+    return _has_text_tower(_run_config(recorded))
   return weights.is_two_towers_file(checkpoint)
 
 
@@ -181,12 +213,12 @@ def embed_texts(loaded: LoadedTwoTowers, texts: Sequence[str]) -> np.ndarray:
 
 
 def scores(loaded: LoadedTwoTowers, zimg_BxE, ztxt_KxE) -> np.ndarray:
-  """Each image's probability of matching each text: SigLIP's
-  sigmoid(t z.z' + b) (independent per text), CLIP's softmax over texts."""
-  t = float(np.exp(loaded.params["t"][0]))
-  logits = t * np.asarray(zimg_BxE) @ np.asarray(ztxt_KxE).T
-  if "b" in loaded.params:
-    return 1 / (1 + np.exp(-(logits + float(loaded.params["b"][0]))))
+  """Each image's probability of matching each text, with the model's own
+  t and b: SigLIP's sigmoid(t z.z' + b) (independent per text), CLIP's
+  softmax over texts."""
+  logits = loaded.t * np.asarray(zimg_BxE) @ np.asarray(ztxt_KxE).T
+  if loaded.b is not None:
+    return 1 / (1 + np.exp(-(logits + loaded.b)))
   logits = logits - logits.max(-1, keepdims=True)
   return np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
 
