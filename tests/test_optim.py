@@ -11,7 +11,6 @@ import pytest
 from vit_jax import sharding
 from vit_jax import weights
 from vit_jax.config import defaults
-from vit_jax.errors import UserError
 from vit_jax.objectives import supervised
 from vit_jax.training import losses
 from vit_jax.training import optim
@@ -222,58 +221,3 @@ def test_frozen_parameters_cost_no_backward_pass():
   frozen_flops, frozen_params = step_with(tuple(config.frozen))
   assert frozen_flops < 0.8 * all_flops, (frozen_flops, all_flops)
   jax.tree.map(np.testing.assert_array_equal, all_params, frozen_params)
-
-
-def test_layer_decay_gives_each_depth_its_learning_rate():
-  """config.layer_decay d with SGD (lr 0.1, unit gradients) against the
-  rule computed here: of L = 2 blocks, the patch embedding, class token,
-  registers and position table move by lr d^3, block 0 by lr d^2, block 1
-  by lr d, the final norm and the head by lr; a scanned model's stacked
-  blocks row by row; a Mixer's blocks as a ViT's; with lr_mults too."""
-  from tests.helpers import tiny_models  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import scan  # pylint: disable=g-import-not-at-top
-  d, lr = 0.5, 0.1
-  vit = tiny_models.vit(num_classes=3, hidden_size=8, mlp_dim=16, num_heads=2,
-                        num_layers=2, patch_size=4, num_registers=1)
-  params = vit.init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))["params"]
-  mixer = tiny_models.mixer(num_classes=3, hidden_size=8, tokens_mlp_dim=4,
-                            channels_mlp_dim=16, num_layers=2, patch_size=4)
-  mixer_params = mixer.init(jax.random.key(0), jnp.zeros(
-      (1, 8, 8, 3)))["params"]
-  expected = {
-      "embedding/kernel": d**3,
-      "cls": d**3,
-      "registers": d**3,
-      "Transformer/posembed_input/pos_embedding": d**3,
-      "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": d**2,
-      "Transformer/encoderblock_1/LayerNorm_0/scale": d,
-      "Transformer/encoder_norm/scale": 1.0,
-      "head/kernel": 1.0 * 10,  # Its lr_mults rule too.
-  }
-  mixer_expected = {
-      "stem/kernel": d**3,
-      "MixerBlock_0/token_mixing/Dense_0/kernel": d**2,
-      "MixerBlock_1/channel_mixing/Dense_1/bias": d,
-      "pre_head_layer_norm/scale": 1.0,
-  }
-  config = _config(optimizer="sgd", momentum=0.0, weight_decay=0.0,
-                   layer_decay=d, lr_mults=(("head/.*", 10.0),))
-  optim.check_config(config)
-  for tree, want in ((params, expected), (mixer_params, mixer_expected)):
-    tx, _ = optim.make_optimizer(config, 10)
-    grads = jax.tree.map(jnp.ones_like, tree)
-    updates, _ = tx.update(grads, tx.init(tree), tree)
-    flat = flax.traverse_util.flatten_dict(updates, sep="/")
-    for name, factor in want.items():
-      np.testing.assert_allclose(flat[name], -lr * factor, rtol=1e-6)
-  stacked = scan.stack_layers(params)
-  tx, _ = optim.make_optimizer(config, 10)
-  updates, _ = tx.update(jax.tree.map(jnp.ones_like, stacked), tx.init(stacked),
-                         stacked)
-  kernel = updates["Transformer"]["encoderblock"]["MlpBlock_3"]["Dense_0"][
-      "kernel"]
-  np.testing.assert_allclose(kernel[0], -lr * d**2, rtol=1e-6)
-  np.testing.assert_allclose(kernel[1], -lr * d, rtol=1e-6)
-  config.layer_decay = 1.5
-  with pytest.raises(UserError, match="layer_decay=1.5 must be in"):
-    optim.check_config(config)

@@ -9,9 +9,11 @@ typo never silently trains (or freezes) the wrong thing.
     sgd:  clip -> + wd * mult * param -> momentum -> * -lr * lr_mult
 
 Frozen parameters get no update and carry no optimizer state.
-`config.layer_decay` multiplies the learning rate by depth (`layer_decay`).
+`config.layer_decay` scales the learning rate by depth, per tower
+(`decay_exponents`).
 """
 
+import collections
 import re
 from typing import Sequence
 
@@ -23,7 +25,6 @@ import optax
 
 from vit_jax.config import fields
 from vit_jax.errors import UserError
-from vit_jax.models.partitioning import is_scanned_block
 from vit_jax.models.partitioning import param_path
 
 OPTIMIZERS = ("adam", "sgd")
@@ -66,7 +67,8 @@ def _first_match(rules, path: str, default):
 
 
 def check_param_rules(config: ml_collections.ConfigDict, params):
-  """Every regex of lr_mults, wd_mults and frozen matches some parameter."""
+  """Every regex of lr_mults, wd_mults and frozen matches some parameter;
+  with layer_decay, every parameter has a depth."""
   paths = [
       param_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]
   ]
@@ -82,6 +84,8 @@ def check_param_rules(config: ml_collections.ConfigDict, params):
       any(re.fullmatch(r, p) for r in config.frozen) for p in paths):
     raise UserError("config.frozen freezes every parameter; nothing would "
                     "train.")
+  if config.layer_decay is not None and config.layer_decay != 1:
+    decay_exponents(params)  # Refuses a parameter it cannot place.
 
 
 def _scale_per_param(rules: Sequence, default: float, add_params=False,
@@ -102,47 +106,81 @@ def _scale_per_param(rules: Sequence, default: float, add_params=False,
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
 
-# Where a parameter sits for layer decay: a block (looped, or scanned with a
-# leading layer axis), the embeddings (before the blocks), or after them.
-_BLOCK = re.compile(r"(?:^|/)(?:encoderblock_|MixerBlock_)(\d+)/")
+# Layer-wise lr decay places each parameter by its path inside its tower: a
+# two-tower model's `img/` and `txt/` each decay over their own blocks; any
+# other model is one tower. A path that is no embedding, block or what
+# follows the blocks is refused by name rather than given a guessed depth.
+_TOWERS = ("img", "txt")
+_ENCODER = r"(?:Transformer|Encoder_0)/"  # The ViT's, the text tower's.
+# Patch, token and position embeddings, class token, registers, [mask]
+# token, a Mixer's or a hybrid's stem, CLIP's pre-norm: depth 0.
 _EMBEDDINGS = re.compile(
-    r"^(?:embedding|cls|registers|mask_token|stem|conv_root|gn_root|"
-    r"block\d+)(?:/|$)|(?:^|/)(?:posembed_input|pre_norm)/")
+    r"(?:embedding|Embed_0|stem|conv_root|gn_root|block\d+)/.+|"
+    r"cls|registers|mask_token|pos_embedding|"
+    rf"{_ENCODER}(?:posembed_input|pre_norm)/.+")
+_BLOCK = re.compile(rf"{_ENCODER}encoderblock_(\d+)/.+|MixerBlock_(\d+)/.+")
+# scan_layers: one block whose parameters lead with the layer axis.
+_SCANNED = re.compile(rf"{_ENCODER}encoderblock/.+")
+# After the blocks, at the full lr: final norms, poolers and heads, MAE's
+# decoder (a head trained from scratch, dropped after pre-training) and the
+# two towers' temperature and bias.
+_TOP = re.compile(
+    rf"{_ENCODER}encoder_norm/.+|(?:MAPHead_0|pooled_norm|pre_logits|head|"
+    r"pre_head_layer_norm|masked_patch_head|mae_decoder)/.+|t|b")
 
 
-def layer_depths(params):
-  """A tree of each parameter's depth: 0 the embeddings (patch and position
-  embeddings, tokens, a hybrid's stem, CLIP's pre-norm), i + 1 block i, L + 1
-  what follows the L blocks (final norms, heads); a scanned block's a
-  vector over its leading layer axis. Returns (tree, L)."""
-  paths = [(param_path(p), leaf)
-           for p, leaf in jax.tree_util.tree_flatten_with_path(params)[0]]
-  looped = {int(m[1]) for path, _ in paths if (m := _BLOCK.search(path))}
-  scanned = [leaf.shape[0] for path, leaf in paths if is_scanned_block(path)]
-  num_layers = max(looped, default=-1) + 1 or (scanned[0] if scanned else 0)
+def _place(path: str) -> tuple[str, str, int]:
+  """(tower, kind, block): kind "embeddings", "block", "scanned" or "top"."""
+  tower, _, rest = path.partition("/")
+  if tower not in _TOWERS or not rest:
+    tower, rest = "", path
+  if _EMBEDDINGS.fullmatch(rest):
+    return tower, "embeddings", 0
+  if _TOP.fullmatch(rest):
+    return tower, "top", 0
+  if block := _BLOCK.fullmatch(rest):
+    return tower, "block", int(block[1] or block[2])
+  if _SCANNED.fullmatch(rest):
+    return tower, "scanned", 0
+  raise UserError(
+      f"config.layer_decay cannot place parameter {path!r} at a depth (not "
+      "an embedding, block or head that vit_jax/training/optim.py knows); "
+      "add its name there or set config.layer_decay=None.")
 
-  def depth(key_path, leaf):
-    path = param_path(key_path)
-    if is_scanned_block(path):
-      return np.arange(
-          1, leaf.shape[0] + 1).reshape((-1,) + (1,) * (leaf.ndim - 1))
-    block = _BLOCK.search(path)
-    if block:
-      return int(block[1]) + 1
-    return 0 if _EMBEDDINGS.search(path) else num_layers + 1
 
-  return jax.tree_util.tree_map_with_path(depth, params), num_layers
+def decay_exponents(params):
+  """A tree of k per parameter: `layer_decay` d scales its lr by d^k.
+
+  BEiT's depths within each tower of L blocks: 0 the embeddings, i + 1
+  block i, L + 1 what follows, and k = L + 1 - depth; a scanned block's k
+  is a vector over its leading layer axis. Heads, MAE's decoder and the
+  towers' temperature and bias: k = 0."""
+  leaves = [(param_path(p), leaf)
+            for p, leaf in jax.tree_util.tree_flatten_with_path(params)[0]]
+  places = {path: _place(path) for path, _ in leaves}
+  num_layers = collections.defaultdict(int)
+  for path, leaf in leaves:
+    tower, kind, block = places[path]
+    layers = {"block": block + 1, "scanned": leaf.shape[0]}.get(kind, 0)
+    num_layers[tower] = max(num_layers[tower], layers)
+
+  def exponent(key_path, leaf):
+    tower, kind, block = places[param_path(key_path)]
+    layers = num_layers[tower]
+    if kind == "scanned":  # Row i is block i.
+      return np.arange(layers, 0, -1).reshape((-1,) + (1,) * (leaf.ndim - 1))
+    return {"embeddings": layers + 1, "block": layers - block, "top": 0}[kind]
+
+  return jax.tree_util.tree_map_with_path(exponent, params)
 
 
 def _layer_decay(decay: float) -> optax.GradientTransformation:
-  """u -> u * decay^(L + 1 - depth) (`layer_depths`)."""
+  """u -> u * decay^k (`decay_exponents`)."""
 
   def update(updates, state, params=None):
     del params
-    depths, num_layers = layer_depths(updates)
-    return jax.tree.map(
-        lambda u, d: u * jnp.asarray(decay**(num_layers + 1 - d), u.dtype),
-        updates, depths), state
+    return jax.tree.map(lambda u, k: u * jnp.asarray(decay**k, u.dtype),
+                        updates, decay_exponents(updates)), state
 
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
@@ -174,7 +212,8 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
   parts.append(optax.scale_by_learning_rate(schedule))
   if config.lr_mults:
     parts.append(_scale_per_param(config.lr_mults, 1.0))
-  if config.layer_decay is not None and config.layer_decay != 1:
+  layer_decay = config.layer_decay is not None and config.layer_decay != 1
+  if layer_decay and not config.frozen:
     parts.append(_layer_decay(config.layer_decay))
   tx = optax.chain(*parts)
   if config.frozen:
@@ -187,6 +226,8 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
         "trained": tx,
         "frozen": optax.set_to_zero()
     }, labels)
+    if layer_decay:  # Outside the mask: a tower's depth counts frozen blocks.
+      tx = optax.chain(tx, _layer_decay(config.layer_decay))
   return tx, schedule
 
 
