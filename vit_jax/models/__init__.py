@@ -11,6 +11,7 @@ A model is its variant's sizes (`variants.py`) and its form, every other
 from vit_jax.config.model_form import ModelForm
 from vit_jax.models.builder import IMAGE_TEXT_OBJECTIVES
 from vit_jax.models.builder import build_model
+from vit_jax.models.builder import clamped
 from vit_jax.models.builder import create_model
 from vit_jax.models.builder import form_of
 from vit_jax.models.builder import fp8_state
@@ -37,5 +38,6 @@ __all__ = [
     "Variant", "build_model", "create_model", "check_image_size", "form_of",
     "from_config", "get_variant", "check_model_config", "stride",
     "init_on_zeros", "param_shapes", "fp8_state", "uses_fp8", "vit_of",
-    "with_block_gather", "IMAGE_TEXT_OBJECTIVES", "two_towers", "is_two_towers"
+    "with_block_gather", "IMAGE_TEXT_OBJECTIVES", "two_towers", "is_two_towers",
+    "clamped"
 ]

@@ -88,6 +88,9 @@ IMAGE_TEXT_OBJECTIVES = ("siglip", "clip")
 # The objectives' own (temperature, bias) at init: the SigLIP paper's t = 10
 # and b = -10 (most pairs are negatives), CLIP's t = 1 / 0.07 and no bias.
 INITS = {"siglip": (10.0, -10.0), "clip": (1 / 0.07, None)}
+# The bound on t an objective keeps (`TwoTowers.max_temperature`): CLIP's
+# 100; SigLIP's paper and big_vision leave t unbounded.
+MAX_TEMPERATURES = {"siglip": None, "clip": 100.0}
 
 
 def two_towers(config) -> TwoTowers:
@@ -109,7 +112,7 @@ def two_towers(config) -> TwoTowers:
   if config.objective == "siglip" and t.bias_init is not None:
     bias = t.bias_init
   return TwoTowers(image, tower, t.temperature_init or temperature, bias,
-                   t.length)
+                   t.length, max_temperature=MAX_TEMPERATURES[config.objective])
 
 
 def from_config(config, num_classes):
@@ -138,6 +141,12 @@ def from_config(config, num_classes):
 
 def is_two_towers(model: nn.Module) -> bool:
   return isinstance(model, TwoTowers)
+
+
+def clamped(model: nn.Module, params):
+  """`params` after an update, kept where the model bounds them (a CLIP
+  model's temperature: `TwoTowers.clamped`); as they are for others."""
+  return model.clamped(params) if isinstance(model, TwoTowers) else params
 
 
 def vit_of(model: nn.Module) -> VisionTransformer:
