@@ -1,6 +1,7 @@
 """Test set-up: 8 simulated CPU devices, quiet TensorFlow, a local TFDS dir,
 the compilation cache of this clone, and deprecations as errors."""
 
+import gc
 import os
 import re
 
@@ -66,6 +67,23 @@ def pytest_configure(config):
   for message, category in THIRD_PARTY_DEPRECATIONS:
     config.addinivalue_line("filterwarnings",
                             f"ignore:{re.escape(message)}:{category}")
+
+
+def pytest_sessionfinish(session):
+  """The session's last garbage collection, then the survivors frozen.
+
+  An xdist worker ends within 5 s of being told to, or execnet sends it
+  SIGINT; pytest's cleanup then collects garbage 5 times, and a worker
+  that ran many JAX tests holds millions of objects (about 2 s a
+  collection): the SIGINT lands in JAX's gc callback, and the suite ended
+  with a PytestUnraisableExceptionWarning (`_xla_gc_callback`,
+  KeyboardInterrupt) per worker. Collected here, before the worker reports
+  that it has finished (an unraisable exception found is still reported),
+  pytest's collections scan only what is made after.
+  """
+  del session
+  gc.collect()
+  gc.freeze()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -12,10 +12,14 @@ import subprocess
 import sys
 
 from absl import app
+import flax
+import jax
+import numpy as np
 import pytest
 
 from tests.helpers import processes
 from vit_jax import cli
+from vit_jax import models
 from vit_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,6 +140,24 @@ MISTAKES = {
     ], "error: start_step=100000000000000000000 with the 3 batches read "
                                                  "from it goes past the "
                                                  "stream's last step"),
+    "main: a RoPE base of 0": ([
+        "vit_jax", "train", "--config=configs/digits.py",
+        "--workdir=/tmp/unused", "--config.model.rope=axial",
+        "--config.model.rope_temperature=0"
+    ], "error: config.model.rope_temperature=0.0 must be positive"),
+    "main: MAP heads without a MAP head": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--config.model.map_heads=3"
+    ], "error: config.model.map_heads=3 sets the heads of a MAP head, and "
+                                           "classifier=token has none"),
+    "analyze: MAE's target for a checkpoint without MAE's decoder": (
+        ["vit_jax", "analyze", "--checkpoint={classifier}", "--norm_pix_loss"
+        ], "error: --norm_pix_loss says what an MAE decoder predicts, and "
+        "{classifier} has none"),
+    "predict: two class names for ten classes": ([
+        "vit_jax", "predict", "--checkpoint={classifier}", "--class_names=a,b",
+        "docs/digits"
+    ], "error: --class_names names 2 classes, and {classifier}'s head has 10"),
     "main: a broken config.json beside the weights": ([
         "vit_jax", "train", "--config=configs/digits.py:runlocal",
         "--workdir={tmp}/run", "--config.init.checkpoint={tmp}/timm_dir"
@@ -164,9 +186,24 @@ def _run(args):
                         text=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory) -> str:
+  """A .npz of the `testing` ViT with a head of 10 classes (released
+  checkpoints' names), made once for the cases that name {classifier}."""
+  model = models.create_model("testing", 10)
+  params = jax.jit(model.init)(jax.random.key(0), np.zeros(
+      (1, 16, 16, 3)))["params"]
+  path = str(tmp_path_factory.mktemp("classifier") / "testing.npz")
+  np.savez(path, **flax.traverse_util.flatten_dict(params, sep="/"))
+  return path
+
+
 @pytest.mark.parametrize("case", MISTAKES)
-def test_a_user_mistake_is_one_line_and_status_2(case, tmp_path):
+def test_a_user_mistake_is_one_line_and_status_2(case, tmp_path, request):
   args, message = MISTAKES[case]
+  names = {"tmp": tmp_path}
+  if any("{classifier}" in arg for arg in args):
+    names["classifier"] = request.getfixturevalue("classifier")
   (tmp_path / "a_file").write_text("kept")
   weights = tmp_path / "timm_dir"  # Written by timm, its config.json cut.
   weights.mkdir()
@@ -177,7 +214,7 @@ def test_a_user_mistake_is_one_line_and_status_2(case, tmp_path):
   before = sorted(tmp_path.rglob("*"))
   done = subprocess.run([
       sys.executable, "-c", _RUN_AND_LIST_LOADED,
-      *[arg.format(tmp=tmp_path) for arg in args[1:]]
+      *[arg.format(**names) for arg in args[1:]]
   ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
                         timeout=300)
   assert done.returncode == 2, done.stderr[-2000:]
@@ -186,7 +223,7 @@ def test_a_user_mistake_is_one_line_and_status_2(case, tmp_path):
       line for line in done.stderr.splitlines() if line.startswith("error: ")
   ]
   assert len(errors) == 1 and errors[0].startswith(
-      message.format(tmp=tmp_path)), errors
+      message.format(**names)), errors
   assert done.stderr.splitlines()[-1] == "loaded: ", done.stderr[-2000:]
   assert sorted(tmp_path.rglob("*")) == before  # Nothing written.
   assert (tmp_path / "a_file").read_text() == "kept"

@@ -1,6 +1,7 @@
 """SigLIP's and CLIP's losses (training/contrastive.py): the formulas, the
-sharded forms against the whole batch (values and gradients), and the
-chunked sigmoid loss's per-device memory."""
+sharded forms against the whole batch (values and gradients), the
+chunked sigmoid loss's per-device memory, and CLIP's bound on its
+temperature."""
 
 import jax
 import jax.numpy as jnp
@@ -8,9 +9,16 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
+import optax
 import pytest
 
+from configs import image_text as recipes
+from vit_jax import models
+from vit_jax import objectives
+from vit_jax import sharding
 from vit_jax.training import contrastive
+from vit_jax.training import steps
+from vit_jax.training import train_state
 
 
 def _embeddings(batch, dim, seed=0):
@@ -113,3 +121,80 @@ def test_chunked_sigmoid_loss_keeps_a_fraction_of_the_memory():
     print(f"{name}: temporary bytes per device, whole batch {full_bytes:,}, "
           f"chunked {chunked_bytes:,}")
     assert chunked_bytes * 4 <= full_bytes
+
+
+def _recipe(objective: str):
+  recipe = {"clip": "clip", "siglip": "digits"}[objective]
+  return recipes.get_config(f"{recipe},runlocal").unlock()
+
+
+def _two_towers(objective: str):
+  """A tiny two-tower model of `objective`'s recipe, built as training
+  builds it."""
+  config = _recipe(objective)
+  assert config.objective == objective
+  config.text.vocab_size = 16  # What `objectives.decide` reads off a
+  # tokenizer.
+  config.model.gelu_approximate = True
+  config.model.posemb_interpolation = "bilinear"
+  return objectives.model(config, None)
+
+
+def _sgd_step(model, objective: str, lr: float):
+  """(the model's train step under SGD at `lr`, jitted; the optimizer)."""
+  tx = optax.sgd(lr)
+  step = steps.make_train_step(
+      model, tx,
+      objectives.get(objective).loss(_recipe(objective)),
+      optax.constant_schedule(lr), sharding.make_mesh(1, 1,
+                                                      jax.devices()[:1]))
+  return jax.jit(step), tx
+
+
+def _gradient_of_t(model, params, batch, objective: str) -> float:
+  """d loss / d log t, the forward reading exp(log t) as it is."""
+
+  def loss(t):
+    zimg, ztxt, out = model.apply({"params": {
+        **params, "t": t
+    }}, batch["image"], batch["text"])
+    if objective == "clip":
+      return contrastive.softmax_loss(zimg, ztxt, out["t"])
+    return contrastive.sigmoid_loss(zimg, ztxt, out["t"], out["b"])
+
+  return float(jax.grad(loss)(params["t"])[0])
+
+
+def test_clips_temperature_is_clamped_after_each_update_as_openclip_does():
+  """CLIP keeps log t in [0, ln 100] by clamping the parameter after the
+  update (OpenCLIP's `logit_scale.clamp_(0, math.log(100))` after each
+  optimizer step): from t = 100 exactly (OpenAI's released value), an SGD
+  step that would raise t leaves it at ln 100, and one that would lower it
+  moves it by lr times the gradient of the unclipped exp(log t) -- a clip
+  inside the forward would zero that gradient and keep t at 100. SigLIP's
+  t is unbounded (its paper and big_vision clip nothing)."""
+  bound = np.float32(np.log(100.0))
+  for objective in ("clip", "siglip"):
+    model = _two_towers(objective)
+    assert model.max_temperature == (100.0 if objective == "clip" else None)
+    rng = np.random.default_rng(0)
+    batch = {
+        "image": rng.uniform(-1, 1, size=(8, 16, 16, 3)).astype(np.float32),
+        "text": rng.integers(1, 16, size=(8, model.text_length), dtype=np.int32)
+    }
+    params = models.init_on_zeros(model, jax.random.key(0), 16)
+    params = {**params, "t": jnp.full((1,), bound)}
+    gradient = _gradient_of_t(model, params, batch, objective)
+    assert abs(gradient) > 1e-4, objective  # Neither zero nor clipped.
+    for sign in (1, -1):  # SGD down the gradient and up it, by 0.5 in log t.
+      lr = sign * 0.5 / abs(gradient)
+      step, tx = _sgd_step(model, objective, lr)
+      state = train_state.TrainState(step=jnp.int32(0), params=params,
+                                     opt_state=tx.init(params),
+                                     rng=jax.random.key_data(jax.random.key(1)))
+      new_t = float(step(state, batch)[0].params["t"][0])
+      if objective == "clip" and -lr * gradient > 0:  # It would raise t.
+        assert new_t == bound, (objective, sign)
+      else:
+        np.testing.assert_allclose(new_t, bound - lr * gradient, rtol=1e-5,
+                                   err_msg=f"{objective} {sign}")

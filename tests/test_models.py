@@ -389,6 +389,39 @@ def test_check_model_config_names_bad_field(field, value):
     models.check_model_config(model_config(**{field: value}))
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(rope="axial", rope_temperature=0.0),
+     "config.model.rope_temperature=0.0 must be positive"),
+    (dict(rope="mixed", rope_temperature=-10.0),
+     "config.model.rope_temperature=-10.0 must be positive"),
+    (dict(rope="dinov3", rope_jitter=0.5),
+     "config.model.rope_jitter=0.5 must be 1 (none) or more"),
+    (dict(rope="dinov3", rope_rescale=float("nan")),
+     "config.model.rope_rescale=nan must be 1 (none) or more"),
+    (dict(rope="dinov3", rope_shift=-0.1),
+     "config.model.rope_shift=-0.1 must be 0 (none) or more"),
+    (dict(rope="axial", rope_grid_offset=float("inf")),
+     "config.model.rope_grid_offset=inf must be a finite number"),
+    (dict(rope="axial", rope_reference_grid=-2),
+     "config.model.rope_reference_grid=-2 must be 0 (none)"),
+    (dict(classifier="gap", map_heads=4),
+     "config.model.map_heads=4 sets the heads of a MAP head, and "
+     "classifier=gap has none"),
+])
+def test_rope_numbers_out_of_range_and_stray_map_heads_are_refused(
+    change, message):
+  """Each in one line naming the field and its value, before tracing (a
+  RoPE base of 0 made every angle inf: training diverged at step 5); the
+  same values in range are accepted."""
+  with pytest.raises(UserError) as refused:
+    models.check_model_config(model_config(**change))
+  assert str(refused.value).startswith(message), str(refused.value)
+  models.check_model_config(
+      model_config(rope="axial", rope_temperature=0.5, rope_grid_offset=-1.0,
+                   rope_reference_grid=3, rope_shift=0.5, rope_jitter=1.0,
+                   rope_rescale=2.0, classifier="map", map_heads=4))
+
+
 # ------------------------------------------------------------ attention --
 
 

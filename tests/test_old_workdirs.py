@@ -108,7 +108,8 @@ def test_recorded_configs_of_earlier_layouts_are_upgraded_where_read():
   """Each fixture's config.json, written before most of the model's form
   existed, reads with every field (`config/recorded.py`, once), and the
   form it gives is the one the run computed; a run recorded before the
-  GELU was an option computed the exact erf."""
+  GELU was an option computed the exact erf, and one that moved RoPE's
+  positions drew them per image."""
   for name in ("supervised", "selfsup"):
     run = recorded.read(epath.Path(FIXTURES) / name / "config.json")
     assert set(run["model"]) == set(defaults.get_model_config())
@@ -117,3 +118,11 @@ def test_recorded_configs_of_earlier_layouts_are_upgraded_where_read():
   older = recorded.upgrade({"model": {"variant": "testing"}})
   form = models.ModelForm.from_config(older["model"])
   assert form == models.ModelForm(gelu_approximate=False)
+  # RoPE's augmentations were drawn per image before rope_augment_per.
+  augmented = recorded.upgrade(
+      {"model": {
+          "variant": "testing",
+          "rope": "dinov3",
+          "rope_rescale": 2.0
+      }})
+  assert augmented["model"]["rope_augment_per"] == "image"

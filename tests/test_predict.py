@@ -93,10 +93,11 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
   good = (folder / "good" / "3.png").read_bytes()
   (folder / "cut.png").write_bytes(good[:len(good) // 2])
   out = tmp_path / "predictions.csv"
+  names = ("zero,one,two,three,four,five,six,seven,eight,nine").split(",")
   done = subprocess.run([
       sys.executable, "-m", "vit_jax", "predict",
       f"--checkpoint={trained_digits}", "--top_k=2", "--batch_size=4",
-      f"--out={out}",
+      f"--out={out}", f"--class_names={','.join(names)}",
       str(folder)
   ], cwd=REPO, env=processes.command_env(), capture_output=True, text=True,
                         timeout=300)
@@ -118,11 +119,15 @@ def test_a_bad_image_is_named_and_skipped(trained_digits, tmp_path):
   assert len(rows) == 10 and {r["path"] for r in rows} == {
       str(folder / "good" / f"{i}.png") for i in range(10)
   }
+  # --class_names names the head's ten classes, in class order.
+  assert "class names: --class_names" in done.stderr
+  assert {r["label_2"] for r in rows} | {r["label"] for r in rows} <= set(names)
   for row in rows:
     assert row["label"] == row["label_1"] and row["score"] == row["score_1"]
     assert float(row["score_1"]) >= float(row["score_2"])
   # The docs' digits are named by their label; chance would get one right.
-  right = sum(r["label"] == os.path.basename(r["path"])[0] for r in rows)
+  right = sum(
+      r["label"] == names[int(os.path.basename(r["path"])[0])] for r in rows)
   assert right >= 5, rows
 
 

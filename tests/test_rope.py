@@ -35,7 +35,9 @@ from tests.helpers import numpy_reference as ref
 from tests.helpers import tiny_models
 from tests.references import stored
 from vit_jax import inference
+from vit_jax import sharding
 from vit_jax import weights
+from vit_jax.models import rope
 from vit_jax.models import sequences
 from vit_jax.models import variants
 
@@ -414,9 +416,12 @@ def test_a_dinov3_file_fine_tunes_at_two_shapes_predicts_exports_and_sweeps(
 
 def test_dinovs_position_augmentations_apply_in_training_only():
   """rope_shift, rope_jitter and rope_rescale (DINOv3's) leave evaluation
-  as without them; in training they move each image's positions with its
-  own draw (two copies of one image differ), the same for the same rng."""
+  as without them; in training they move the positions, with one draw for
+  the whole batch by default (two copies of one image in a batch get the
+  same logits) and one per image with rope_augment_per=image (the copies
+  differ); the same for the same rng, another for another (a step's)."""
   model = _tiny_rope_model(rope_shift=0.2, rope_jitter=1.5, rope_rescale=2.0)
+  assert model.form.rope_augment_per == "block"
   image = np.random.default_rng(5).normal(size=(1, 16, 16, 3))
   twice = np.concatenate([image, image])
   params = model.init(jax.random.key(0), twice)["params"]
@@ -431,8 +436,71 @@ def test_dinovs_position_augmentations_apply_in_training_only():
 
   np.testing.assert_array_equal(logits(model, twice, False),
                                 logits(plain, twice, False))
-  trained = logits(model, twice, True)
-  assert np.abs(trained[0] - trained[1]).max() > 1e-3  # A draw per image.
-  assert np.abs(trained - logits(plain, twice, True)).max() > 1e-3
-  np.testing.assert_array_equal(trained, logits(model, twice, True))
-  assert np.abs(trained - logits(model, twice, True, 1)).max() > 1e-3
+  for per in ("block", "batch", "image"):
+    m = tiny_models.with_form(model, rope_augment_per=per)
+    trained = logits(m, twice, True)
+    copies_differ = np.abs(trained[0] - trained[1]).max()
+    if per == "image":
+      assert copies_differ > 1e-3, per  # A draw per image.
+    else:
+      assert copies_differ == 0, per  # One draw for the batch.
+    assert np.abs(trained - logits(plain, twice, True)).max() > 1e-3, per
+    np.testing.assert_array_equal(trained, logits(m, twice, True))
+    assert np.abs(trained - logits(m, twice, True, 1)).max() > 1e-3, per
+
+
+def test_dinovs_draws_are_per_block_or_per_batch_as_the_form_says(monkeypatch):
+  """Every draw of the augmentations (`rope.augmented`), recorded: by
+  default (DINOv3's code) each block draws its own for the whole batch (2
+  blocks: 2 draws of one transform each, not alike); batch: one draw of one
+  transform for every block; image: one draw, a transform per image."""
+  drawn = []
+
+  def recorded(form, positions, rng):
+    moved = augmented(form, positions, rng)
+    drawn.append(np.asarray(moved))
+    return moved
+
+  augmented = rope.augmented
+  monkeypatch.setattr(rope, "augmented", recorded)
+  model = _tiny_rope_model(rope_shift=0.3, rope_jitter=1.5, rope_rescale=2.0)
+  images = np.random.default_rng(1).normal(size=(3, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)["params"]
+  assert not drawn  # Not at init, nor in evaluation.
+  for per, draws, rows in (("block", 2, 1), ("batch", 1, 1), ("image", 1, 3)):
+    drawn.clear()
+    tiny_models.with_form(model, rope_augment_per=per).apply(
+        {"params": params}, images, train=True,
+        rngs={"dropout": jax.random.key(0)})
+    assert [d.shape[0] for d in drawn] == [rows] * draws, per
+    assert drawn[0].shape[1:] == (16, 2)
+    if per == "block":
+      assert np.abs(drawn[0] - drawn[1]).min() > 0
+    if per == "image":
+      assert np.abs(drawn[0][0] - drawn[0][1]).max() > 1e-3
+
+
+def test_dinovs_draws_are_the_same_on_any_mesh():
+  """A batch of 8 split over 8, 2 or 1 of the simulated devices computes
+  the same logits in training, each form of the draws: a draw is a
+  function of the rng, not of where the batch lives."""
+  images = np.random.default_rng(2).normal(size=(8, 16, 16, 3))
+  model = _tiny_rope_model(rope_shift=0.3, rope_jitter=1.5, rope_rescale=2.0)
+  params = model.init(jax.random.key(0), images[:1])["params"]
+  params = jax.tree.map(jnp.asarray, ref.trained_like_params(params, seed=4))
+  for per in ("block", "image"):
+    m = tiny_models.with_form(model, rope_augment_per=per)
+
+    def apply(x, m=m):
+      return m.apply({"params": params}, x, train=True,
+                     rngs={"dropout": jax.random.key(3)})[0]
+
+    outputs = []
+    for devices in (8, 2, 1):
+      mesh = sharding.make_mesh(devices, 1, jax.devices()[:devices])
+      batch = jax.device_put(images, sharding.batch_sharding(mesh))
+      outputs.append(np.asarray(jax.jit(apply)(batch)))
+    assert np.abs(outputs[0]).max() > 0.1
+    for other in outputs[1:]:
+      np.testing.assert_allclose(other, outputs[0], atol=1e-6, rtol=0,
+                                 err_msg=per)

@@ -42,6 +42,7 @@ import numpy as np
 from vit_jax import cli
 from vit_jax import console
 from vit_jax import inference
+from vit_jax import models
 from vit_jax import paths
 from vit_jax import weights
 from vit_jax.analysis import figures
@@ -72,7 +73,8 @@ flags.DEFINE_string("out", None, "Folder for the figures and analysis.json.")
 flags.DEFINE_boolean(
     "norm_pix_loss", None, "Whether an MAE decoder predicts normalised pixels "
     "(default: its run's config.mae, else True as MAE's full files; "
-    "--nonorm_pix_loss for its mae_visualize files).")
+    "--nonorm_pix_loss for its mae_visualize files); only for a checkpoint "
+    "with MAE's decoder.")
 
 FIGURES = ("embedding_filters.png", "position_embedding_similarity.png",
            "mean_attention_distance.png", "attention_rollout.png")
@@ -166,6 +168,19 @@ def _draw(result: dict, names, where) -> list[str]:
   return written
 
 
+def _check_norm_pix_loss(loaded, norm_pix_loss: Optional[bool]):
+  """--norm_pix_loss (None: not given) says what an MAE decoder predicts:
+  refused, before anything is computed, for a checkpoint without one."""
+  if norm_pix_loss is None:
+    return
+  if (isinstance(loaded.model, models.MlpMixer) or
+      reconstructions.decoder_of(loaded) is None):
+    flag = "--norm_pix_loss" if norm_pix_loss else "--nonorm_pix_loss"
+    raise UserError(
+        f"{flag} says what an MAE decoder predicts, and {loaded.checkpoint} "
+        "has none (its figures are drawn without it): leave the flag out.")
+
+
 def _reconstructions(loaded, result: dict, names, where) -> Optional[dict]:
   """MAE's reconstructions of the rollout's images, where the checkpoint
   has MAE's decoder; what analysis.json says of them."""
@@ -198,6 +213,7 @@ def main(argv):
         "--num_images, --num_shown and --batch_size must be positive.")
   loaded = inference.load(FLAGS.checkpoint, FLAGS.config, FLAGS.image_size,
                           FLAGS.num_heads)
+  _check_norm_pix_loss(loaded, FLAGS.norm_pix_loss)
   if loaded.config.pp_eval.replace(" ", "").endswith("patchify"):
     # The figures are of a square grid: images resized to one (a model of
     # images at their own shape runs on squares too).

@@ -12,6 +12,10 @@ all local devices, and a table of the top-k classes with their
 probabilities is printed; `--out` writes it as CSV. A file that cannot be
 read is named and skipped; the command then exits with status 1.
 
+A classifier's classes are named by --labels or --class_names (one name
+per class of its head), else by the checkpoint or its training dataset,
+else by their indices.
+
 An image-text model (a SigLIP, CLIP or LiT run, a two-tower file, a
 transformers SiglipModel directory: `vit_jax/inference/zero_shot.py`) classifies
 zero-shot among --class_names, each put in --templates: SigLIP's
@@ -53,7 +57,8 @@ flags.DEFINE_integer(
     "square images).", lower_bound=1)
 flags.DEFINE_string(
     "class_names", None, "An image-text model's classes: a comma-separated "
-    "list or a file (one per line).")
+    "list or a file (one per line); for a classifier, the names of its "
+    "head's classes, in class order (as --labels).")
 flags.DEFINE_string(
     "templates", None, "An image-text model's prompts, each with {} for the "
     "class name: a file (one per line), `clip` (CLIP's 80), or none (the "
@@ -88,6 +93,23 @@ def _zero_shot(files):
   return rows, names, how, batches
 
 
+def _class_names(loaded):
+  """(names of the classifier's classes, where they came from):
+  --class_names, one per class of its head, else `inference.class_names`
+  (--labels, the checkpoint's or the training dataset's own)."""
+  if not FLAGS.class_names:
+    return inference.class_names(loaded, FLAGS.labels)
+  inference.require_head(loaded)
+  names = zero_shot.lines_or_list(FLAGS.class_names)
+  if len(names) != loaded.num_classes:
+    raise UserError(
+        f"--class_names names {len(names)} classes, and {FLAGS.checkpoint}'s "
+        f"head has {loaded.num_classes}: name each of its classes, in class "
+        "order, or leave the flag out (its own names, else the indices, are "
+        "shown).")
+  return list(names), "--class_names"
+
+
 def _shown(path: str) -> str:
   """Local paths relative to the working directory when inside it."""
   relative = os.path.relpath(path) if not paths.is_remote(path) else path
@@ -120,6 +142,9 @@ def to_csv(rows, names) -> str:
 def main(argv):
   if FLAGS.top_k < 1 or FLAGS.batch_size < 1:
     raise app.UsageError("--top_k and --batch_size must be positive.")
+  if FLAGS.class_names and FLAGS.labels:
+    raise UserError("--class_names and --labels both name the classes: give "
+                    "one of them.")
   files = image_files.find_images(argv[1:])
   if zero_shot.is_two_towers(FLAGS.checkpoint):
     start = time.perf_counter()
@@ -130,7 +155,7 @@ def main(argv):
     return _report(rows, names, batches, files)
   loaded = inference.load(FLAGS.checkpoint, FLAGS.config, FLAGS.image_size,
                           FLAGS.num_heads, FLAGS.sequence_length)
-  names, source = inference.class_names(loaded, FLAGS.labels)
+  names, source = _class_names(loaded)
   batch_size = loaded.batch_size(FLAGS.batch_size)
   console.say("Predicting %d file%s with %s (%s; class names: %s).", len(files),
               "" if len(files) == 1 else "s", loaded.checkpoint,

@@ -71,7 +71,7 @@ class ModelForm:
   # Axial and mixed: positions rescaled as if the grid were this many
   # patches a side (EVA's ref_feat_shape: the pre-training grid); 0: none.
   rope_reference_grid: int = _vit(0)
-  # In training only, RoPE's positions moved per image (DINOv3's
+  # In training only, RoPE's positions moved (DINOv3's
   # augmentations, in the form's units): shifted by up to +-rope_shift on
   # each axis, scaled by a factor in [1/J, J] per axis (rope_jitter) and one
   # in [1/R, R] for both (rope_rescale; DINOv3 pre-trains with 2),
@@ -79,6 +79,10 @@ class ModelForm:
   rope_shift: float = _vit(0.0)  # Up to +- this (0: none).
   rope_jitter: float = _vit(1.0)  # A factor per axis (1: none).
   rope_rescale: float = _vit(1.0)  # One factor for both (1: none).
+  # Who shares a draw of them: the whole batch, drawn anew in every block
+  # (block: DINOv3's own code) or once for all blocks (batch: timm's and
+  # transformers' ports), or each image in all blocks (image).
+  rope_augment_per: Literal["block", "batch", "image"] = _vit("block")
   # How images at their own shape (config.sequence_length) resize learned
   # position embeddings to each image's grid, antialiased: bilinear
   # (big_vision's NaFlex) | bicubic (timm's NaFlexViT). Open: as the weights'

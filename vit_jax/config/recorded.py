@@ -25,11 +25,21 @@ MODEL_FIELDS_ADDED = {
 }
 
 
+def _added_for(model: dict) -> dict:
+  """Fields added since whose value that keeps the run's meaning depends
+  on its other fields: RoPE's augmentations were drawn per image before
+  `rope_augment_per` (a run without them keeps the default)."""
+  augmented = (model.get("rope_shift", 0) or model.get("rope_jitter", 1) != 1 or
+               model.get("rope_rescale", 1) != 1)
+  return {"rope_augment_per": "image"} if augmented else {}
+
+
 def upgrade(recorded: dict) -> dict:
   """`recorded` (a config.json's object) with every model field added
   since."""
   defaults = model_form.defaults()
-  model = {**defaults, **MODEL_FIELDS_ADDED, **recorded.get("model", {})}
+  model = recorded.get("model", {})
+  model = {**defaults, **MODEL_FIELDS_ADDED, **_added_for(model), **model}
   return {**recorded, "model": model}
 
 

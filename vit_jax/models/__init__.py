@@ -10,6 +10,7 @@ A model is its variant's sizes (`variants.py`) and its form, every other
 
 from vit_jax.config.model_form import ModelForm
 from vit_jax.models.builder import build_model
+from vit_jax.models.builder import clamped
 from vit_jax.models.builder import create_model
 from vit_jax.models.builder import form_of
 from vit_jax.models.builder import fp8_state
@@ -35,5 +36,5 @@ __all__ = [
     "Variant", "build_model", "create_model", "check_image_size", "form_of",
     "get_variant", "check_model_config", "stride", "init_on_zeros",
     "param_shapes", "fp8_state", "uses_fp8", "vit_of", "with_block_gather",
-    "two_towers", "is_two_towers"
+    "two_towers", "is_two_towers", "clamped"
 ]

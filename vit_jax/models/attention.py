@@ -97,8 +97,10 @@ class MultiHeadDotProductAttention(nn.Module):
   (`attention_norm`: `heads_ln`), the attention dropout, dtypes. `rope`
   rotates the queries and keys of the tokens after the form's prefix
   tokens (RoPE, `models/rope.py`), after their LayerNorms: (sin, cos)
-  B x N x K tables, or with `rope="mixed"` the patches' positions
-  B x N x 2, turned by this block's learned `rope_frequencies`.
+  B x N x K tables, or the patches' positions B x N x 2: with
+  `rope="mixed"`, turned by this block's learned `rope_frequencies`; in
+  training with `rope_augment_per="block"`, moved by this block's own
+  draw of DINOv3's augmentations first.
 
   `mask` (B x 1 x M x N, True where a query may attend to a key; patch
   sequences' images and padding) masks every form alike; no row may be
@@ -133,6 +135,10 @@ class MultiHeadDotProductAttention(nn.Module):
       q_BxMxHxK = norm(name="query_ln")(q_BxMxHxK)
       k_BxNxHxK = norm(name="key_ln")(k_BxNxHxK)
     if rope is not None:
+      if rotary.drawn_per_block(form, not deterministic):  # DINOv3's draw.
+        rope = rotary.augmented(form, rope, self.make_rng("dropout"))
+        if form.rope != "mixed":
+          rope = rotary.sin_cos(form, rope, head_dim)
       if form.rope == "mixed":
         frequencies = self.param(
             "rope_frequencies",

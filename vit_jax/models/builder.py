@@ -86,13 +86,14 @@ def stride(model_config: ml_collections.ConfigDict) -> int:
           variants.get_variant(model_config.variant).stride)
 
 
-def two_towers(config, temperature_init: float,
-               bias_init: Optional[float]) -> TwoTowers:
+def two_towers(config, temperature_init: float, bias_init: Optional[float],
+               max_temperature: Optional[float] = None) -> TwoTowers:
   """The image-text model of a decided config: config.model's ViT as the
   image tower, config.text's tower, both projecting to
   config.text.embedding_dim (config.text.vocab_size set: the image-text
   objectives decide it from the tokenizer), the temperature t and the
-  bias b (None: none) starting at the values given."""
+  bias b (None: none) starting at the values given, t kept at most
+  `max_temperature` (None: unbounded; `TwoTowers.max_temperature`)."""
   t = config.text
   if not t.vocab_size:
     raise ValueError("config.text.vocab_size is still None: pass the config "
@@ -103,11 +104,18 @@ def two_towers(config, temperature_init: float,
   form = ModelForm.from_config(config.model)
   tower = text.TextTransformer(t.embedding_dim, variants.get_variant(t.variant),
                                t.vocab_size, text.text_form(form), t.pool)
-  return TwoTowers(image, tower, temperature_init, bias_init, t.length)
+  return TwoTowers(image, tower, temperature_init, bias_init, t.length,
+                   max_temperature=max_temperature)
 
 
 def is_two_towers(model: nn.Module) -> bool:
   return isinstance(model, TwoTowers)
+
+
+def clamped(model: nn.Module, params):
+  """`params` after an update, kept where the model bounds them (a CLIP
+  model's temperature: `TwoTowers.clamped`); as they are for others."""
+  return model.clamped(params) if isinstance(model, TwoTowers) else params
 
 
 def vit_of(model: nn.Module) -> VisionTransformer:

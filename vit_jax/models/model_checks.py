@@ -1,6 +1,8 @@
 """The checks of `config.model`, before anything is traced: each a one-line
 `UserError` that names the field and the fix."""
 
+import math
+
 import ml_collections
 
 from vit_jax.config import model_form
@@ -76,21 +78,47 @@ def _check_torch_family_options(model_config: ml_collections.ConfigDict):
        (m.rope_grid_offset or m.rope_reference_grid),
        "rope_grid_offset and rope_reference_grid move the patch indices of "
        "rope=axial or mixed; DINOv3's positions are centred and scaled"),
-      (m.rope_reference_grid < 0, "rope_reference_grid must be 0 (none) or a "
-       "grid's side in patches"),
-      (m.rope_shift < 0 or m.rope_jitter < 1 or m.rope_rescale < 1,
-       "rope_shift must be 0 or more, rope_jitter and rope_rescale 1 (none) "
-       "or more"),
       (m.rope == "none" and
        (m.rope_shift or m.rope_jitter != 1 or m.rope_rescale != 1),
        "rope_shift, rope_jitter and rope_rescale move RoPE's positions; set "
        "config.model.rope"),
       (m.map_heads is not None and m.map_heads < 1,
        "config.model.map_heads must be positive, or None (the encoder's)"),
+      (m.map_heads is not None and m.classifier != "map",
+       f"config.model.map_heads={m.map_heads} sets the heads of a MAP head, "
+       f"and classifier={m.classifier} has none: set classifier=map, or "
+       "unset map_heads"),
   )
   for refused, why in refusals:
     if refused:
       raise UserError(f"{why} ({m.variant}).")
+  _check_rope_numbers(m)
+
+
+# RoPE's numbers (models/rope.py) and the values each may take: outside
+# them an angle is inf or NaN, and training diverges at its first steps.
+_ROPE_RANGES = (
+    ("rope_temperature", lambda v: v > 0, "positive: the base of the periods "
+     "base^(4k/K) (DINOv3's 100, EVA's 10000)"),
+    ("rope_grid_offset", lambda v: True, "a finite number"),
+    ("rope_reference_grid", lambda v: v >= 0,
+     "0 (none) or a grid's side in patches"),
+    ("rope_shift", lambda v: v >= 0, "0 (none) or more: a shift drawn in "
+     "[-shift, shift]"),
+    ("rope_jitter", lambda v: v >= 1, "1 (none) or more: a factor drawn in "
+     "[1/J, J]"),
+    ("rope_rescale", lambda v: v >= 1, "1 (none) or more: a factor drawn in "
+     "[1/R, R]"),
+)
+
+
+def _check_rope_numbers(m: ml_collections.ConfigDict):
+  """Refuses a RoPE number outside its range (or not finite), naming it."""
+  for name, allowed, what in _ROPE_RANGES:
+    value = m[name]
+    if not (math.isfinite(value) and allowed(value)):
+      raise UserError(f"config.model.{name}={value!r} must be {what} "
+                      f"({m.variant}).")
 
 
 def _check_mixer_config(model_config: ml_collections.ConfigDict):

@@ -19,8 +19,11 @@ registers are not rotated. With K the head width:
   layout     half: angle j turns channels j and j + K/2 together;
              interleaved: channels 2j and 2j + 1
 
-In training, DINOv3's augmentations may move the positions per image
-(`augmented`: shift, per-axis jitter, rescale).
+In training, DINOv3's augmentations may move the positions (`augmented`:
+shift, per-axis jitter, rescale), one draw for the whole batch in every
+block as DINOv3's own code draws them (`rope_augment_per=block`; its
+RopePositionEmbedding runs once per block), once for every block (batch:
+timm's and transformers' ports), or one per image (image).
 
 Images give every patch its grid; patch sequences (NaFlex, packing) give
 each patch its own image's grid, so both read the same angles for the
@@ -53,28 +56,35 @@ def positions(form, coords_BxNx2, grids_BxNx2):
 
 
 def augmented(form, positions_BxNx2, rng):
-  """DINOv3's training-time augmentations of RoPE's positions, one draw
-  per image (row): a shift of up to +-rope_shift per axis, then a factor
-  in [1/J, J] per axis (rope_jitter) and one in [1/R, R] for both
-  (rope_rescale), log-uniform, in that order."""
-  batch = positions_BxNx2.shape[0]
+  """DINOv3's training-time augmentations of RoPE's positions: a shift of
+  up to +-rope_shift per axis, then a factor in [1/J, J] per axis
+  (rope_jitter) and one in [1/R, R] for both (rope_rescale), log-uniform,
+  in that order; one draw for every image, or with rope_augment_per=image
+  one per image (row of `positions_BxNx2`, a packed sequence's images
+  sharing it). A function of `rng` alone: any mesh draws the same."""
+  rows = positions_BxNx2.shape[0] if form.rope_augment_per == "image" else 1
   shift_key, jitter_key, rescale_key = jax.random.split(rng, 3)
   p = positions_BxNx2
   if form.rope_shift:
-    p = p + jax.random.uniform(shift_key, (batch, 1, 2), jnp.float32,
+    p = p + jax.random.uniform(shift_key, (rows, 1, 2), jnp.float32,
                                -form.rope_shift, form.rope_shift)
   for key, factor, axes in ((jitter_key, form.rope_jitter, 2),
                             (rescale_key, form.rope_rescale, 1)):
     if factor != 1:
       log = float(np.log(factor))
       p = p * jnp.exp(
-          jax.random.uniform(key, (batch, 1, axes), jnp.float32, -log, log))
+          jax.random.uniform(key, (rows, 1, axes), jnp.float32, -log, log))
   return p
 
 
 def augments(form) -> bool:
   return bool(form.rope_shift or form.rope_jitter != 1 or
               form.rope_rescale != 1)
+
+
+def drawn_per_block(form, train: bool) -> bool:
+  """Whether each block moves the positions itself (a draw of its own)."""
+  return train and augments(form) and form.rope_augment_per == "block"
 
 
 def _layout(angles, layout: str):

@@ -1,7 +1,8 @@
 """The image-text model (CLIP, SigLIP, LiT): an image tower (any ViT form
 we build) and a text tower (`text.py`), each projecting to one embedding
 width and L2-normalised, and a learned temperature `t` (stored as its log)
-and, for SigLIP, a learned bias `b`. Names as big_vision's two-tower files
+and, for SigLIP, a learned bias `b`; CLIP's t stays in [1, 100]
+(`clamped`). Names as big_vision's two-tower files
 (`img/`, `txt/`, `t`, `b`), so a file holds both towers whole.
 
     zimg, ztxt, out = model.apply({"params": p}, images, texts)
@@ -12,6 +13,7 @@ from typing import Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
 
 from vit_jax.models.text import TextTransformer
 from vit_jax.models.vit import VisionTransformer
@@ -37,6 +39,11 @@ class TwoTowers(nn.Module):
   temperature_init: float = 10.0
   bias_init: Optional[float] = None
   text_length: int = 16  # The texts' length at init (its position table).
+  # CLIP's bound: after every update the parameter log t is clamped into
+  # [0, ln max_temperature] (`clamped`), as OpenCLIP clamps its logit_scale
+  # in place after each optimizer step (the CLIP paper: "clipped to prevent
+  # scaling the logits by more than 100"); None: unbounded (SigLIP's).
+  max_temperature: Optional[float] = None
 
   @nn.compact
   def __call__(self, images=None, texts=None, *, train: bool = False):
@@ -60,3 +67,14 @@ class TwoTowers(nn.Module):
       out["b"] = self.param("b", nn.initializers.constant(self.bias_init), (1,),
                             jnp.float32)[0]
     return zimg, ztxt, out
+
+  def clamped(self, params):
+    """`params` with log t clamped into [0, ln max_temperature]: what the
+    train step applies after each update. The forward reads exp(log t) as
+    it is, so its gradient at the bound is exp(log t)'s and the next step
+    may move t down at once (a clip inside the forward would zero it, and
+    leave a parameter past the bound stuck there)."""
+    if self.max_temperature is None:
+      return params
+    bound = np.log(self.max_temperature).astype(np.float32)
+    return {**params, "t": jnp.clip(params["t"], 0.0, bound)}

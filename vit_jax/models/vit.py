@@ -205,8 +205,9 @@ class VisionTransformer(nn.Module):
     return pre_logits_and_head(self, x_BxD, out)
 
   def _rope(self, coords, grid_hw, seq, train: bool, batch: int):
-    """RoPE's (sin, cos) tables of the patches, or with learned frequencies
-    (mixed) their positions, each block turning its own; None without
+    """RoPE's (sin, cos) tables of the patches, or their positions where
+    each block turns them itself (learned frequencies: mixed) or moves
+    them by a draw of its own (`rotary.drawn_per_block`); None without
     RoPE. Each patch's position is in its own image's grid, moved in
     training by the form's augmentations (if any)."""
     form, size = self.form, self.size
@@ -216,10 +217,12 @@ class VisionTransformer(nn.Module):
              if seq is None else sequences.token_grids(seq))
     grids = jnp.broadcast_to(grids, coords.shape)
     positions = rotary.positions(form, coords, grids)
-    if train and rotary.augments(form):  # One draw per image.
-      positions = jnp.broadcast_to(positions, (batch, *positions.shape[1:]))
+    per_block = rotary.drawn_per_block(form, train)
+    if train and rotary.augments(form) and not per_block:
+      if form.rope_augment_per == "image":
+        positions = jnp.broadcast_to(positions, (batch, *positions.shape[1:]))
       positions = rotary.augmented(form, positions, self.make_rng("dropout"))
-    if form.rope == "mixed":
+    if form.rope == "mixed" or per_block:
       return positions
     return rotary.sin_cos(form, positions, size.hidden_size // size.num_heads)
 

@@ -26,6 +26,7 @@ class _ImageText(interface.Objective):
   config_section = "text"
   paper = ""  # Its name in the console's words.
   temperature_init = 1.0  # The learned t's start (logits x t).
+  max_temperature = None  # t's bound after each update (None: none).
 
   def bias_init(self, config):
     """The learned b's start (logits + b); None: the model has none."""
@@ -49,7 +50,7 @@ class _ImageText(interface.Objective):
     del num_classes
     return models.two_towers(
         config, config.text.temperature_init or self.temperature_init,
-        self.bias_init(config))
+        self.bias_init(config), self.max_temperature)
 
   def init(self, config, checkpoint, params, params_sharding):
     return weights.init_two_towers(config, checkpoint, params, params_sharding)
@@ -92,11 +93,14 @@ class SigLIP(_ImageText):
 
 
 class CLIP(_ImageText):
-  """Radford et al. 2021: t starts at 1 / 0.07; no bias (a softmax does
-  not change with one)."""
+  """Radford et al. 2021: t starts at 1 / 0.07, and is clamped at 100
+  after each update (as the paper and OpenCLIP: "to prevent scaling the
+  logits by more than 100"); no bias (a softmax does not change with
+  one)."""
   name = "clip"
   paper = "CLIP"
   temperature_init = 1 / 0.07
+  max_temperature = 100.0
 
   def check(self, config):
     super().check(config)

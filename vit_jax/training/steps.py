@@ -78,9 +78,12 @@ def make_train_step(model, tx, loss: losses.Loss, schedule, mesh: Mesh,
   The loss is the objective's sum over the batch's examples divided by
   their count; its metrics the other sums likewise (`losses.Sums`).
   `accum_steps > 1` averages the gradients of that many micro-batches before
-  one update (`accumulate`). With `ema_decay` the state's `ema_params`
-  follow the parameters. Given the parameters' shardings, parameters split
-  over `data` are gathered where `fsdp.gathering_plan` says. Parameters
+  one update (`accumulate`). After each update a parameter the model
+  bounds is clamped into its bounds (CLIP's temperature, `models.clamped`,
+  as OpenCLIP clamps its logit scale after each optimizer step). With
+  `ema_decay` the state's `ema_params` follow the parameters. Given the
+  parameters' shardings, parameters split over `data` are gathered where
+  `fsdp.gathering_plan` says. Parameters
   matching a regex of `frozen` (config.frozen) get no gradient computed;
   the metric `grad_norm` then counts the trained parameters only.
 
@@ -90,6 +93,7 @@ def make_train_step(model, tx, loss: losses.Loss, schedule, mesh: Mesh,
   batch's (with gradient accumulation, the mean over its micro-batches').
   """
   fp8 = models.uses_fp8(model)
+  clamped = functools.partial(models.clamped, model)  # CLIP's temperature.
   # FP8's amax is the whole batch's only where XLA partitions the step, and
   # a loss with collectives of its own over the batch (`contrastive.py`)
   # cannot run per shard: FSDP's explicit per-shard step is not used there.
@@ -139,7 +143,7 @@ def make_train_step(model, tx, loss: losses.Loss, schedule, mesh: Mesh,
     new_fp8 = grads.get(FP8_STATE, state.fp8)
     grads = grads["params"]
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    params = clamped(optax.apply_updates(state.params, updates))
     ema_params = state.ema_params
     if ema_params is not None:
       ema_params = optim.ema_update(ema_params, params, state.step, ema_decay)
