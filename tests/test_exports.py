@@ -109,14 +109,15 @@ def _source(name: str, folder) -> tuple[str, np.ndarray]:
     st_numpy.save_file(stored.tiny_family_state(name), path)
     return path, stored.tiny_family_logits(name)
   if name.startswith("hf_dinov3"):  # Its pooler output: the class token.
-    return (stored.path(f"tiny_{name}.safetensors"),
-            stored.tiny_rope_output(f"{name}_pooler"))
+    return stored.path(f"tiny_{name}"), stored.tiny_rope_output(
+        f"{name}_pooler")
   if name in stored.TINY_ROPE_MODELS + _EVA:
     return (stored.path(f"tiny_{name}.safetensors"),
             stored.tiny_rope_output(name))
-  if name in ("timm_vit", "hf_vit"):
-    return (stored.path(f"tiny_{name[:-4]}.safetensors"),
-            stored.tiny_logits(name[:-4]))
+  if name == "timm_vit":
+    return stored.path("tiny_timm.safetensors"), stored.tiny_logits("timm")
+  if name == "hf_vit":  # Its weights alone: the model's LayerNorm eps.
+    return stored.path("tiny_hf/model.safetensors"), stored.tiny_logits("hf")
   if name == "tiny_mixer":
     return stored.path("tiny_mixer.safetensors"), stored.tiny_mixer_logits()
   if name == "mixer_s32":  # At 32 px: one token. Random, head included.
@@ -306,6 +307,9 @@ def test_the_written_configs_say_what_the_libraries_need(exported):
   directory, _ = exported["hf_dinov3_gated", "hf"]
   config = json.loads(open(os.path.join(directory, "config.json")).read())
   assert (config["use_gated_mlp"], config["hidden_act"]) == (True, "silu")
+  # The names transformers' save_pretrained writes (`layer.N.`).
+  names = st_numpy.load_file(os.path.join(directory, "model.safetensors"))
+  assert sorted(names) == sorted(stored.tiny_hf_state("dinov3_gated"))
   # Eva's function by LayerNorm epsilon; model_args say the form.
   for name, function, rope in (("eva02", "eva02_tiny_patch14_224", "cat"),
                                ("pe", "vit_pe_core_tiny_patch16_384",

@@ -78,21 +78,26 @@ def test_timm_hybrid_weights_give_timm_logits():
   assert error < 1e-4, error
 
 
-@pytest.mark.parametrize("legacy_names", [False, True])
-def test_hugging_face_weights_give_hugging_face_logits(tmp_path, legacy_names):
+@pytest.mark.parametrize("module_names", [False, True])
+def test_hugging_face_weights_give_hugging_face_logits(tmp_path, module_names):
+  """The model.safetensors transformers' save_pretrained wrote (the Hub's
+  names, transformers 4's), and a state dict in version 5's module
+  names."""
   from safetensors import numpy as st_numpy
-  state = st_numpy.load_file(stored.path("tiny_hf.safetensors"))
-  if legacy_names:  # The names of transformers 4, which the Hub's files use.
-    renames = (("vit.layers.", "vit.encoder.layer."),
-               ("attention.q_proj", "attention.attention.query"),
-               ("attention.k_proj", "attention.attention.key"),
-               ("attention.v_proj", "attention.attention.value"),
-               ("attention.o_proj", "attention.output.dense"),
-               ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output.dense"))
+  path = stored.path("tiny_hf/model.safetensors")
+  if module_names:  # What a state_dict() taken by hand holds.
+    state = st_numpy.load_file(path)
+    renames = (("vit.encoder.layer.", "vit.layers."),
+               ("attention.attention.query", "attention.q_proj"),
+               ("attention.attention.key", "attention.k_proj"),
+               ("attention.attention.value", "attention.v_proj"),
+               ("attention.output.dense", "attention.o_proj"),
+               ("intermediate.dense", "mlp.fc1"), ("output.dense", "mlp.fc2"))
     for old, new in renames:
       state = {k.replace(old, new): v for k, v in state.items()}
-  path = str(tmp_path / "hf.safetensors")
-  st_numpy.save_file(state, path)
+    assert not any("attention.attention" in k for k in state)
+    path = str(tmp_path / "hf.safetensors")
+    st_numpy.save_file(state, path)
   model = tiny_models.vit(num_classes=10, **TORCH_LIKE, **ERF)
   params, report = load_params(path, model, grid=(4, 4), gelu_approximate=False)
   assert report.origin == "hugging_face" and report.ok and not report.warnings

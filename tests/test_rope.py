@@ -23,12 +23,14 @@ mixed theta_h = p_row f_0h + p_col f_1h of learned f.
 
 import dataclasses
 import functools
+import os
 
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from safetensors import numpy as st_numpy
 
 from tests.helpers import compiled
 from tests.helpers import numpy_reference as ref
@@ -53,10 +55,8 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
   """Each tiny DINOv3 of timm (no qkv biases; `_qkvb`'s query and value
   biases): read from the file alone (family, RoPE, registers, LayerScale,
   pooling), timm's logits at 32 x 32 and at 32 x 48 (a 4 x 6 grid: nothing
-  is resized) and its features (all 21 tokens); transformers' tiny
-  DINOv3ViTModel, its tokens and pooler output, from its file and its
-  directory; a timm directory as the file; into a model without RoPE, one
-  line with the flags. transformers' gated DINOv3 (SwiGLU) as well."""
+  is resized) and its features (all 21 tokens); a timm directory as the
+  file; into a model without RoPE, one line with the flags."""
   variants.register("tiny-timm", TINY_TIMM)
   wide = stored.tiny_rope_output("wide_images")
   for name in stored.TINY_ROPE_MODELS:
@@ -100,31 +100,6 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
                                stored.tiny_rope_output(f"{name}_features"),
                                atol=1e-5, rtol=0)
 
-  # transformers' DINOv3ViTModel (no head; it pools the class token), and
-  # its gated form (SwiGLU): its tokens and pooler output at both shapes,
-  # from the file and a directory.
-  for hf_name in ("hf_dinov3", "hf_dinov3_gated"):
-    hf_path = stored.path(f"tiny_{hf_name}.safetensors")
-    hf_directory = tmp_path / hf_name
-    hf_directory.mkdir()
-    (hf_directory / "model.safetensors").write_bytes(open(hf_path, "rb").read())
-    (hf_directory / "config.json").write_text(
-        stored.tiny_rope_metadata(f"config:{hf_name}"))
-    for checkpoint in (hf_path, str(hf_directory)):
-      loaded = inference.load(checkpoint, image_size=32)
-      assert (loaded.model.form.classifier, loaded.model.form.key_bias,
-              loaded.model.form.swiglu,
-              loaded.model.num_classes) == ("token", False,
-                                            hf_name.endswith("gated"), None)
-      for images, suffix in ((stored.tiny_images(), ""), (wide, "_wide")):
-        _, out = jax.jit(loaded.model.apply)({
-            "params": jax.device_get(loaded.params)
-        }, images)
-        for ours, theirs in (("encoded", "tokens"), ("pre_logits", "pooler")):
-          np.testing.assert_allclose(
-              out[ours], stored.tiny_rope_output(f"{hf_name}_{theirs}{suffix}"),
-              atol=1e-5, rtol=0)
-
   # A timm directory (save_for_hf's layout) reads as the file.
   directory = tmp_path / "dinov3_dir"
   directory.mkdir()
@@ -150,6 +125,42 @@ def test_dinov3_files_load_with_timms_outputs_at_any_shape(tmp_path):
       "but the model has posemb=learn, rope=none, layer_norm_eps=1e-06: set "
       "--config.model.posemb=none --config.model.rope=dinov3 "
       "--config.model.layer_norm_eps=1e-05.")
+
+
+@pytest.mark.parametrize("name", ["hf_dinov3", "hf_dinov3_gated"])
+def test_transformers_dinov3_files_give_its_outputs(name, tmp_path):
+  """transformers' DINOv3ViTModel (4 registers, no head: it pools the class
+  token) and its gated form (SwiGLU), as its save_pretrained wrote them
+  (blocks `layer.N.`, the Hub's DINOv3s' names): the directory, and its
+  model.safetensors alone, give transformers' tokens and pooler output at
+  32 x 32 and 32 x 48; so does a state dict in its modules' names
+  (`model.layer.N.`)."""
+  variants.register("tiny-timm", TINY_TIMM)
+  directory = stored.path(f"tiny_{name}")
+  file = os.path.join(directory, "model.safetensors")
+  state = st_numpy.load_file(file)
+  assert "layer.0.norm1.weight" in state
+  modules = str(tmp_path / "state_dict.safetensors")
+  st_numpy.save_file(
+      {
+          ("model." + k if k.startswith("layer.") else k): v
+          for k, v in state.items()
+      }, modules)
+  wide = stored.tiny_rope_output("wide_images")
+  for checkpoint in (directory, file, modules):
+    loaded = inference.load(checkpoint, image_size=32)
+    assert (loaded.model.form.classifier, loaded.model.form.key_bias,
+            loaded.model.form.swiglu, loaded.model.form.num_registers,
+            loaded.model.num_classes) == ("token", False,
+                                          name.endswith("gated"), 4, None)
+    for images, suffix in ((stored.tiny_images(), ""), (wide, "_wide")):
+      _, out = jax.jit(loaded.model.apply)({
+          "params": jax.device_get(loaded.params)
+      }, images)
+      for ours, theirs in (("encoded", "tokens"), ("pre_logits", "pooler")):
+        np.testing.assert_allclose(
+            out[ours], stored.tiny_rope_output(f"{name}_{theirs}{suffix}"),
+            atol=1e-5, rtol=0, err_msg=f"{checkpoint} {ours}{suffix}")
 
 
 # ---------------------------------------------------- float64 reference --

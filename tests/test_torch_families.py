@@ -254,16 +254,31 @@ def test_a_clip_file_says_once_how_to_choose_its_activation(tmp_path, capsys):
                              rtol=2e-5, atol=2e-5)
 
 
+# transformers 5's module names of DINOv2's attention, which a state dict
+# taken by hand has (its files have the Hub's, which save_pretrained writes).
+_DINOV2_MODULE_NAMES = (("attention.attention.query", "attention.q_proj"),
+                        ("attention.attention.key", "attention.k_proj"),
+                        ("attention.attention.value", "attention.v_proj"),
+                        ("attention.output.dense", "attention.o_proj"))
+
+
 @pytest.mark.parametrize("name", ["dinov2", "dinov2_reg"])
-@pytest.mark.parametrize("checkpoint", [False, True])
-def test_hugging_faces_dinov2_gives_its_tokens(name, checkpoint, tmp_path):
-  """transformers' Dinov2Model and Dinov2WithRegistersModel (stored: their
-  state dicts in version 5's module names, and as save_pretrained writes
-  them): the output tokens after the final norm are transformers'."""
-  path = str(tmp_path / "model.safetensors")
-  st_numpy.save_file(stored.tiny_hf_state(name, checkpoint=checkpoint), path)
-  converted = weights.convert_tensors(
-      "safetensors", stored.tiny_hf_state(name, checkpoint=checkpoint), 4, path)
+@pytest.mark.parametrize("form", ["directory", "file", "module_names"])
+def test_hugging_faces_dinov2_gives_its_tokens(name, form, tmp_path):
+  """transformers' Dinov2Model and Dinov2WithRegistersModel (stored: the
+  directories their save_pretrained wrote): the output tokens after the
+  final norm are transformers', from the directory, its model.safetensors
+  alone, and a state dict in version 5's module names."""
+  state = stored.tiny_hf_state(name)
+  path = os.path.join(stored.tiny_hf_directory(name), "model.safetensors")
+  if form == "directory":
+    path = stored.tiny_hf_directory(name)
+  elif form == "module_names":
+    for old, new in _DINOV2_MODULE_NAMES:
+      state = {k.replace(old, new): v for k, v in state.items()}
+    path = str(tmp_path / "model.safetensors")
+    st_numpy.save_file(state, path)
+  converted = weights.convert_tensors("safetensors", state, 4, path)
   assert converted.origin == "hugging_face"
   assert "embeddings.mask_token" in converted.notes[-1]
   found = weights.family_options(converted.params,

@@ -83,6 +83,12 @@ def randomize(module, seed: int = 0, scale: float = 0.2):
   return module.eval()
 
 
+# The timm models `timm_vit` and `timm_mixer` follow (their classes'
+# defaults are these functions' options, at another size).
+TINY_TIMM_FUNCTION = "vit_base_patch16_224"
+TINY_MIXER_FUNCTION = "mixer_b16_224"
+
+
 def timm_vit(width=32, depth=2, heads=4, mlp=64, patch=8, size=32, classes=10):
   timm = import_timm()
   model = timm.models.vision_transformer.VisionTransformer(
@@ -312,19 +318,50 @@ def torch_logits(model, images_BxHxWxC: np.ndarray) -> np.ndarray:
   return (out.logits if hasattr(out, "logits") else out).numpy()
 
 
-def save_state_dict(model, path: str):
-  """`.safetensors` via safetensors, anything else via torch.save."""
-  import torch  # pylint: disable=g-import-not-at-top
-  state = {k: v.contiguous() for k, v in model.state_dict().items()}
-  if path.endswith(".safetensors"):
-    from safetensors.torch import save_file  # pylint: disable=g-import-not-at-top
-    save_file(state, path)
-  else:
-    torch.save(state, path)
+def save_timm_file(model, path: str, function: str = None):
+  """The weights file timm's `save_for_hf` writes for `model` (the
+  model.safetensors its Hub repositories hold, or for another suffix the
+  pytorch_model.bin it writes by torch.save), copied to `path`. It also
+  writes a config.json (not kept) from the model's pretrained_cfg, which
+  timm's builder gives a model made by its function: one made from its
+  class is given that of `function`, the timm model it follows."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  timm = import_timm()
+  if not hasattr(model, "pretrained_cfg"):
+    model.pretrained_cfg = timm.models.get_pretrained_cfg(function).to_dict()
+  safe = path.endswith(".safetensors")
+  with tempfile.TemporaryDirectory() as directory:
+    timm.models.save_for_hf(model, directory, safe_serialization=safe)
+    shutil.copyfile(
+        f"{directory}/{'model.safetensors' if safe else 'pytorch_model.bin'}",
+        path)
+
+
+def save_pretrained_checked(model, directory: str, compute, out: dict):
+  """`model.save_pretrained(directory)` (a fresh directory: config.json and
+  model.safetensors, the names transformers writes), then its class's
+  from_pretrained of it (local, nothing downloaded) must load every
+  weight (none missing, unexpected or of another shape) and compute `out`
+  again: `compute(model)` -> {key: array}."""
+  import os  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.rmtree(directory, ignore_errors=True)
+  os.makedirs(directory)
+  model.save_pretrained(directory)
+  loaded, info = type(model).from_pretrained(
+      directory, local_files_only=True, output_loading_info=True,
+      attn_implementation=model.config._attn_implementation)  # pylint: disable=protected-access
+  problems = {k: v for k, v in info.items() if v}
+  if problems:
+    raise ValueError(f"{directory}: {problems}")
+  again = compute(loaded.eval())
+  for key, value in out.items():
+    np.testing.assert_array_equal(again[key], value, err_msg=key)
 
 
 # Hugging Face transformers' DINOv2s at the tiny size
-# (tests/references/tiny_hf_<name>.safetensors): name -> (config class
+# (tests/references/tiny_hf_<name>/): name -> (config class
 # name, model class name, extra config arguments). The `image_size` is the
 # images' (32), so the model does not interpolate its position embeddings.
 TINY_HF_DINOV2_CONFIG = dict(
@@ -375,18 +412,6 @@ def hugging_face_outputs(model, images_BxHxWxC: np.ndarray):
   # it points into, not its values.
   return (np.ascontiguousarray(out.last_hidden_state.numpy()),
           np.ascontiguousarray(out.pooler_output.numpy()))
-
-
-def save_pretrained_weights(model, path: str):
-  """The model.safetensors that `model.save_pretrained` writes (its
-  checkpoint names, which transformers 5 maps back from the module names,
-  e.g. `attention.attention.query` for `attention.q_proj`), copied to
-  `path`."""
-  import shutil  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
-  with tempfile.TemporaryDirectory() as directory:
-    model.save_pretrained(directory)
-    shutil.copyfile(f"{directory}/model.safetensors", path)
 
 
 def hf_vit_logits_from_dir(directory: str,

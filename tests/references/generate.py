@@ -8,14 +8,25 @@
     .venv-torch/bin/python -m tests.references.generate rope      # ditto
     .venv-torch/bin/python -m tests.references.generate siglip    # ditto
     .venv-torch/bin/python -m tests.references.generate siglip2   # ditto
+    .venv-torch/bin/python -m tests.references.generate naflex    # ditto
 
 Runs where torch, timm and transformers are installed (the pins of
 `requirements.txt`; `make torch-env` builds that environment on Python 3.11
 with torch's CPU build), not where vit_jax is: nothing of ours is imported,
 so what is stored is what those libraries compute. Nothing is downloaded:
 the models are built from their classes, with random weights.
+
+Each weights file is what its library writes, as users get it: timm's by
+its `save_for_hf` (the model.safetensors of its Hub repositories, or its
+pytorch_model.bin), transformers' as the directory `save_pretrained`
+writes (config.json, model.safetensors), checked to load back by
+`from_pretrained`; never a `state_dict()` saved by hand, whose names no
+released file has. (MAE's and big_vision's files are written by their
+authors' code, which is not installed here: `mae_reference.py`,
+`big_vision_naflex.py`, `big_vision_siglip.py` say how.)
 """
 
+import functools
 import json
 import os
 import platform
@@ -27,11 +38,8 @@ import numpy as np
 from tests.helpers import torch_reference
 from tests.helpers import torch_rope_reference
 from tests.helpers import torch_siglip_reference
+from tests.references import generate_naflex
 from tests.references import stored
-
-
-def _state_dict(model) -> dict:
-  return {k: v.contiguous() for k, v in model.state_dict().items()}
 
 
 def _tiny_images() -> np.ndarray:
@@ -42,21 +50,31 @@ def _tiny_images() -> np.ndarray:
 
 
 def write_tiny(versions: dict):
-  """The tiny models' weights (safetensors, and a .pth for timm's) and
-  their logits of the images the tests use."""
+  """The tiny models' weights (timm's safetensors and .pth, transformers'
+  directory) and their logits of the images the tests use."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   images = _tiny_images()
   outputs = {"images": images}
-  for name, model in (("timm", torch_reference.timm_vit()),
-                      ("hybrid", torch_reference.timm_hybrid_vit()),
-                      ("hf", torch_reference.hugging_face_vit())):
-    torch_reference.save_state_dict(model,
-                                    stored.path(f"tiny_{name}.safetensors"))
-    outputs[name] = torch_reference.torch_logits(model, images)
-  torch_reference.save_state_dict(torch_reference.timm_vit(),
-                                  stored.path("tiny_timm.pth"))
+  model = torch_reference.timm_vit()
+  for suffix in ("safetensors", "pth"):
+    torch_reference.save_timm_file(model, stored.path(f"tiny_timm.{suffix}"),
+                                   torch_reference.TINY_TIMM_FUNCTION)
+  outputs["timm"] = torch_reference.torch_logits(model, images)
+  model = torch_reference.timm_hybrid_vit()
+  torch_reference.save_timm_file(model, stored.path("tiny_hybrid.safetensors"))
+  outputs["hybrid"] = torch_reference.torch_logits(model, images)
+  model = torch_reference.hugging_face_vit()
+  compute = functools.partial(_hf_logits, images=images)
+  computed = compute(model)
+  torch_reference.save_pretrained_checked(model, stored.path("tiny_hf"),
+                                          compute, computed)
+  outputs.update(computed)
   st_numpy.save_file(outputs, stored.path("tiny_logits.safetensors"),
                      metadata=versions)
+
+
+def _hf_logits(model, images) -> dict:
+  return {"hf": torch_reference.torch_logits(model, images)}
 
 
 def write_tiny_mixer(versions: dict):
@@ -65,7 +83,8 @@ def write_tiny_mixer(versions: dict):
   were)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   model = torch_reference.timm_mixer()
-  torch_reference.save_state_dict(model, stored.path("tiny_mixer.safetensors"))
+  torch_reference.save_timm_file(model, stored.path("tiny_mixer.safetensors"),
+                                 torch_reference.TINY_MIXER_FUNCTION)
   logits = torch_reference.torch_logits(model, _tiny_images())
   st_numpy.save_file({"mixer": logits},
                      stored.path("tiny_mixer_logits.safetensors"),
@@ -84,8 +103,9 @@ def write_tiny_families(versions: dict):
   for family in torch_reference.TINY_FAMILIES:
     model = torch_reference.timm_family(family)
     torch_reference.timm_family_check(family, model, images)
-    torch_reference.save_state_dict(model,
-                                    stored.path(f"tiny_{family}.safetensors"))
+    torch_reference.save_timm_file(model,
+                                   stored.path(f"tiny_{family}.safetensors"),
+                                   torch_reference.TINY_FAMILIES[family][0])
     outputs[family] = torch_reference.torch_logits(model, images)
     if family == "dinov2_reg":
       outputs["dinov2_reg_features"] = torch_reference.torch_features(
@@ -100,11 +120,10 @@ def write_tiny_families(versions: dict):
 
 
 def write_tiny_hf(versions: dict):
-  """transformers' tiny DINOv2s (`torch_reference.TINY_HF_MODELS`): each
-  one's state dict (the module's names), the model.safetensors its
-  save_pretrained writes (the checkpoint names), and in one file of their
-  own (the other files' bytes stay as they were) their last_hidden_state
-  and pooler_output of the same images, and each one's config."""
+  """transformers' tiny DINOv2s (`torch_reference.TINY_HF_MODELS`): the
+  directory each one's save_pretrained writes (tiny_hf_<name>/), and in
+  one file of their own (the other files' bytes stay as they were) their
+  last_hidden_state and pooler_output of the same images."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   images = _tiny_images()
   outputs = {}
@@ -112,21 +131,22 @@ def write_tiny_hf(versions: dict):
   for name in torch_reference.TINY_HF_MODELS:
     model = torch_reference.hugging_face_dinov2(name)
     torch_reference.hf_dinov2_timm_check(name, model, images)
-    torch_reference.save_state_dict(model,
-                                    stored.path(f"tiny_hf_{name}.safetensors"))
-    torch_reference.save_pretrained_weights(
-        model, stored.path(f"tiny_hf_{name}_checkpoint.safetensors"))
-    hidden, pooled = torch_reference.hugging_face_outputs(model, images)
-    outputs[f"{name}_last_hidden_state"] = hidden
-    outputs[f"{name}_pooler"] = pooled
-    metadata[f"config:{name}"] = json.dumps(model.config.to_dict(),
-                                            sort_keys=True)
+    compute = functools.partial(_dinov2_outputs, name=name, images=images)
+    computed = compute(model)
+    torch_reference.save_pretrained_checked(
+        model, stored.path(f"tiny_hf_{name}"), compute, computed)
+    outputs.update(computed)
     metadata[f"model:{name}"] = type(model).__name__
     metadata[f"attn_implementation:{name}"] = (
         model.config._attn_implementation)  # pylint: disable=protected-access
   st_numpy.save_file(outputs, stored.path("tiny_hf_logits.safetensors"),
                      metadata=metadata)
   _sort_metadata(stored.path("tiny_hf_logits.safetensors"))
+
+
+def _dinov2_outputs(model, name, images) -> dict:
+  hidden, pooled = torch_reference.hugging_face_outputs(model, images)
+  return {f"{name}_last_hidden_state": hidden, f"{name}_pooler": pooled}
 
 
 def _sort_metadata(filename: str):
@@ -158,31 +178,31 @@ def full_size_models():
 
 def write_rope(versions: dict):
   """timm's tiny RoPE encoders (`torch_rope_reference.TINY_ROPE_MODELS`):
-  each one's state dict, and in one file of their own their outputs
-  (`torch_rope_reference.outputs`), the wide images, and each one's timm
-  model function and size."""
+  each one's weights file, transformers' DINOv3ViTModel's directories
+  (plain and gated), and in one file of their own their outputs
+  (`torch_rope_reference.outputs`, `.hf_outputs`), the wide images, and
+  each timm model's function and size."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   images, wide = _tiny_images(), torch_rope_reference.wide_images()
   out, metadata = {"wide_images": wide}, dict(versions)
   for name, function in torch_rope_reference.TINY_ROPE_MODELS.items():
     model = torch_rope_reference.timm_rope_model(name)
-    torch_reference.save_state_dict(model,
-                                    stored.path(f"tiny_{name}.safetensors"))
+    torch_reference.save_timm_file(model,
+                                   stored.path(f"tiny_{name}.safetensors"))
     out.update(torch_rope_reference.outputs(name, model, images, wide))
     metadata[f"timm_model:{name}"] = function
   metadata["size"] = json.dumps(torch_rope_reference.TINY_ROPE_SIZE,
                                 sort_keys=True)
-  model = torch_rope_reference.hf_dinov3()
-  torch_reference.save_state_dict(model,
-                                  stored.path("tiny_hf_dinov3.safetensors"))
-  out.update(torch_rope_reference.hf_outputs(model, images, wide))
-  metadata["config:hf_dinov3"] = model.config.to_json_string()
-  model = torch_rope_reference.hf_dinov3(seed=51, gated=True)
-  torch_reference.save_state_dict(
-      model, stored.path("tiny_hf_dinov3_gated.safetensors"))
-  out.update(
-      torch_rope_reference.hf_outputs(model, images, wide, "hf_dinov3_gated"))
-  metadata["config:hf_dinov3_gated"] = model.config.to_json_string()
+  for name, model in (("hf_dinov3", torch_rope_reference.hf_dinov3()),
+                      ("hf_dinov3_gated",
+                       torch_rope_reference.hf_dinov3(seed=51, gated=True))):
+    compute = functools.partial(torch_rope_reference.hf_outputs,
+                                images_BxHxWxC=images, wide_BxHxWxC=wide,
+                                name=name)
+    outputs = compute(model)
+    torch_reference.save_pretrained_checked(model, stored.path(f"tiny_{name}"),
+                                            compute, outputs)
+    out.update(outputs)
   st_numpy.save_file(out, stored.path("tiny_rope_logits.safetensors"),
                      metadata=metadata)
 
@@ -248,6 +268,11 @@ def write_siglip2(versions: dict):
   _sort_metadata(filename)
 
 
+def write_naflex(versions: dict):
+  """timm's tiny NaFlexViTs (`generate_naflex.py`)."""
+  generate_naflex.write({k: versions[k] for k in ("python", "torch", "timm")})
+
+
 def write_full_size(versions: dict):
   """Each model's parameter names and shapes, and its logits of
   `stored.full_size_images()` with `stored.trained_like_state` weights."""
@@ -276,7 +301,7 @@ def main(argv):
   `families`: the ViT families' files only; `hf`: the transformers
   DINOv2s' files only; `rope`: the RoPE encoders' only; `siglip`: the
   transformers SiglipModel's only; `siglip2`: the transformers
-  Siglip2Model's only."""
+  Siglip2Model's only; `naflex`: timm's NaFlexViTs' only."""
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -286,10 +311,9 @@ def main(argv):
       "timm": timm.__version__,
       "transformers": transformers.__version__
   }
-  groups = ("mixer", "families", "hf", "rope", "siglip", "siglip2")
+  groups = ("mixer", "families", "hf", "rope", "siglip", "siglip2", "naflex")
   if argv[1:] and (len(argv) > 2 or argv[1] not in groups):
-    raise SystemExit(
-        f"usage: {argv[0]} [mixer | families | hf | rope | siglip | siglip2]")
+    raise SystemExit(f"usage: {argv[0]} [{' | '.join(groups)}]")
   if not argv[1:]:
     write_tiny(versions)
     write_full_size(versions)
@@ -305,6 +329,8 @@ def main(argv):
     write_siglip(versions)
   if argv[1:] in ([], ["siglip2"]):
     write_siglip2(versions)
+  if argv[1:] in ([], ["naflex"]):
+    write_naflex(versions)
   print("Wrote tests/references with " +
         ", ".join(f"{k} {v}" for k, v in versions.items()))
 

@@ -1,23 +1,24 @@
 """Writes what timm's NaFlexViT computes, for tests/test_naflex_weights.py:
 
-  tiny_naflex_timm_<name>.safetensors   the state dict of each of NAFLEX
-  tiny_naflex_timm_gap.bin              `gap`'s, written by torch.save
+  tiny_naflex_timm_<name>.safetensors   timm's weights file of each of
+                                        NAFLEX (its model.safetensors)
+  tiny_naflex_timm_gap.bin              `gap`'s pytorch_model.bin
   tiny_naflex_timm_io.safetensors       the patch sequences (patches,
                                         coords, valid) and each model's
                                         logits; the versions in metadata
 
-    make torch-env
-    PYTHONPATH=. .venv-torch/bin/python -m tests.references.generate_naflex
+    make references   # all of them, or these only:
+    .venv-torch/bin/python -m tests.references.generate naflex
 
 Runs where torch and timm are installed (not vit_jax): each model is built
 by its timm function at the size of vit_jax's `testing` variant (width
 16, 2 blocks of 2 heads, MLP 32, patch 4, a 4 x 4 position table, 7
-classes), with random weights; nothing is downloaded.
+classes), with random weights, and written by timm's `save_for_hf`;
+nothing is downloaded.
 """
 
 import json
 import os
-import platform
 
 import numpy as np
 
@@ -51,7 +52,9 @@ def inputs():
   return patches, coords, valid
 
 
-def main():
+def write(versions: dict):
+  """The files of the module doc; `versions` (python, torch, timm) go in
+  the IO file's metadata."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
@@ -64,25 +67,18 @@ def main():
   }
   for seed, (name, function) in enumerate(NAFLEX.items()):
     model = timm.create_model(function, pretrained=False, **SIZE).eval()
-    model = torch_reference._randomize_family(model, seed=30 + seed)  # pylint: disable=protected-access
-    torch_reference.save_state_dict(
+    model = torch_reference.randomize_family(model, seed=30 + seed)
+    torch_reference.save_timm_file(
         model, os.path.join(HERE, f"tiny_naflex_timm_{name}.safetensors"))
     if name == "gap":  # As save_for_hf writes by default: pytorch_model.bin.
-      torch_reference.save_state_dict(
+      torch_reference.save_timm_file(
           model, os.path.join(HERE, "tiny_naflex_timm_gap.bin"))
     with torch.no_grad():
       out[f"logits_{name}"] = model(x).numpy()
   metadata = {
-      "python": platform.python_version(),
-      "torch": torch.__version__,
-      "timm": timm.__version__,
+      **versions,
       "functions": json.dumps(NAFLEX),
       "size": json.dumps(SIZE),
   }
   st_numpy.save_file(out, os.path.join(HERE, "tiny_naflex_timm_io.safetensors"),
                      metadata=metadata)
-  print(f"Wrote the NaFlexViT references with timm {timm.__version__}")
-
-
-if __name__ == "__main__":
-  main()

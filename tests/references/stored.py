@@ -4,14 +4,20 @@ The suite runs without PyTorch: on Python 3.12+ the package registry has
 only torch's CUDA build (several GB), and the CPU build this machine kind
 keeps on disk is for Python 3.11. So the numbers the tests compare with were
 computed by timm and transformers themselves, in a Python 3.11 environment
-with the versions of `requirements.txt`, by `generate.py`, and committed:
+with the versions of `requirements.txt`, by `generate.py`, and committed.
+Each weights file is what its library writes (`generate.py` says how):
+timm's the model.safetensors of its `save_for_hf` (timm's Hub files: the
+module's names), transformers' the directory of `save_pretrained`
+(config.json and model.safetensors, in the names transformers writes):
 
   tiny_timm.safetensors    timm's ViT (width 32, depth 2, patch 8, 32 px,
-                           10 classes), random weights: its state dict
-  tiny_timm.pth            the same state dict, written by torch.save
+                           10 classes), random weights
+  tiny_timm.pth            the same, the pytorch_model.bin save_for_hf
+                           writes by torch.save
   tiny_hybrid.safetensors  timm's ResNetV2 + ViT hybrid (patch 1, 5 classes)
-  tiny_hf.safetensors      transformers' ViTForImageClassification (the
-                           tiny timm model's shape), transformers 5's names
+  tiny_hf/                 transformers' ViTForImageClassification (the
+                           tiny timm model's shape): the Hub's names
+                           (vit.encoder.layer.N.attention.attention.query)
   tiny_logits.safetensors  the images all tiny models were run on (NHWC)
                            and each model's logits
   tiny_mixer.safetensors   timm's MlpMixer (width 32, 2 blocks, patch 8,
@@ -66,14 +72,14 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            LayerNorm eps ("layer_norm_eps:<family>") and
                            the timm model it follows ("timm_model:<family>");
                            written by `generate.py families`
-  tiny_hf_<name>.safetensors
-                           transformers' DINOv2 backbones (no head) for
+  tiny_hf_<name>/          transformers' DINOv2 backbones (no head) for
                            each of TINY_HF_MODELS (width 32, depth 2, 4
                            heads, patch 8, 32 px so no position-embedding
                            interpolation, MLP 128 with erf GELU, qkv bias,
                            layer scale, LayerNorm eps 1e-6), random weights
-                           (LayerNorm scales near 1, lambdas of std 0.5):
-                           the state dict, transformers 5's module names:
+                           (LayerNorm scales near 1, lambdas of std 0.5),
+                           in the names of the Hub's DINOv2s (metadata
+                           {"format": "pt"}):
                              embeddings.cls_token          1 x 1 x 32
                              embeddings.mask_token         1 x 32 (unused)
                              embeddings.position_embeddings 1 x 17 x 32
@@ -82,11 +88,14 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                                  (dinov2_reg only)
                              embeddings.patch_embeddings.projection.*
                              encoder.layer.<i>.norm1.*,
-                               .attention.{q,k,v,o}_proj.*,
+                               .attention.attention.{query,key,value}.*,
+                               .attention.output.dense.*,
                                .layer_scale1.lambda1, .norm2.*,
                                .mlp.fc1.*, .mlp.fc2.*,
                                .layer_scale2.lambda1
                              layernorm.*
+                           (transformers 5's modules call the attention's
+                           .attention.{q,k,v,o}_proj)
                              dinov2       Dinov2Model
                              dinov2_reg   Dinov2WithRegistersModel, 4
                                           registers: the class token has
@@ -94,12 +103,6 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                                           registers none (inserted between
                                           it and the patches after the
                                           position embeddings are added)
-  tiny_hf_<name>_checkpoint.safetensors
-                           the same weights as the model.safetensors that
-                           save_pretrained writes (metadata {"format":
-                           "pt"}) with the checkpoint names of the Hub's
-                           DINOv2s: .attention.attention.{query,key,value}.*
-                           and .attention.output.dense.* for {q,k,v,o}_proj
   tiny_hf_logits.safetensors
                            their outputs of the same images:
                            "<name>_last_hidden_state" (3 x 17 x 32 for
@@ -107,10 +110,9 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            4 registers, 16 patches; after the final
                            layernorm) and "<name>_pooler" (3 x 32: the
                            class token of last_hidden_state), and in its
-                           metadata each one's config ("config:<name>",
-                           JSON), class ("model:<name>") and attention
-                           ("attn_implementation:<name>", eager); written
-                           by `generate.py hf`
+                           metadata each one's class ("model:<name>") and
+                           attention ("attn_implementation:<name>",
+                           eager); written by `generate.py hf`
   tiny_<rope model>.safetensors
                            timm's RoPE encoders, built by their model
                            functions at width 32, depth 2, 4 heads, patch
@@ -134,13 +136,13 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            register, no class token), pe (PE core, its
                            RoPE scaled to a 4-patch grid, attn_pool),
                            dinov3_swiglu (vit_small_plus_patch16_dinov3)
-  tiny_hf_dinov3.safetensors
-                           transformers' DINOv3ViTModel at that size (its
+  tiny_hf_dinov3/          transformers' DINOv3ViTModel at that size (its
                            defaults: query and value biases, no key bias,
-                           4 registers here), random weights likewise: its
-                           state dict
-  tiny_hf_dinov3_gated.safetensors
-                           the same with use_gated_mlp (SiLU), seed 51
+                           4 registers here), random weights likewise, in
+                           the names transformers 5 writes and the Hub's
+                           DINOv3s have (layer.N.attention.q_proj, ...;
+                           its modules' are model.layer.N...)
+  tiny_hf_dinov3_gated/    the same with use_gated_mlp (SiLU), seed 51
   tiny_rope_logits.safetensors
                            their logits of tiny_images() ("<name>"), of
                            "wide_images" (2 x 32 x 48: a 4 x 6 grid, read
@@ -153,9 +155,7 @@ with the versions of `requirements.txt`, by `generate.py`, and committed:
                            "hf_dinov3_tokens" and "hf_dinov3_pooler" (and
                            "_wide"; "hf_dinov3_gated_*" likewise);
                            metadata: each one's timm model
-                           ("timm_model:<name>"), the size, and the
-                           DINOv3ViTModels' config.json ("config:hf_dinov3",
-                           "config:hf_dinov3_gated");
+                           ("timm_model:<name>") and the size;
                            written by `generate.py rope`
   full_size.json           timm's ViT-B/16 and R50+ViT-B/16 and Hugging
                            Face's ViT-B/16 at 224 px: each parameter's name
@@ -263,13 +263,18 @@ def tiny_family_state(name: str) -> dict:
 TINY_HF_MODELS = ("dinov2", "dinov2_reg")
 
 
-def tiny_hf_state(name: str, checkpoint: bool = False) -> dict:
-  """One of TINY_HF_MODELS' transformers state dict (PyTorch name ->
-  float32 array); checkpoint=True: with the names save_pretrained writes
-  (and the Hub's DINOv2 checkpoints have)."""
+def tiny_hf_directory(name: str) -> str:
+  """The directory one of TINY_HF_MODELS' save_pretrained wrote, or
+  'dinov3' or 'dinov3_gated' (DINOv3ViTModel's)."""
+  return path(f"tiny_hf_{name}")
+
+
+def tiny_hf_state(name: str) -> dict:
+  """A tiny_hf_directory's weights: PyTorch name -> float32 array, the
+  names save_pretrained writes."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  suffix = "_checkpoint" if checkpoint else ""
-  return st_numpy.load_file(path(f"tiny_hf_{name}{suffix}.safetensors"))
+  return st_numpy.load_file(
+      os.path.join(tiny_hf_directory(name), "model.safetensors"))
 
 
 def tiny_hf_output(key: str) -> np.ndarray:
@@ -277,14 +282,6 @@ def tiny_hf_output(key: str) -> np.ndarray:
   (3 x 32) of one of TINY_HF_MODELS, of tiny_images()."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   return st_numpy.load_file(path("tiny_hf_logits.safetensors"))[key]
-
-
-def tiny_hf_config(name: str) -> dict:
-  """That model's transformers config (its to_dict(): hidden_size,
-  patch_size, layer_norm_eps, num_register_tokens, ...)."""
-  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
-  with safe_open(path("tiny_hf_logits.safetensors"), "np") as f:
-    return json.loads(f.metadata()[f"config:{name}"])
 
 
 def _tiny_outputs() -> dict:

@@ -1,31 +1,39 @@
 """Weights from any supported file: read, convert, load, describe, write.
 
-A core, and a room per origin (what another code base names and lays out):
+A core, and a room per origin (what another code base names and lays out).
+The rooms import the core; the core imports no room (only `files/`, the
+formats every origin's files come in, which imports nothing of the core).
+Where the core needs a room's knowledge (which code base wrote a file, its
+converter, what its config.json says), the room registers it into a table
+of `origins` when imported, here:
 
   names, origins      this project's parameter names; which code base wrote
-                      a file, and its room's converter
+                      a file (the rooms' origins, converters and readers of
+                      config.json, registered)
   loader, load_steps, loading: each parameter through named steps (resize,
   report, posemb      re-initialise, drop) with a report; position
                       embeddings resized in 2D
   families,           the options a file's parameters show (the family
-  unsupported         table); the families recognised but not computed
+  unsupported,        table); the families recognised but not computed;
+  mixer_layout        an MLP-Mixer's parameters (ours: the released names)
   architecture,       the model a file holds; a config's open choices
   decisions,          decided; the config a checkpoint runs with alone;
   standalone,         `inspect`'s text
   describe
-  writers,            export: npz and timm state dicts; the evaluation
-  eval_preprocessing  preprocessing in other libraries' words
+  writers,            export: npz, and what every export needs of a model;
+  eval_preprocessing  the evaluation preprocessing in other libraries' words
   torch_layout        PyTorch's arrays as ours, by a room's table
   files/              formats (npz, safetensors, pickles read without
                       torch, Orbax), the released names, the download cache,
                       timm's and transformers' directories
   big_vision/         Google's Flax files (released, current Flax,
-                      big_vision, NaFlex's layout), two-tower files, the
-                      Mixer's architecture
+                      big_vision, NaFlex's layout), two-tower files (an
+                      image-text model's start, transformers' SigLIP too)
   timm/               timm's names and families (NaFlexViT, parallel block,
-                      attention pool, ResNetV2 stem, MlpMixer), its
+                      attention pool, ResNetV2 stem, MlpMixer, Eva), its
+                      directories and state dicts
+  transformers/       transformers' names (ViT, DINOv2, DINOv3, SigLIP), its
                       directories
-  transformers/       transformers' names (ViT, DINOv2), its directories
   mae/                facebookresearch/mae's full checkpoints (timm's
                       encoder, its decoder)
 
@@ -39,9 +47,12 @@ start from a checkpoint (`config.init.checkpoint`).
 from vit_jax.errors import WeightsError
 from vit_jax.weights.architecture import Architecture
 from vit_jax.weights.architecture import read as read_architecture
-from vit_jax.weights.big_vision.mixer_layout import MixerArchitecture
-from vit_jax.weights.big_vision.mixer_layout import is_mixer
-from vit_jax.weights.big_vision.mixer_layout import mixer_architecture
+from vit_jax.weights.big_vision import flax_names
+from vit_jax.weights.big_vision.two_tower_files import as_big_vision_file
+from vit_jax.weights.big_vision.two_tower_files import init_two_towers
+from vit_jax.weights.big_vision.two_tower_files import is_two_towers_file
+from vit_jax.weights.big_vision.two_tower_files import looped_two_towers
+from vit_jax.weights.big_vision.two_tower_files import text_fields
 from vit_jax.weights.decisions import decide
 from vit_jax.weights.decisions import decide_text
 from vit_jax.weights.describe import SEQUENCE_PP_EVAL
@@ -76,7 +87,11 @@ from vit_jax.weights.loader import read_converted
 from vit_jax.weights.loader import recorded_config
 from vit_jax.weights.loader import target_grid
 from vit_jax.weights.loader import training_workdir
+from vit_jax.weights.mae import mae_names
 from vit_jax.weights.mae.mae_names import DECODER_HEADS as MAE_DECODER_HEADS
+from vit_jax.weights.mixer_layout import MixerArchitecture
+from vit_jax.weights.mixer_layout import is_mixer
+from vit_jax.weights.mixer_layout import mixer_architecture
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
 from vit_jax.weights.origins import convert as convert_tensors
@@ -88,25 +103,25 @@ from vit_jax.weights.posemb import resize_posemb
 from vit_jax.weights.report import Report
 from vit_jax.weights.standalone import config_for
 from vit_jax.weights.standalone import merge_recorded
+from vit_jax.weights.timm import timm_config
+from vit_jax.weights.timm import timm_names
+from vit_jax.weights.timm.timm_dir import save_timm
 from vit_jax.weights.timm.timm_dir import write as write_timm_dir
 from vit_jax.weights.timm.timm_mixer import from_timm_mixer
 from vit_jax.weights.timm.timm_mixer import to_timm_mixer
+from vit_jax.weights.transformers import hf_names
 from vit_jax.weights.transformers.hf_dir import write as write_hf_dir
 from vit_jax.weights.transformers.hf_dir import write_files as write_hf_files
 from vit_jax.weights.transformers.hf_siglip import to_siglip
-from vit_jax.weights.two_tower_files import as_big_vision_file
-from vit_jax.weights.two_tower_files import init_two_towers
-from vit_jax.weights.two_tower_files import is_two_towers_file
-from vit_jax.weights.two_tower_files import looped as looped_two_towers
-from vit_jax.weights.two_tower_files import text_fields
 from vit_jax.weights.writers import EXPORT_FORMATS
 from vit_jax.weights.writers import at_patch_size
 from vit_jax.weights.writers import released_params
 from vit_jax.weights.writers import save_npz
-from vit_jax.weights.writers import save_timm
 from vit_jax.weights.writers import with_class_token_entry
 from vit_jax.weights.writers import with_posemb_table
 
+# The rooms' origins and readers of config.json, registered now.
+del flax_names, mae_names, timm_config, timm_names, hf_names
 __all__ = [
     "forget_announced", "split_tower", "Released", "MixerArchitecture",
     "init_two_towers", "write_hf_files", "looped_two_towers",

@@ -28,9 +28,9 @@ from vit_jax.models.variants import MixerVariant
 from vit_jax.models.variants import ResNetSpec
 from vit_jax.models.variants import Variant
 from vit_jax.weights import families
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import origins
 from vit_jax.weights import posemb
-from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.files import formats
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted

@@ -148,7 +148,7 @@ def _interpolation(run, origin, checkpoint):
         "as the resumed run computed it (its config.json)")
   if origin() == "timm":
     stated = {
-        **loader.naflex_options(checkpoint, "timm"),
+        **loader.name_options(checkpoint, "timm"),
         **origins.stated_options(checkpoint)
     }
     return stated.get("posemb_interpolation",

@@ -8,7 +8,6 @@ from vit_jax.weights import architecture
 from vit_jax.weights import decisions
 from vit_jax.weights import loader
 from vit_jax.weights import origins
-from vit_jax.weights.big_vision import flax_names
 from vit_jax.weights.files import formats
 
 
@@ -18,7 +17,7 @@ def describe_file(path: str, cache_dir=None, num_heads=None) -> str:
   fmt, tensors = formats.read(path, cache_dir)
   tower = ""
   if fmt == "npz":  # A two-tower file's: the tower read, as loading reads.
-    picked, note = flax_names.flax_names(tensors, path)
+    picked, note = origins.tower(tensors, path)
     if note:
       tensors, tower = picked, f" ({note})"
   width = max(len(k) for k in tensors)

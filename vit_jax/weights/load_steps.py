@@ -21,8 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from vit_jax.models import patch_resize
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import posemb
-from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import FACTORIZED
 from vit_jax.weights.names import PATCH_KERNEL
 from vit_jax.weights.names import POSEMB

@@ -44,16 +44,15 @@ from vit_jax.models import scan
 from vit_jax.models import variants
 from vit_jax.weights import families
 from vit_jax.weights import load_steps
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import origins
 from vit_jax.weights import report as reports
-from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.files import directories
 from vit_jax.weights.files import formats
 from vit_jax.weights.files import released
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
 from vit_jax.weights.report import Report
-from vit_jax.weights.timm import naflexvit
 
 _ADVISED = set()  # What `init_params` has said on the console.
 
@@ -117,7 +116,7 @@ def origin_gelu(path: str, origin: str) -> Optional[bool]:
   option existed computed the exact erf form: `config.recorded`).
   """
   if origin != "orbax":  # A directory's config.json may say otherwise.
-    stated = {**naflex_options(path, origin), **origins.stated_options(path)}
+    stated = {**name_options(path, origin), **origins.stated_options(path)}
     return stated.get("gelu_approximate",
                       origins.ORIGINS[origin].gelu_approximate)
   run = recorded_config(path)
@@ -127,13 +126,12 @@ def origin_gelu(path: str, origin: str) -> Optional[bool]:
   return None if value is None else bool(value)
 
 
-def naflex_options(path: str, origin: str, cache_dir=None) -> dict:
-  """What a timm NaFlexViT file's names say of the options its weights
-  cannot show (`naflexvit.options`); {} for any other file."""
-  if origin != "timm":
+def name_options(path: str, origin: str, cache_dir=None) -> dict:
+  """What a file's names say of the options its weights cannot show (a
+  timm NaFlexViT's: `origins.Origin.name_options`); {} for most files."""
+  if origins.ORIGINS[origin].name_options is None:
     return {}
-  names = dict.fromkeys(formats.read_names(path, cache_dir)[1])
-  return naflexvit.options(names) if naflexvit.is_naflex(names) else {}
+  return origins.name_options(origin, formats.read_names(path, cache_dir)[1])
 
 
 def file_origin(path: str, cache_dir=None) -> tuple[str, Optional[bool]]:

@@ -2,8 +2,9 @@
 
 `npz`: the released google-research/vision_transformer form (flat 'a/b/c'
 names, looped blocks, class-token position embedding included). `timm`: a
-safetensors state dict of timm's `VisionTransformer` (plain ViTs with a
-class token) or `MlpMixer`.
+safetensors state dict of timm's `VisionTransformer` or `MlpMixer`, which
+its room writes (`timm/timm_dir.save_timm`). What both need of a model:
+its position table, its class token's entry, its patch size baked in.
 """
 
 import io
@@ -13,11 +14,7 @@ import numpy as np
 
 from vit_jax import paths
 from vit_jax.weights import loader
-from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
-from vit_jax.weights.names import is_pretraining_part
-from vit_jax.weights.timm import timm_mixer
-from vit_jax.weights.timm import timm_names
 
 EXPORT_FORMATS = ("npz", "timm")
 
@@ -84,23 +81,3 @@ def save_npz(params, path: str):
   buffer = io.BytesIO()  # Object storage cannot seek while writing a zip.
   np.savez(buffer, **{k: np.asarray(v) for k, v in params.items()})
   paths.resolve(path).write_bytes(buffer.getvalue())
-
-
-def save_timm(params, path: str) -> list[str]:
-  """Params (flat or nested) -> timm VisionTransformer state dict. Returns
-  what was left out: the parts of masked patch prediction and MAE's
-  decoder, which timm's model has no place for (its features are the same
-  without them)."""
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  if not all(isinstance(k, str) and "/" in k for k in params):
-    params = flax.traverse_util.flatten_dict(params, sep="/")
-  left_out = sorted(k for k in params if is_pretraining_part(k))
-  flat = {
-      k: np.asarray(v, np.float32)
-      for k, v in params.items()
-      if k not in left_out
-  }
-  to_timm = (timm_mixer.to_timm_mixer
-             if mixer_layout.is_mixer(flat) else timm_names.to_timm)
-  paths.resolve(path).write_bytes(st_numpy.save(to_timm(flat)))
-  return left_out

@@ -2,14 +2,18 @@
 google-research/vision_transformer's released `.npz` files (older Flax
 block names), the same code run with a current Flax, and big_vision's
 checkpoints (current names, a top-level `pos_embedding`, NaFlex's layout);
-which of them wrote a file, by its whole set of names.
+which of them wrote a file, by its whole set of names. They, and this
+project's Orbax workdirs, are origins of `origins.ORIGINS`, registered here.
 """
 
+import functools
 import re
 from typing import Optional
 
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
+from vit_jax.weights import mixer_layout
+from vit_jax.weights import origins
 from vit_jax.weights.big_vision import towers
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import Converted
@@ -206,3 +210,29 @@ def posemb_grid_tokens(posemb) -> int:
   count = posemb.shape[1]
   side = int(round(count**0.5))
   return count if side * side == count else count - 1
+
+
+def _origin_or_mixer(names, path: str) -> str:
+  """`origin`; an MLP-Mixer in the released names is `released` (big_vision's
+  Mixers have the same names)."""
+  return "released" if mixer_layout.is_mixer(names) else origin(names, path)
+
+
+def _convert_as(origin_name: str, fmt: str, tensors, num_heads: int,
+                path: str) -> Converted:
+  del num_heads  # Flax files store the heads in their kernels' shapes.
+  return convert(origin_name, fmt, tensors, path)
+
+
+for _name, _words in (
+    ("orbax", "this project (Orbax)"),
+    ("released", "google-research/vision_transformer"),
+    ("released_current_flax",
+     "google-research/vision_transformer, current Flax names"),
+    ("big_vision", "big_vision"),
+):  # Both Google code bases compute tanh GELU; a workdir says its own.
+  origins.register(
+      _name,
+      origins.Origin(_words, None if _name == "orbax" else True,
+                     functools.partial(_convert_as, _name)))
+origins.register_flax(origins.FlaxReader(_origin_or_mixer, flax_names))

@@ -8,7 +8,9 @@ of its `models_mae.py`: `decoder_embed`, `mask_token`, `decoder_pos_embed`
 (fixed 2D sin-cos), `decoder_blocks.{i}.` (timm's blocks again),
 `decoder_norm` and `decoder_pred`, which become `models/mae.py`'s decoder
 under `mae_decoder/`. Its position embeddings are not stored here (the
-decoder computes them): the file's are checked to be the same.
+decoder computes them): the file's are checked to be the same. A full
+checkpoint is the origin `mae` of `origins.ORIGINS` (registered here),
+asked before timm's.
 """
 
 import math
@@ -17,6 +19,7 @@ import numpy as np
 
 from vit_jax.errors import WeightsError
 from vit_jax.models import embeddings
+from vit_jax.weights import origins
 from vit_jax.weights import torch_layout
 from vit_jax.weights.names import MAE_DECODER
 from vit_jax.weights.names import POSEMB
@@ -90,3 +93,15 @@ def from_mae(tensors, num_heads: int, path: str) -> Converted:
   converted.notes.append(note)
   converted.origin = "mae"
   return converted
+
+
+def _convert(fmt: str, tensors, num_heads: int, path: str) -> Converted:
+  del fmt  # A pickle (its .pth) or a safetensors file: the same names.
+  return from_mae(tensors, num_heads, path)
+
+
+origins.register(
+    "mae",
+    origins.Origin("facebookresearch/mae (encoder and decoder)",
+                   gelu_approximate=False, convert=_convert, claims=is_full,
+                   rank=10))

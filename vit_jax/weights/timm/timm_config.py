@@ -2,10 +2,13 @@
 the activation, the LayerNorm epsilon, a NaFlexViT's resizing of its
 position table, DINOv3's pooling and RoPE base, the RoPE form and pooling
 of the other Eva families (`model_args` over the defaults of the model
-function it names, `architecture`).
+function it names, `architecture`); registered as a reader of
+`origins.CONFIG_READERS`.
 """
 
 from vit_jax.errors import WeightsError
+from vit_jax.weights import origins
+from vit_jax.weights import unsupported
 from vit_jax.weights.timm import naflexvit
 from vit_jax.weights.torch_layout import ACTIVATIONS
 
@@ -77,3 +80,14 @@ def _eva_options(args: dict) -> dict:
   if "attn_pool_num_heads" in args:
     options["map_heads"] = int(args["attn_pool_num_heads"])
   return options
+
+
+def _unsupported(config: dict):
+  return unsupported.for_architecture(config["architecture"])
+
+
+origins.register_config_reader(
+    "timm",
+    origins.ConfigReader(claims=is_timm_config, rank=10,
+                         stated_options=stated_options,
+                         unsupported=_unsupported, heads=lambda config: 0))

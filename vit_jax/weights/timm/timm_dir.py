@@ -15,11 +15,13 @@ epsilon (timm's ViT functions use 1e-6, its CLIP ones 1e-5). Fixed sincos2d
 position embeddings are written as the table of their values at the
 export's resolution (the same model there; timm would train the table), and
 a pre-norm model's patch-embedding bias (timm's has none) is added into the
-patches' position embeddings (the same sum).
+patches' position embeddings (the same sum). `save_timm` writes the state
+dict alone (`vit-jax export --format=timm`).
 """
 
 import json
 
+import flax
 import numpy as np
 
 from vit_jax import paths
@@ -27,9 +29,10 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import families
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import writers
-from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
+from vit_jax.weights.names import is_pretraining_part
 from vit_jax.weights.names import posemb_prefix
 from vit_jax.weights.timm import eva_export
 from vit_jax.weights.timm import naflexvit
@@ -245,3 +248,23 @@ def _pretrained_cfg(pp: eval_preprocessing.EvalPreprocessing, num_classes: int,
       "first_conv": first_conv,
       "classifier": "head",
   }
+
+
+def save_timm(params, path: str) -> list[str]:
+  """Params (flat or nested) -> timm VisionTransformer state dict. Returns
+  what was left out: the parts of masked patch prediction and MAE's
+  decoder, which timm's model has no place for (its features are the same
+  without them)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  if not all(isinstance(k, str) and "/" in k for k in params):
+    params = flax.traverse_util.flatten_dict(params, sep="/")
+  left_out = sorted(k for k in params if is_pretraining_part(k))
+  flat = {
+      k: np.asarray(v, np.float32)
+      for k, v in params.items()
+      if k not in left_out
+  }
+  to_timm = (timm_mixer.to_timm_mixer
+             if mixer_layout.is_mixer(flat) else timm_names.to_timm)
+  paths.resolve(path).write_bytes(st_numpy.save(to_timm(flat)))
+  return left_out

@@ -6,7 +6,8 @@ standard VisionTransformer's names by a module of this room (NaFlexViT's
 embeddings, ViT-22B's parallel block, timm's Eva: DINOv3, EVA-02,
 RoPE-ViT, PE), or refused in one line where it computes something this
 project does not (`unsupported.py`): such a file is never loaded without
-it. A new family is a module here and a row of `FAMILIES`.
+it. A new family is a module here and a row of `FAMILIES`. The origin
+`timm` of `origins.ORIGINS` is registered here.
 """
 
 from typing import Callable
@@ -16,6 +17,8 @@ import numpy as np
 
 from vit_jax.errors import WeightsError
 from vit_jax.weights import families
+from vit_jax.weights import mixer_layout
+from vit_jax.weights import origins
 from vit_jax.weights import torch_layout
 from vit_jax.weights import unsupported
 from vit_jax.weights.names import BLOCK
@@ -209,3 +212,25 @@ def to_timm(params: dict[str, np.ndarray],
         "which writes that config beside the weights.")
   out, used = attention_pool.to_timm(params)
   return fuse_qkv(torch_layout.to_torch(params, MODULES, "timm", out, used))
+
+
+def _is_timms(names) -> bool:
+  """timm's names: blocks and a patch embedding (an MlpMixer's too)."""
+  return mixer_layout.is_mixer(names) or any(
+      n.startswith(("blocks.", "patch_embed.")) for n in names)
+
+
+def _name_options(names: dict) -> dict:
+  """What a NaFlexViT's names say that its weights cannot show."""
+  return naflexvit.options(names) if naflexvit.is_naflex(names) else {}
+
+
+def _convert(fmt: str, tensors, num_heads: int, path: str) -> Converted:
+  del fmt  # A safetensors file or a pickle: the same names.
+  return from_timm(tensors, num_heads, path)
+
+
+origins.register(
+    "timm",
+    origins.Origin("timm", gelu_approximate=False, convert=_convert,
+                   claims=_is_timms, rank=20, name_options=_name_options))

@@ -11,6 +11,13 @@ model here pools the class token and has no head. Its gated MLPs
 (`use_gated_mlp`, the larger models': down(SiLU(gate x) * up x)) are
 SwiGLU's (`config.model.swiglu`); a config.json naming another gate
 activation is refused.
+
+Two layouts name its blocks: the files' (`save_pretrained` and the Hub's
+released models: `layer.N.`, which transformers 5 renames on loading) and
+its modules' (`model.layer.N.`, a `state_dict()` taken by hand); both are
+read, and the files' is written. Its patch embedding is one convolution
+(`embeddings.patch_embeddings.weight`, DINOv2's and ViT's end in
+`.projection.weight`): that and the blocks tell the family apart.
 """
 
 import re
@@ -30,16 +37,16 @@ _NAMES = (
     ("embeddings.cls_token", "cls_token"),
     ("embeddings.register_tokens", "reg_token"),
     ("embeddings.patch_embeddings.", "patch_embed.proj."),
-    ("model.layer.{}.norm1.", "blocks.{}.norm1."),
-    ("model.layer.{}.norm2.", "blocks.{}.norm2."),
-    *((f"model.layer.{{}}.attention.{part}_proj.", f"blocks.{{}}.attn.{part}.")
+    ("layer.{}.norm1.", "blocks.{}.norm1."),
+    ("layer.{}.norm2.", "blocks.{}.norm2."),
+    *((f"layer.{{}}.attention.{part}_proj.", f"blocks.{{}}.attn.{part}.")
       for part in "qkv"),
-    ("model.layer.{}.attention.o_proj.", "blocks.{}.attn.proj."),
-    ("model.layer.{}.layer_scale1.lambda1", "blocks.{}.ls1.gamma"),
-    ("model.layer.{}.layer_scale2.lambda1", "blocks.{}.ls2.gamma"),
-    ("model.layer.{}.mlp.up_proj.", "blocks.{}.mlp.fc1."),
-    ("model.layer.{}.mlp.gate_proj.", "blocks.{}.mlp.fc1_g."),
-    ("model.layer.{}.mlp.down_proj.", "blocks.{}.mlp.fc2."),
+    ("layer.{}.attention.o_proj.", "blocks.{}.attn.proj."),
+    ("layer.{}.layer_scale1.lambda1", "blocks.{}.ls1.gamma"),
+    ("layer.{}.layer_scale2.lambda1", "blocks.{}.ls2.gamma"),
+    ("layer.{}.mlp.up_proj.", "blocks.{}.mlp.fc1."),
+    ("layer.{}.mlp.gate_proj.", "blocks.{}.mlp.fc1_g."),
+    ("layer.{}.mlp.down_proj.", "blocks.{}.mlp.fc2."),
     ("norm.", "norm."),
 )
 
@@ -60,14 +67,21 @@ def _renamer(to_timm: bool):
 
 LEFT_OUT = {"embeddings.mask_token": "DINOv3's masked-image training only"}
 
+_BLOCKS = re.compile(r"(model\.)?layer\.\d+\.")
+
 
 def is_family(names) -> bool:
-  return any(n.startswith("model.layer.") for n in names) and any(
-      n.startswith("embeddings.patch_embeddings.") for n in names)
+  return "embeddings.patch_embeddings.weight" in names and any(
+      _BLOCKS.match(n) for n in names)
 
 
 def to_timm(tensors: dict, path: str) -> tuple[dict, list[str]]:
-  """(Eva-named state dict, what was left out) of a DINOv3ViTModel."""
+  """(Eva-named state dict, what was left out) of a DINOv3ViTModel, in
+  either layout."""
+  tensors = {
+      (k[len("model."):] if k.startswith("model.layer.") else k): v
+      for k, v in tensors.items()
+  }
   out, left_out = torch_layout.renamed(tensors, _renamer(to_timm=True),
                                        LEFT_OUT, path, "transformers DINOv3")
   if "reg_token" not in out or not out["reg_token"].size:
@@ -125,7 +139,7 @@ def write_model(params: dict, model_config,
                                   "timm")
   width = state["embeddings.cls_token"].shape[-1]
   state["embeddings.mask_token"] = np.zeros((1, 1, width), np.float32)
-  if "model.layer.0.layer_scale1.lambda1" not in state:  # Always there.
+  if "layer.0.layer_scale1.lambda1" not in state:  # Always there.
     for name in [n for n in state if n.endswith(".norm1.weight")]:
       for k in (1, 2):
         state[name.replace(".norm1.weight",

@@ -26,8 +26,8 @@ from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import eval_preprocessing
 from vit_jax.weights import families
+from vit_jax.weights import mixer_layout
 from vit_jax.weights import writers
-from vit_jax.weights.big_vision import mixer_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.names import posemb_prefix
 from vit_jax.weights.transformers import hf_dinov3

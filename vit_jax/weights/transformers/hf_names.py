@@ -6,12 +6,16 @@ reads and writes), and version 5's own modules (`layers.N.attention.q_proj`);
 one table of modules with a column for each (`MODULES`), read both ways
 through `torch_layout`. Its DINOv2 (`hf_dinov2.py`) and DINOv3
 (`hf_dinov3.py`) are read in timm's names; families this project does not
-compute (`unsupported.TRANSFORMERS`) are refused in one line.
+compute (`unsupported.TRANSFORMERS`) are refused in one line. The origin
+`hugging_face` of `origins.ORIGINS` and the reader of transformers'
+config.json are registered here.
 """
 
+import re
 from typing import NamedTuple
 
 from vit_jax.errors import WeightsError
+from vit_jax.weights import origins
 from vit_jax.weights import torch_layout
 from vit_jax.weights import unsupported
 from vit_jax.weights.names import BLOCK
@@ -110,3 +114,36 @@ def stated_options(config: dict) -> dict:
   if config.get("model_type") == "dinov3_vit":
     options.update(hf_dinov3.stated_options(config))
   return options
+
+
+def _is_transformers(names) -> bool:
+  return any(
+      re.match(r"(vit\.|vision_model\.)?(embeddings|encoder|layers)\.", n)
+      for n in names)
+
+
+def _heads(config: dict) -> int:
+  """A SiglipModel's image tower's attention heads; 0 for other models."""
+  if config.get("model_type") not in hf_siglip.MODEL_TYPES:
+    return 0
+  return config["vision_config"]["num_attention_heads"]
+
+
+def _convert(fmt: str, tensors, num_heads: int, path: str) -> Converted:
+  del fmt  # A safetensors file or a pickle: the same names.
+  return from_hugging_face(tensors, num_heads, path)
+
+
+def _unsupported(config: dict):
+  return unsupported.MODEL_TYPES.get(config.get("model_type"))
+
+
+origins.register(
+    "hugging_face",
+    origins.Origin("Hugging Face transformers", gelu_approximate=False,
+                   convert=_convert, claims=_is_transformers, rank=30))
+origins.register_config_reader(
+    "transformers",
+    origins.ConfigReader(claims=lambda config: "model_type" in config, rank=20,
+                         stated_options=stated_options,
+                         unsupported=_unsupported, heads=_heads))

@@ -128,7 +128,7 @@ def init_two_towers(config, path: str, params, params_sharding):
   return out
 
 
-def looped(params: dict) -> dict:
+def looped_two_towers(params: dict) -> dict:
   """A two-tower model's flat params with either tower's scanned blocks
   (`scan_layers`) as looped ones."""
   out = {k: v for k, v in params.items() if k in ("t", "b")}
