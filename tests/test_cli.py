@@ -39,9 +39,8 @@ MISTAKES = {
         "vit_jax", "export",
         "--checkpoint=tests/references/tiny_rope_axial.safetensors",
         "--format=timm", "--out={tmp}/rope.safetensors"
-    ], ("error: tests/references/tiny_rope_axial.safetensors computes "
-        "rotary position embeddings (rope=axial), which a timm state dict "
-        "cannot say")),
+    ], ("error: timm's VisionTransformer has no place for this model's "
+        "config.model.rope='axial'")),
     # configs/digits.py with its Mixer variant: the option a Mixer cannot
     # take is named (and, in the same line, the pooling it needs).
     "main: RoPE on a Mixer": ([

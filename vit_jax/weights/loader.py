@@ -285,14 +285,14 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
 def _check_family_options(path, source: Converted, model_options):
   """Refuses, in one line with the flags, a model that would compute
   otherwise with the file's weights than the file's family does (a value
-  of a field no parameter shows: `model_form.stated_fields`)."""
+  of a field no parameter shows: `model_form.stated_fields`), as its
+  directory's config.json says it where it does (over the family's)."""
   if model_options is None:
     return
   stated = model_form.stated_fields()
+  said = {**source.options, **origins.stated_options(path)}
   theirs = {
-      k: v
-      for k, v in source.options.items()
-      if k in stated and model_options[k] != v
+      k: v for k, v in said.items() if k in stated and model_options[k] != v
   }
   if theirs:
     ours = ", ".join(f"{k}={model_options[k]}" for k in theirs)
