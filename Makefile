@@ -21,7 +21,7 @@ VIT_JAX := $(VENV)/bin/vit-jax
 # Where the code style (pyproject.toml: yapf formats, ruff lints) applies.
 STYLED := setup.py vit_jax configs tests benchmarks launch
 
-.PHONY: setup demo test lint format clean torch-env references
+.PHONY: setup demo test test-all lint format clean torch-env references
 
 $(STAMP): setup.py constraints.txt
 	@test -n "$(PYTHON)" || launch/find_python.sh  # Says what to install.
@@ -71,9 +71,16 @@ demo: $(STAMP)  # Starts afresh: a kept workdir would resume its finished run.
 
 # The style first (seconds), then the suite: one worker a core (the
 # multi-process tests start two processes of their own), and the 15 slowest
-# tests listed at the end, so that a slower landing shows.
+# tests listed at the end, so that a slower landing shows. `test` is the
+# quick tier (tests marked `full` left out: several processes, an
+# emulator's faults, long trainings); `test-all`, what CI runs, is all.
+PYTEST := $(VENV)/bin/python -m pytest -n 2 --dist loadgroup --durations=15
+
 test: lint torch-env
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup --durations=15 tests
+	$(PYTEST) -m "not full" tests
+
+test-all: lint torch-env
+	$(PYTEST) tests
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/yapf --diff --recursive --parallel $(STYLED)

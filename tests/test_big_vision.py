@@ -358,7 +358,7 @@ def test_each_kind_fine_tunes_sweeps_predicts_and_exports(
 
 
 def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
-    tfds_data_dir, tmp_path, capsys):
+    tfds_data_dir, tmp_path):
   """A FlexiViT file (big_vision's layout, stored at patch 4 for 16 px) is
   fine-tuned at 32 px run at patch 8 (kernel PI-resized, position
   embeddings resized to the grid), predicts at that size from its workdir,
@@ -388,10 +388,8 @@ def test_a_flexivit_file_fine_tunes_at_another_size_sweeps_and_exports(
   want = np.asarray(
       loaded.model.apply({"params": jax.device_get(loaded.params)}, x)[0])
   exported = str(tmp_path / "flexi_export.npz")
-  weights.save_npz(weights.released_params(workdir), exported)
-  export._say_stored_patch_size(workdir, weights.released_params(workdir))  # pylint: disable=protected-access
-  assert ("it ran at patch 8: load it with --config.model.patch_size=8"
-          in capsys.readouterr().err)
+  said = export.export_file(workdir, "npz", exported)  # The stored kernel.
+  assert "--config.model.patch_size=8" in said, said
   again = inference.load(exported, config=loaded.config)
   np.testing.assert_allclose(
       np.asarray(

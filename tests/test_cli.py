@@ -43,9 +43,23 @@ MISTAKES = {
         "vit_jax", "export",
         "--checkpoint=tests/references/tiny_rope_axial.safetensors",
         "--format=timm", "--out={tmp}/rope.safetensors"
-    ], ("error: tests/references/tiny_rope_axial.safetensors computes "
-        "rotary position embeddings (rope=axial), which a timm state dict "
-        "cannot say")),
+    ], ("error: timm's VisionTransformer has no place for this model's "
+        "config.model.rope='axial'")),
+    # configs/digits.py with its Mixer variant: the option a Mixer cannot
+    # take is named (and, in the same line, the pooling it needs).
+    "main: RoPE on a Mixer": ([
+        "vit_jax", "train", "--config=configs/digits.py",
+        "--workdir=/tmp/unused", "--config.model.variant=digits-mixer",
+        "--config.model.rope=dinov3"
+    ], ("error: digits-mixer is an MLP-Mixer, and rope='dinov3' is an option "
+        "only a ViT takes: set --config.model.rope=none "
+        "--config.model.classifier=gap.")),
+    "main: SwiGLU on a Mixer": ([
+        "vit_jax", "train", "--config=configs/digits.py",
+        "--workdir=/tmp/unused", "--config.model.variant=digits-mixer",
+        "--config.model.swiglu=True", "--config.model.classifier=gap"
+    ], ("error: digits-mixer is an MLP-Mixer, and swiglu=True is an option "
+        "only a ViT takes: set --config.model.swiglu=False.")),
     "main: layer decay past 1": ([
         "vit_jax", "train", "--config=configs/digits.py:runlocal",
         "--workdir=/tmp/unused", "--config.layer_decay=1.5"

@@ -14,6 +14,7 @@ from tests.helpers import numpy_mixer
 from tests.helpers import numpy_reference
 from tests.helpers.tiny_models import mixer
 from tests.references import stored
+from vit_jax import models
 from vit_jax import weights
 from vit_jax.errors import WeightsError
 from vit_jax.models import VARIANTS
@@ -103,7 +104,7 @@ def random_params(model, size, seed=0):
 @pytest.mark.parametrize("approximate", [True, False])
 def test_one_block_matches_the_papers_equation(approximate):
   block = MixerBlock(tokens_mlp_dim=5, channels_mlp_dim=24,
-                     gelu_approximate=approximate)
+                     form=models.ModelForm(gelu_approximate=approximate))
   x = np.random.default_rng(4).normal(size=(2, 9, 8)).astype(np.float32)
   shapes = jax.eval_shape(lambda: block.init(jax.random.key(0), x, True))
   params = numpy_reference.trained_like_params(shapes["params"], seed=4)

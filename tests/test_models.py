@@ -156,7 +156,7 @@ def test_hybrid_matches_numpy_reference_with_released_standardisation():
 
 
 def test_without_posemb_permuting_patches_permutes_tokens():
-  model = tiny_model(use_posemb=False, classifier="gap")
+  model = tiny_model(posemb="none", classifier="gap")
   x = images()
   params = random_params(model, x)
   assert "posembed_input" not in params["Transformer"]

@@ -14,6 +14,7 @@ from tests.test_models import images
 from tests.test_models import random_params
 from tests.test_models import run
 from tests.test_models import tiny_model
+from vit_jax import models
 from vit_jax.config import defaults
 from vit_jax.errors import UserError
 from vit_jax.models import embeddings
@@ -41,7 +42,7 @@ def test_sincos2d_properties():
 
 
 def test_map_head_matches_numpy_reference():
-  head = vit_module.MAPHead(mlp_dim=24, num_heads=2)
+  head = vit_module.MAPHead(mlp_dim=24, num_heads=2, form=models.ModelForm())
   x = np.random.default_rng(3).normal(size=(2, 5, 8)).astype(np.float32)
   params = ref.trained_like_params(
       jax.eval_shape(head.init, jax.random.key(0), x)["params"], seed=4)
@@ -59,11 +60,10 @@ def test_sincos2d_model_stores_no_position_embeddings_and_sees_position():
   params = random_params(model, x)
   assert "posembed_input" not in params["Transformer"]
   rolled = np.roll(x, TINY["patch_size"], axis=2)  # One patch to the right.
-  plain, _ = run(tiny_model(classifier="gap", posemb="learn", use_posemb=False),
-                 params, x)
+  plain, _ = run(tiny_model(classifier="gap", posemb="none"), params, x)
   np.testing.assert_allclose(
-      run(tiny_model(classifier="gap", posemb="learn", use_posemb=False),
-          params, rolled)[0], plain, rtol=1e-4, atol=1e-4)  # Rolls commute.
+      run(tiny_model(classifier="gap", posemb="none"), params, rolled)[0],
+      plain, rtol=1e-4, atol=1e-4)  # Rolls commute.
   assert np.abs(run(model, params, x)[0] -
                 run(model, params, rolled)[0]).max() > 1e-3
   big = images(shape=(1, 32, 32, 3))

@@ -6,9 +6,7 @@
 The sizes make the variant (`models.Variant`), every other keyword is an
 option of the form (`vit_jax.config.model_form.ModelForm`), through
 `models.create_model`; `run_patch_size` is the form's `patch_size` (the
-patch size a FlexiViT runs at; `patch_size` is the stored one), and
-`use_posemb=False` leaves the ViT without position embeddings (tests of
-the blocks alone).
+patch size a FlexiViT runs at; `patch_size` is the stored one).
 """
 
 import dataclasses
@@ -20,14 +18,12 @@ _VIT_SIZES = tuple(f.name for f in dataclasses.fields(models.Variant))
 _MIXER_SIZES = tuple(f.name for f in dataclasses.fields(models.MixerVariant))
 
 
-def vit(num_classes=None, use_posemb: bool = True, run_patch_size=None,
-        **fields):
+def vit(num_classes=None, run_patch_size=None, **fields):
   """A ViT of these sizes and options."""
   size = models.Variant(**{k: fields.pop(k) for k in _VIT_SIZES if k in fields})
   if run_patch_size is not None:
     fields["patch_size"] = run_patch_size
-  model = models.create_model(size, num_classes, **fields)
-  return model if use_posemb else model.clone(use_posemb=False)
+  return models.create_model(size, num_classes, **fields)
 
 
 def mixer(num_classes=None, **fields):

@@ -26,20 +26,22 @@ flags.DEFINE_integer("image_size", 224, "Input resolution.", lower_bound=1)
 flags.DEFINE_integer("num_classes", 1000, "Classes of the head.", lower_bound=1)
 flags.DEFINE_integer("steps", 10, "Timed steps (after one warm-up step).",
                      lower_bound=1)
-flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
-flags.DEFINE_enum("remat", "none", ["none", "full", "dots"], "Remat policy.")
-flags.DEFINE_bool("scan_layers", False, "Scan over the encoder blocks.")
-flags.DEFINE_bool("fp8", False, "The encoder's matmuls in FP8 "
-                  "(config.model.fp8).")
-flags.DEFINE_enum("attention", "auto", model_form.choices("attention"),
-                  "Attention implementation (config.model.attention).")
-flags.DEFINE_bool(
-    "gelu_approximate", True, "tanh GELU (the released "
-    "weights'); --nogelu_approximate: erf (timm's).")
-flags.DEFINE_bool("parallel_block", False, "config.model.parallel_block.")
-flags.DEFINE_bool("use_bias", True, "config.model.use_bias.")
-flags.DEFINE_bool("qkv_bias", True, "config.model.qkv_bias.")
-flags.DEFINE_bool("qk_norm", False, "config.model.qk_norm.")
+
+
+def _define_model_flags():
+  """A flag per field of the form that `vit-jax benchmark` sets
+  (`model_form.benchmark_fields`: dtype, remat, scan, attention, FP8, the
+  GELU form, ViT-22B's block options), with its default and choices."""
+  defaults = model_form.defaults()
+  for name in model_form.benchmark_fields():
+    words = f"config.model.{name} (vit_jax/config/model_form.py)."
+    if isinstance(defaults[name], bool):
+      flags.DEFINE_bool(name, defaults[name], words)
+    else:
+      flags.DEFINE_enum(name, defaults[name], model_form.choices(name), words)
+
+
+_define_model_flags()
 flags.DEFINE_enum("mu_dtype", "float32", list(optim.MOMENTUM_DTYPES),
                   "Adam's first moment (config.mu_dtype).")
 flags.DEFINE_string(
@@ -62,7 +64,9 @@ cli.check_flag("peak_tflops", lambda tflops: tflops > 0,
 def main(argv):
   del argv
   f = flags.FLAGS
-  model_options = {name: f[name].value for name in speed.MODEL_OPTIONS}
+  model_options = {
+      name: f[name].value for name in model_form.benchmark_fields()
+  }
   result = speed.run(f.variant, f.batch, f.image_size, f.num_classes, f.steps,
                      model_options, mu_dtype=f.mu_dtype,
                      peak_tflops=f.peak_tflops, profile_steps=f.profile_steps,

@@ -23,7 +23,10 @@ big_vision's two-tower file (`params/img/...`, `params/txt/...`, `t`,
 `b`), which its SigLIP code and this project load, and `hf` transformers'
 SiglipModel (`weights/transformers/hf_siglip.py`).
 A model one format cannot hold is refused in one line that names a format
-that can. Imports no TensorFlow unless class names are read from a dataset.
+that can (each writer writes the fields of the form whose facts name it:
+`weights/exports.py`); what an `npz` or `timm` file cannot show is said
+as the flags that load it. Imports no TensorFlow unless class names are
+read from a dataset.
 """
 
 from absl import flags
@@ -36,6 +39,7 @@ from vit_jax import console
 from vit_jax import inference
 from vit_jax import paths
 from vit_jax import weights
+from vit_jax.config.model_form import ModelForm
 from vit_jax.errors import UserError
 from vit_jax.inference import zero_shot
 from vit_jax.models import scan
@@ -64,52 +68,35 @@ def _say_left_out(left_out):
         "other code base's model has no place for them.", len(left_out))
 
 
-def _say_stored_patch_size(checkpoint, params):
-  """A FlexiViT run's file keeps the stored kernel: say how to run it."""
-  run = weights.recorded_config(checkpoint)
-  run_patch = run["model"]["patch_size"] if run else None
-  stored = params["embedding/kernel"].shape[0] if run_patch else None
-  if run_patch and run_patch != stored:
-    console.say(
-        "The file keeps the patch-%d kernel the run stored (FlexiViT's "
-        "form); it ran at patch %d: load it with --config.model.patch_size=%d, "
-        "or export --format=hf or timm-dir, which write the model as it ran.",
-        stored, run_patch, run_patch)
-
-
-def _refuse_rope_as_timm_file(checkpoint: str, num_heads):
-  """A RoPE model's timm state dict alone would load as timm's
-  VisionTransformer, without its RoPE: timm builds it from a directory's
-  config.json (Eva), which `--format=timm-dir` writes."""
-  recorded = weights.recorded_config(checkpoint)
-  if recorded is not None:
-    rope = recorded["model"].get("rope", "none")
-  else:
-    try:  # Any head count shows the family (and its RoPE).
-      rope = weights.read_converted(checkpoint, num_heads or 1).options.get(
-          "rope", "none")
-    except UserError:
-      return  # Not a file the loader reads: save_timm says why.
-  if rope != "none":
-    raise UserError(
-        f"{checkpoint} computes rotary position embeddings (rope={rope}), "
-        "which a timm state dict cannot say (timm would build a plain "
-        "VisionTransformer): use --format=timm-dir (timm's Eva, with its "
-        "config.json) or --format=npz.")
-
-
-def _export_file(f):
-  if f.format == "timm":
-    _refuse_rope_as_timm_file(f.checkpoint, f.num_heads)
-  params = weights.released_params(f.checkpoint, f.num_heads or 0)
-  console.say("Writing %s to %s as %s.", f.checkpoint, f.out, f.format)
-  save = {"npz": weights.save_npz, "timm": weights.save_timm}[f.format]
-  left_out = save(params, f.out) or []
+def export_file(checkpoint: str, fmt: str, out: str, config=None,
+                num_heads=None) -> str:
+  """Writes `checkpoint` as one file (npz, timm) at `out`: its parameters,
+  the model's form checked against what the format writes
+  (`weights.exports`), and what the file cannot show said as the flags that
+  load it. Returns the line that says what was written."""
+  form, source = weights.form_alone(checkpoint, num_heads)
+  params = (weights.released_params(checkpoint, num_heads or 0)
+            if source is None else weights.with_class_token_entry(
+                source.params, source.posemb_prefix_tokens))
+  if config is not None:
+    form = ModelForm.from_config(
+        weights.config_for(checkpoint, config, None, num_heads)[0].model)
+  mixer = weights.is_mixer(params)
+  if fmt == "timm":
+    weights.refuse_unwritten(form, weights.exporter_of(fmt, form, mixer), mixer)
+  console.say("Writing %s to %s as %s.", checkpoint, out, fmt)
+  save = {"npz": weights.save_npz, "timm": weights.save_timm}[fmt]
+  left_out = save(params, out) or []
   _say_left_out(left_out)
-  _say_stored_patch_size(f.checkpoint, params)
   written = {k: v for k, v in params.items() if k not in left_out}
   count = sum(v.size for v in written.values())
-  print(f"Wrote {len(written)} arrays ({count:,} parameters) to {f.out}.")
+  line = f"Wrote {len(written)} arrays ({count:,} parameters) to {out}."
+  unsaid = weights.unsaid(weights.form_alone(out, num_heads)[0], form)
+  if unsaid:  # hf and timm-dir write the model as it ran.
+    line += (" The file cannot say all the model computes: load it with " +
+             " ".join(f"--config.model.{k}={v}" for k, v in unsaid.items()) +
+             " (or export --format=hf or timm-dir).")
+  return line
 
 
 def export_directory(checkpoint: str, fmt: str, out: str, config=None,
@@ -201,7 +188,7 @@ def main(argv):
         export_directory(f.checkpoint, f.format, f.out, f.config, f.image_size,
                          f.num_heads, f.labels, f.pp_eval))
   else:
-    _export_file(f)
+    print(export_file(f.checkpoint, f.format, f.out, f.config, f.num_heads))
 
 
 if __name__ == "__main__":

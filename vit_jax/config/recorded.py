@@ -15,15 +15,6 @@ from etils import epath
 from vit_jax.config import model_form
 from vit_jax.errors import WeightsError
 
-# config.model fields added after workdirs were first recorded whose value
-# that keeps an older config.json's meaning is not today's default. Every
-# other field of the form missing from a recorded config takes its default:
-# a new option is off by default, which is what an older run computed.
-MODEL_FIELDS_ADDED = {
-    "gelu_approximate": False,  # Runs before the option computed the erf.
-    "posemb_interpolation": "bilinear",  # Open today; fixed before.
-}
-
 
 def _added_for(model: dict) -> dict:
   """Fields added since whose value that keeps the run's meaning depends
@@ -36,10 +27,17 @@ def _added_for(model: dict) -> dict:
 
 def upgrade(recorded: dict) -> dict:
   """`recorded` (a config.json's object) with every model field added
-  since."""
-  defaults = model_form.defaults()
+  since: its default (a new option is off by default, which is what an
+  older run computed), or where that would change the run's meaning the
+  value it had (`Facts.absent_means`: the erf GELU of runs before it was
+  an option, the bilinear resizing fixed before it was open)."""
   model = recorded.get("model", {})
-  model = {**defaults, **MODEL_FIELDS_ADDED, **_added_for(model), **model}
+  model = {
+      **model_form.defaults(),
+      **model_form.absent_values(),
+      **_added_for(model),
+      **model
+  }
   return {**recorded, "model": model}
 
 

@@ -107,7 +107,7 @@ class MultiHeadDotProductAttention(nn.Module):
   all False.
   """
   num_heads: int
-  form: ModelForm = ModelForm()
+  form: ModelForm
 
   @nn.compact
   def __call__(self, q_BxMxD, kv_BxNxD, deterministic: bool,

@@ -37,7 +37,7 @@ class MlpBlock(nn.Module):
   `swiglu`, SiLU(x Gate) * (x Dense_0) in place of the GELU; with
   `mlp_norm`, a LayerNorm (`LayerNorm_0`) before `Dense_1`."""
   mlp_dim: int
-  form: ModelForm = ModelForm()
+  form: ModelForm
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
@@ -96,7 +96,7 @@ class Encoder1DBlock(nn.Module):
   """
   mlp_dim: int
   num_heads: int
-  form: ModelForm = ModelForm()
+  form: ModelForm
   return_intermediates: bool = False
 
   @nn.compact
@@ -147,8 +147,7 @@ class Encoder(nn.Module):
   num_layers: int
   mlp_dim: int
   num_heads: int
-  form: ModelForm = ModelForm()
-  use_posemb: bool = True  # False: none here (tests of the blocks alone).
+  form: ModelForm
   # FlexiViT: ((stored H, W), (run H, W)) grids of the learned position
   # embeddings (see AddPositionEmbs); None: stored as run.
   posemb_grids: Optional[tuple] = None
@@ -165,12 +164,11 @@ class Encoder(nn.Module):
     blocks' RoPE tables (`models/rope.py`), None without."""
     form = self.form
     dtype, param_dtype = jnp.dtype(form.dtype), jnp.dtype(form.param_dtype)
-    use_posemb = self.use_posemb and form.posemb in ("learn", "factorized")
-    if use_posemb and form.posemb == "factorized":
+    if form.posemb == "factorized":
       x_BxNxD = FactorizedPositionEmbs(param_dtype, self.posemb_skips,
                                        name="posembed_input")(x_BxNxD, grid_hw,
                                                               positions)
-    elif use_posemb:
+    elif form.posemb == "learn":
       posemb_1xNxD = AddPositionEmbs(
           param_dtype=param_dtype, grids=self.posemb_grids,
           skip=self.posemb_skips, interpolation=form.posemb_interpolation,

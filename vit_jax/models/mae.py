@@ -89,15 +89,13 @@ def visible_patches(images_BxHxWxC, patch: int,
 
 
 def decoder_form(form: ModelForm) -> ModelForm:
-  """The decoder's blocks: MAE's plain pre-LN blocks, with the encoder's
-  numerics (dtypes, GELU, LayerNorm epsilon, attention kernel) and remat;
-  never scanned (8 blocks at most compile quickly, and its names stay
-  those of a looped encoder)."""
-  return ModelForm(classifier="gap", class_token=False, posemb="none",
-                   dtype=form.dtype, param_dtype=form.param_dtype,
-                   layer_norm_eps=form.layer_norm_eps,
-                   gelu_approximate=form.gelu_approximate, remat=form.remat,
-                   attention=form.attention)
+  """The decoder's blocks: MAE's plain pre-LN blocks, with what they share
+  with the encoder (`ModelForm.for_part`: dtypes, GELU, LayerNorm epsilon,
+  attention kernel, remat); never scanned (8 blocks at most compile
+  quickly, and its names stay those of a looped encoder). Its position
+  embeddings are fixed and added before the blocks: none in them."""
+  return form.for_part("mae_decoder", classifier="gap", class_token=False,
+                       posemb="none")
 
 
 class MaeDecoder(nn.Module):
@@ -117,7 +115,7 @@ class MaeDecoder(nn.Module):
   num_heads: int
   mlp_dim: int
   outputs: int  # Pixels per patch: stride * stride * channels.
-  form: ModelForm = ModelForm()
+  form: ModelForm
 
   @nn.compact
   def __call__(self, encoded_BxTxD, masking: Masking, grid_hw: tuple[int, int],
@@ -141,8 +139,7 @@ class MaeDecoder(nn.Module):
     x_BxNxE = x_BxNxE + jnp.asarray(posemb_NxE, x_BxNxE.dtype)
     x_BxTxE = jnp.concatenate([x_BxTxE[:, :prefix], x_BxNxE], axis=1)
     decoded_BxTxE, _ = Encoder(self.depth, self.mlp_dim, self.num_heads, form,
-                               use_posemb=False, name="Transformer")(
-                                   x_BxTxE, deterministic)
+                               name="Transformer")(x_BxTxE, deterministic)
     return dense(self.outputs, "pred")(decoded_BxTxE[:, prefix:]).astype(
         jnp.float32)
 

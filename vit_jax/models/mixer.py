@@ -13,13 +13,13 @@ Parameter names are those of the released Mixer checkpoints
 channel_mixing/Dense_{0,1}}`, `pre_head_layer_norm`, `head`, plus an optional
 `pre_logits` as in the ViT. Initialisers are Flax's defaults, as in that code.
 
-Precision and GELU as in `vit.py`: `dtype` computes, `param_dtype` stores,
-LayerNorm statistics and logits are fp32; tanh GELU (the released weights)
-unless `gelu_approximate=False` (timm's exact erf).
+The options are the model's form (`config/model_form.py`), read whole by
+each module; precision and GELU as in `vit.py`: `dtype` computes,
+`param_dtype` stores, LayerNorm statistics and logits are fp32; tanh GELU
+(the released weights) unless `gelu_approximate=False` (timm's exact erf).
 """
 
 import functools
-from typing import Any
 from typing import Callable
 from typing import Optional
 
@@ -32,11 +32,10 @@ from vit_jax.models import partitioning as lx
 from vit_jax.models import vit
 from vit_jax.models.variants import MixerVariant
 
-Dtype = Any
-
 
 class MixerMlp(nn.Module):
-  """Dense -> GELU -> Dense along the last axis, with dropout after each.
+  """Dense -> GELU -> Dense along the last axis, with dropout after each;
+  of the form it reads the GELU, the dropout and the dtypes.
 
   Not `encoder.MlpBlock`: this one keeps Flax's default initialisers, as the
   released Mixer does, and takes its hidden units' logical axes, which
@@ -44,41 +43,35 @@ class MixerMlp(nn.Module):
   """
   mlp_dim: int
   hidden_axes: lx.LogicalAxes
-  dropout_rate: float = 0.0
-  gelu_approximate: bool = True
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  form: ModelForm
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
-    dense = functools.partial(nn.Dense, dtype=self.dtype,
-                              param_dtype=self.param_dtype)
+    form = self.form
+    dense = functools.partial(nn.Dense, dtype=jnp.dtype(form.dtype),
+                              param_dtype=jnp.dtype(form.param_dtype))
     h = nn.gelu(
         dense(self.mlp_dim, name="Dense_0")(x),
-        approximate=self.gelu_approximate)
+        approximate=form.gelu_approximate)
     h = nn.with_logical_constraint(h, self.hidden_axes)
-    h = nn.Dropout(self.dropout_rate)(h, deterministic)
+    h = nn.Dropout(form.dropout_rate)(h, deterministic)
     y = dense(x.shape[-1], name="Dense_1")(h)
-    return nn.Dropout(self.dropout_rate)(y, deterministic)
+    return nn.Dropout(form.dropout_rate)(y, deterministic)
 
 
 class MixerBlock(nn.Module):
   """Token mixing, then channel mixing, each pre-LN and residual."""
   tokens_mlp_dim: int
   channels_mlp_dim: int
-  dropout_rate: float = 0.0
+  form: ModelForm
   drop_path_rate: float = 0.0  # This block's rate; see `encoder.drop_path`.
-  gelu_approximate: bool = True
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x_BxNxD, deterministic: bool):
-    norm = functools.partial(nn.LayerNorm, dtype=self.dtype,
-                             param_dtype=self.param_dtype)
-    mlp = functools.partial(MixerMlp, dropout_rate=self.dropout_rate,
-                            gelu_approximate=self.gelu_approximate,
-                            dtype=self.dtype, param_dtype=self.param_dtype)
+    form = self.form
+    norm = functools.partial(nn.LayerNorm, dtype=jnp.dtype(form.dtype),
+                             param_dtype=jnp.dtype(form.param_dtype))
+    mlp = functools.partial(MixerMlp, form=form)
     drop_path = encoder.drop_path(self.drop_path_rate)
 
     y_BxDxN = jnp.swapaxes(norm(name="LayerNorm_0")(x_BxNxD), 1, 2)
@@ -111,7 +104,7 @@ class MlpMixer(nn.Module):
   """
   num_classes: Optional[int]  # None: no head, logits are the pre-logits.
   size: MixerVariant
-  form: ModelForm = ModelForm()
+  form: ModelForm
 
   num_prefix_tokens = 0  # No class token (as `VisionTransformer`'s).
   has_class_token = False
@@ -146,12 +139,9 @@ class MlpMixer(nn.Module):
     per_layer = []
     for i, rate in enumerate(
         block_drop_path_rates(form.drop_path_rate, size.num_layers)):
-      x_BxNxD = block_cls(
-          tokens_mlp_dim=size.tokens_mlp_dim * form.mixer_tiles**2,
-          channels_mlp_dim=size.channels_mlp_dim,
-          dropout_rate=form.dropout_rate, drop_path_rate=rate,
-          gelu_approximate=form.gelu_approximate, dtype=dtype,
-          param_dtype=param_dtype, name=f"MixerBlock_{i}")(x_BxNxD, not train)
+      x_BxNxD = block_cls(size.tokens_mlp_dim * form.mixer_tiles**2,
+                          size.channels_mlp_dim, form, drop_path_rate=rate,
+                          name=f"MixerBlock_{i}")(x_BxNxD, not train)
       per_layer.append(x_BxNxD)
     if return_intermediates:
       out["blocks"] = jnp.stack(per_layer)  # L x B x N x D

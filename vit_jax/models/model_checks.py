@@ -123,23 +123,39 @@ def _check_rope_numbers(m: ml_collections.ConfigDict):
 
 def _check_mixer_config(model_config: ml_collections.ConfigDict):
   """A Mixer has no class token, position embeddings or attention: it
-  pools by the mean of its patches."""
-  options = {  # field: (value, what a Mixer allows, the first said).
-      "classifier": (model_config.classifier, ("gap",)),
-      "class_token": (model_config.class_token, (None, False)),
-      "posemb": (model_config.posemb, ("learn",)),
-      "scan_layers": (model_config.scan_layers, (False,)),
+  pools by the mean of its patches, and takes none of a ViT's options
+  (`model_form.vit_only_fields`). The line names each option set that it
+  cannot take, and every fix at once."""
+  structure = {  # field: what a Mixer allows, the first said.
+      "classifier": ("gap",),
+      "class_token": (None, False),
+      "posemb": ("learn",),
+      "scan_layers": (False,),
   }
   defaults = model_form.defaults()
-  for name in model_form.vit_only_fields():  # A ViT's options only.
-    options[name] = (model_config[name], (defaults[name],))
-  for field, (value, allowed) in options.items():
-    if value not in allowed:
-      raise UserError(
-          f"{model_config.variant} is an MLP-Mixer: it pools by the mean of "
-          "its patches, with no class token, position embeddings or scanned "
-          f"layers. Set config.model.{field}={allowed[0]} (it is "
-          f"{value!r}).")
+  vit_options = [
+      name for name in model_form.vit_only_fields()
+      if model_config[name] != defaults[name]
+  ]
+  fixes = [(name, defaults[name]) for name in vit_options]
+  fixes += [(name, allowed[0])
+            for name, allowed in structure.items()
+            if model_config[name] not in allowed]
+  if not fixes:
+    return
+  flags = " ".join(f"--config.model.{name}={value}" for name, value in fixes)
+  if vit_options:
+    said = ", ".join(f"{name}={model_config[name]!r}" for name in vit_options)
+    what = "is an option" if len(vit_options) == 1 else "are options"
+    raise UserError(
+        f"{model_config.variant} is an MLP-Mixer, and {said} {what} "
+        f"only a ViT takes: set {flags}.")
+  name, value = fixes[0]
+  raise UserError(
+      f"{model_config.variant} is an MLP-Mixer: it pools by the mean of "
+      "its patches, with no class token, position embeddings or scanned "
+      f"layers. Set {flags} (config.model.{name} is "
+      f"{model_config[name]!r}).")
 
 
 def check_image_size(model_config: ml_collections.ConfigDict, image_size: int,

@@ -28,16 +28,13 @@ POOLS = ("last", "first", "gap", "map")
 
 
 def text_form(image_form: ModelForm) -> ModelForm:
-  """The text tower's form: big_vision's plain blocks, with the image
-  tower's numerics (dtypes, GELU, LayerNorm epsilon) and memory choices
-  (remat, scan), so one config sets both towers' compute."""
-  return ModelForm(classifier="gap", class_token=False, posemb="none",
-                   dtype=image_form.dtype, param_dtype=image_form.param_dtype,
-                   layer_norm_eps=image_form.layer_norm_eps,
-                   gelu_approximate=image_form.gelu_approximate,
-                   remat=image_form.remat, scan_layers=image_form.scan_layers,
-                   dropout_rate=image_form.dropout_rate,
-                   attention=image_form.attention)
+  """The text tower's form: big_vision's plain blocks, with what it shares
+  with the image tower (`ModelForm.for_part`: the numerics, dtypes, GELU
+  and LayerNorm epsilon, and the memory choices, remat and scan), so one
+  config sets both towers' compute. Its position embeddings are its own
+  (`pos_embedding`), none in the encoder."""
+  return image_form.for_part("text", classifier="gap", class_token=False,
+                             posemb="none")
 
 
 class TextTransformer(nn.Module):
@@ -47,7 +44,7 @@ class TextTransformer(nn.Module):
   num_classes: Optional[int]
   size: Variant
   vocab_size: int
-  form: ModelForm = ModelForm()
+  form: ModelForm
   pool: Literal["last", "first", "gap", "map"] = "last"
   gather_block: Optional[Callable[[Any], Any]] = None  # FSDP: see Encoder.
 
@@ -65,8 +62,8 @@ class TextTransformer(nn.Module):
                         (1, text_BxL.shape[1], width), param_dtype)
     x_BxLxD = x_BxLxD + posemb.astype(dtype)
     encoded, _ = Encoder(size.num_layers, size.mlp_dim, size.num_heads, form,
-                         use_posemb=False, gather_block=self.gather_block,
-                         name="Encoder_0")(x_BxLxD, not train)
+                         gather_block=self.gather_block, name="Encoder_0")(
+                             x_BxLxD, not train)
     out["encoded"] = encoded
     if self.pool == "last":
       x_BxD = encoded[:, -1]

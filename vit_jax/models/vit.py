@@ -55,15 +55,16 @@ class MAPHead(nn.Module):
   (B x K x N, a patch sequence's images) one probe per image: B x K x D.
 
   big_vision's form whatever the encoder's: of the model's form it reads
-  only the GELU, the LayerNorm epsilon and the dtypes (`head_form`).
+  what the head shares with it (`ModelForm.for_part`: the GELU, the
+  LayerNorm epsilon and the dtypes).
   """
   mlp_dim: int
   num_heads: int
-  form: ModelForm = ModelForm()
+  form: ModelForm
 
   @nn.compact
   def __call__(self, x_BxNxD, mask_BxKxN=None):
-    form = head_form(self.form)
+    form = self.form.for_part("map_head")
     dtype, param_dtype = jnp.dtype(form.dtype), jnp.dtype(form.param_dtype)
     width = x_BxNxD.shape[-1]
     probes = 1 if mask_BxKxN is None else mask_BxKxN.shape[1]
@@ -80,14 +81,6 @@ class MAPHead(nn.Module):
     return (x_BxKxD[:, 0] if mask_BxKxN is None else x_BxKxD), weights_BxHxKxN
 
 
-def head_form(form: ModelForm) -> ModelForm:
-  """The form a MAP head computes with: the defaults, but the model's GELU,
-  LayerNorm epsilon and dtypes."""
-  return ModelForm(gelu_approximate=form.gelu_approximate, dtype=form.dtype,
-                   param_dtype=form.param_dtype,
-                   layer_norm_eps=form.layer_norm_eps)
-
-
 class VisionTransformer(nn.Module):
   """ViT or hybrid; `__call__` returns (logits, dict of named intermediates).
 
@@ -98,8 +91,7 @@ class VisionTransformer(nn.Module):
   """
   num_classes: Optional[int]  # None: no head, logits are the pre-logits.
   size: Variant
-  form: ModelForm = ModelForm()
-  use_posemb: bool = True  # False: none (tests of the encoder alone).
+  form: ModelForm
   gather_block: Optional[Callable[[Any], Any]] = None  # See Encoder.
   # False: the head starts at LeCun-normal, as an image-text tower's
   # projection must (a zero embedding has no direction to normalise).
@@ -162,7 +154,7 @@ class VisionTransformer(nn.Module):
     size = self.size
     encoded, captured = Encoder(
         size.num_layers, size.mlp_dim, size.num_heads, form,
-        use_posemb=self.use_posemb, posemb_grids=posemb_grids, posemb_skips=0 if
+        posemb_grids=posemb_grids, posemb_skips=0 if
         (form.posemb_covers_prefix and form.posemb == "learn") else prefix,
         gather_block=self.gather_block, name="Transformer")(
             x_BxNxD, not train, return_intermediates, grid_hw, positions,

@@ -20,6 +20,7 @@ from vit_jax import models
 from vit_jax import objectives
 from vit_jax import sharding
 from vit_jax.config import defaults
+from vit_jax.config import model_form
 from vit_jax.errors import UserError
 from vit_jax.loop import preflight
 from vit_jax.performance import flops
@@ -66,13 +67,6 @@ def _timed_steps(compiled, state, batch_data, num_steps: int, between=None):
     if between is not None:
       between()
   return state, losses, times
-
-
-# The config.model fields a run may set (`vit-jax benchmark`'s flags) and
-# its result reports.
-MODEL_OPTIONS = ("dtype", "fp8", "remat", "scan_layers", "attention",
-                 "gelu_approximate", "parallel_block", "use_bias", "qkv_bias",
-                 "qk_norm")
 
 
 def _bytes_accessed(compiled):
@@ -250,7 +244,7 @@ def run(variant: str, batch: int, image_size: int, num_classes: int = 1000,
       "image_size": image_size,
       # The model's options (fp8: MFU stays relative to the dtype's peak).
       **{
-          k: config.model[k] for k in MODEL_OPTIONS
+          k: config.model[k] for k in model_form.benchmark_fields()
       },
       "mu_dtype": mu_dtype,
       "compiler_options": compiler_options or {},
@@ -331,7 +325,7 @@ def run_inference(variant: str, batch: int, image_size: int,
       "batch": batch,
       "image_size": image_size,
       **{
-          k: config.model[k] for k in MODEL_OPTIONS
+          k: config.model[k] for k in model_form.benchmark_fields()
       },
       "compiler_options": compiler_options or {},
       "device": jax.devices()[0].device_kind,

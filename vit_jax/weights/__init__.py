@@ -20,8 +20,9 @@ of `origins` when imported, here:
   decisions,          decided; the config a checkpoint runs with alone;
   standalone,         `inspect`'s text
   describe
-  writers,            export: npz, and what every export needs of a model;
-  eval_preprocessing  the evaluation preprocessing in other libraries' words
+  writers, exports,   export: npz and timm state dicts, what each exporter
+  eval_preprocessing  writes; the evaluation preprocessing in other
+                      libraries' words
   torch_layout        PyTorch's arrays as ours, by a room's table
   files/              formats (npz, safetensors, pickles read without
                       torch, Orbax), the released names, the download cache,
@@ -61,6 +62,9 @@ from vit_jax.weights.describe import describe_model
 from vit_jax.weights.describe import report as describe_weights
 from vit_jax.weights.eval_preprocessing import EvalPreprocessing
 from vit_jax.weights.eval_preprocessing import describe as eval_preprocessing_of
+from vit_jax.weights.exports import refuse_unwritten
+from vit_jax.weights.exports import unsaid
+from vit_jax.weights.exports import writer as exporter_of
 from vit_jax.weights.families import config_fix
 from vit_jax.weights.families import name as family_name
 from vit_jax.weights.families import options as family_options
@@ -102,6 +106,7 @@ from vit_jax.weights.posemb import resize_grid
 from vit_jax.weights.posemb import resize_posemb
 from vit_jax.weights.report import Report
 from vit_jax.weights.standalone import config_for
+from vit_jax.weights.standalone import form_alone
 from vit_jax.weights.standalone import merge_recorded
 from vit_jax.weights.timm import timm_config
 from vit_jax.weights.timm import timm_names
@@ -140,5 +145,6 @@ __all__ = [
     "config_for", "write_timm_dir", "from_timm_mixer", "to_timm_mixer",
     "write_hf_dir", "EXPORT_FORMATS", "at_patch_size", "released_params",
     "save_npz", "save_timm", "with_class_token_entry", "with_posemb_table",
-    "MAE_DECODER_HEADS"
+    "MAE_DECODER_HEADS", "refuse_unwritten", "unsaid", "exporter_of",
+    "form_alone"
 ]

@@ -48,7 +48,7 @@ _TORCH_PATCH_PROJECTION = (
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-  variant: str  # A name of models/variants.py.
+  variant: Optional[str]  # A name of models/variants.py (None: none fits).
   classifier: str  # token | gap | map.
   class_token: bool
   posemb: str  # learn | sincos2d | factorized.
@@ -96,10 +96,12 @@ def read(path: str, num_heads: Optional[int] = None,
   return read_with_source(path, num_heads, cache_dir)[0]
 
 
-def read_with_source(path: str, num_heads: Optional[int] = None,
-                     cache_dir=None) -> tuple[Architecture, Converted]:
+def read_with_source(
+    path: str, num_heads: Optional[int] = None, cache_dir=None,
+    need_variant: bool = True) -> tuple[Architecture, Converted]:
   """The architecture, and the file's parameters under the released names
-  with where they came from (origin, the tower read)."""
+  with where they came from (origin, the tower read). `need_variant`
+  False: a ViT no variant describes has variant None."""
   fmt, tensors = formats.read(path, cache_dir)
   origins.detect(fmt, list(tensors), path)  # Refuses a family not computed.
   if fmt in ("safetensors", "torch") and not num_heads and (
@@ -114,7 +116,8 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
                          f"({' or '.join(_TORCH_PATCH_PROJECTION)}).")
     num_heads = origins.stated_heads(path) or heads_for_width(widths[0])
   converted = origins.convert(fmt, tensors, num_heads or 0, path)
-  arch = from_params(converted.params, converted.posemb_prefix_tokens, path)
+  arch = from_params(converted.params, converted.posemb_prefix_tokens, path,
+                     need_variant)
   # What the family says, then what a transformers or timm directory's
   # config.json says beside.
   options = {
@@ -135,13 +138,13 @@ def read_with_source(path: str, num_heads: Optional[int] = None,
 
 
 def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
-                path: str) -> Architecture:
+                path: str, need_variant: bool = True) -> Architecture:
   """The architecture of flat `params` under the released names (see `read`)."""
   if mixer_layout.is_mixer(params):
-    return _mixer(params, path)
+    return _mixer(params, path, need_variant)
   variant = variant_of(params, path)
   name = next((n for n, v in VARIANTS.items() if v == variant), None)
-  if name is None:
+  if name is None and need_variant:
     raise WeightsError(
         f"{path} is a ViT no entry of models/variants.py describes "
         f"({variant}); register it (vit_jax.models.variants.register in a "
@@ -174,7 +177,7 @@ def from_params(params: dict[str, np.ndarray], posemb_prefix_tokens: int,
       image_size=image_size, options=tuple(found.items()))
 
 
-def _mixer(params, path) -> Architecture:
+def _mixer(params, path, need_variant: bool = True) -> Architecture:
   """An MLP-Mixer's: mean pooling, no class token or position embeddings."""
   arch = mixer_layout.mixer_architecture(params)
   name, tiles = None, 1
@@ -188,7 +191,7 @@ def _mixer(params, path) -> Architecture:
     if name is not None:
       tiles = k
       break
-  if name is None or arch.image_size is None:
+  if (name is None and need_variant) or arch.image_size is None:
     raise WeightsError(
         f"{path} is an MLP-Mixer no entry of models/variants.py describes "
         f"({variant}, {arch.num_tokens} patches); register it "

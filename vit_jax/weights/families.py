@@ -9,7 +9,7 @@ LayerNorm epsilon 1e-5; OpenAI's also QuickGELU, which no parameter
 shows), and timm's global-average-pooled ViTs with `fc_norm`. What the
 weights cannot show (LayerScale's init value, QuickGELU) keeps its default.
 
-ViT-22B's block options (`BLOCK_OPTIONS`) show in any origin's
+ViT-22B's block options (`model_form.block_fields`) show in any origin's
 parameters: no `LayerNorm_2` (parallel_block), no encoder LayerNorm biases
 (use_bias=False), no query/key/value biases beside LayerNorm biases
 (qkv_bias=False, timm's form), query and value biases without a key bias
@@ -22,52 +22,35 @@ from typing import Any
 from vit_jax.config import model_form
 
 POSEMB = "Transformer/posembed_input/pos_embedding"
-# ViT-22B's block options (config.model fields; models/encoder.py).
-BLOCK_OPTIONS = ("parallel_block", "use_bias", "qkv_bias", "key_bias",
-                 "qk_norm", "swiglu", "mlp_norm", "attention_norm")
 _LAYER_SCALE = "/LayerScale_attention/scale"
 _BLOCK = "Transformer/encoderblock_0/"
-_ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
-# What each block option's value other than the default means, for reports.
-_BLOCK_WORDS = {
-    "parallel_block": "ViT-22B's parallel block",
-    "use_bias": "no attention or encoder LayerNorm biases",
-    "qkv_bias": "no query/key/value biases",
-    "key_bias": "query and value biases only",
-    "qk_norm": "query/key LayerNorms",
-    "swiglu": "SwiGLU MLPs",
-    "mlp_norm": "a LayerNorm inside the MLP",
-    "attention_norm": "a LayerNorm over the attention's heads",
-}
 
 
 def block_options(params) -> dict:
-  """The values of every block option (`BLOCK_OPTIONS`) that flat
-  `params` (this project's looped names, arrays or only the names) were
-  made with; {} where there are no encoder blocks (an MLP-Mixer)."""
+  """The values of every block option (`model_form.block_fields`: how
+  each shows) that flat `params` (this project's looped names, arrays or
+  only the names) were made with; {} where there are no encoder blocks
+  (an MLP-Mixer)."""
   if _BLOCK + "LayerNorm_0/scale" not in params:
     return {}
-  use_bias = _BLOCK + "LayerNorm_0/bias" in params
-  return {
-      "parallel_block": _BLOCK + "LayerNorm_2/scale" not in params,
-      "use_bias": use_bias,
-      # Without use_bias there are none: qkv_bias says nothing more.
-      "qkv_bias": not use_bias or _ATTENTION + "query/bias" in params,
-      "key_bias": (_ATTENTION + "query/bias" not in params or
-                   _ATTENTION + "key/bias" in params),
-      "qk_norm": _ATTENTION + "query_ln/scale" in params,
-      "swiglu": _BLOCK + "MlpBlock_3/Gate/kernel" in params,
-      "mlp_norm": _BLOCK + "MlpBlock_3/LayerNorm_0/scale" in params,
-      "attention_norm": _ATTENTION + "heads_ln/scale" in params,
-  }
+  defaults = model_form.defaults()
+  found = {}
+  for name, shown in model_form.block_fields().items():
+    default = defaults[name]
+    if shown.shown_with and _BLOCK + shown.shown_with not in params:
+      found[name] = default  # Nothing there says it.
+    elif shown.adds:  # Its other value adds the parameter.
+      found[name] = (_BLOCK + shown.adds in params) != default
+    else:  # Its other value removes the parameter.
+      found[name] = (_BLOCK + shown.removes in params) == default
+  return found
 
 
-# The parameters a block option adds or removes: LayerNorm_2 (parallel
-# blocks), LayerNorm and projection biases, the query/key LayerNorms.
-BLOCK_OPTION_NAMES = re.compile(
-    r"(/LayerNorm_2/|LayerNorm_\d/bias$|encoder_norm/bias$|pre_norm/bias$|"
-    r"/(query|key|value|out)/bias$|/(query|key)_ln/|/Gate/|"
-    r"MlpBlock_3/LayerNorm_0/|/heads_ln/)")
+# The parameters a block option adds or removes (each field's
+# `InBlocks.names`): LayerNorm_2 (parallel blocks), LayerNorm and
+# projection biases, the query/key LayerNorms, ...
+BLOCK_OPTION_NAMES = re.compile("|".join(
+    f"(?:{shown.names})" for shown in model_form.block_fields().values()))
 
 
 def other_block(path: str, file_params, target_flat) -> str:
@@ -90,7 +73,7 @@ def other_block(path: str, file_params, target_flat) -> str:
 def block_defaults() -> dict:
   """The block options' defaults."""
   defaults = model_form.defaults()
-  return {n: defaults[n] for n in BLOCK_OPTIONS}
+  return {n: defaults[n] for n in model_form.block_fields()}
 
 
 def options(params: dict[str, Any], posemb_prefix_tokens: int) -> dict:
@@ -123,7 +106,11 @@ def options(params: dict[str, Any], posemb_prefix_tokens: int) -> dict:
 
 def name(found: dict) -> str:
   """The family `options` describe, in words, with its block options."""
-  words = [w for option, w in _BLOCK_WORDS.items() if option in found]
+  words = [
+      shown.words
+      for option, shown in model_form.block_fields().items()
+      if option in found
+  ]
   return _family(found) + (f", with {', '.join(words)}" if words else "")
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from vit_jax import console
 from vit_jax import models
 from vit_jax import paths
+from vit_jax.config import model_form
 from vit_jax.config import recorded
 from vit_jax.errors import WeightsError
 from vit_jax.models import scan
@@ -279,22 +280,17 @@ def load(path: str, target, *, num_prefix_tokens: int, grid,
   return loaded, report
 
 
-# What a family computes that its parameters cannot show and a model must
-# match to compute its outputs (RoPE's form, the LayerNorms, PE's pool).
-_COMPUTED_OPTIONS = ("posemb", "rope", "rope_temperature", "rope_layout",
-                     "rope_axes", "rope_grid_offset", "rope_reference_grid",
-                     "layer_norm_eps", "map_heads")
-
-
 def _check_family_options(path, source: Converted, model_options):
   """Refuses, in one line with the flags, a model that would compute
-  otherwise with the file's weights than the file's family does."""
+  otherwise with the file's weights than the file's family does (a value
+  of a field no parameter shows: `model_form.stated_fields`), as its
+  directory's config.json says it where it does (over the family's)."""
   if model_options is None:
     return
+  stated = model_form.stated_fields()
+  said = {**source.options, **origins.stated_options(path)}
   theirs = {
-      k: v
-      for k, v in source.options.items()
-      if k in _COMPUTED_OPTIONS and model_options[k] != v and
+      k: v for k, v in said.items() if k in stated and model_options[k] != v and
       not (k == "map_heads" and model_options["classifier"] != "map")
   }  # A model that pools otherwise has no MAP head to match.
   if theirs:

@@ -10,17 +10,21 @@ ImageNet-21k head (trained with sigmoid cross-entropy). Imports no
 TensorFlow.
 """
 
+from typing import Optional
+
 import ml_collections
 
 from vit_jax import models
 from vit_jax import paths
 from vit_jax.config import defaults
 from vit_jax.config import imports
+from vit_jax.config import model_form
 from vit_jax.weights import architecture
 from vit_jax.weights import describe
 from vit_jax.weights import loader
 from vit_jax.weights.decisions import decide
 from vit_jax.weights.files import cache
+from vit_jax.weights.names import Converted
 
 IMAGENET21K_CLASSES = 21843  # The released ImageNet-21k heads.
 
@@ -92,3 +96,28 @@ def config_for(
       config.pp_eval = describe.SEQUENCE_PP_EVAL
   models.check_image_size(config.model, config.image_size)
   return decide(config), recorded is not None, arch
+
+
+def form_alone(
+    checkpoint: str,
+    num_heads=None) -> tuple[model_form.ModelForm, Optional[Converted]]:
+  """The form `checkpoint` computes with on its own, whatever its sizes
+  (no variant need describe them): its training workdir's, else what its
+  file shows and states, with its origin's GELU (as `config_for` decides
+  them); and the file's parameters in our names where it read them (not a
+  workdir's). What an export of it must keep."""
+  fields = model_form.defaults()
+  recorded = (loader.recorded_config(checkpoint)
+              if paths.resolve(checkpoint).is_dir() else None)
+  source = None
+  if recorded is not None:
+    fields.update({k: recorded["model"][k] for k in fields})
+  else:
+    arch, source = architecture.read_with_source(checkpoint, num_heads,
+                                                 need_variant=False)
+    fields.update(arch.model_fields())
+    del fields["variant"]
+    gelu = loader.origin_gelu(checkpoint, source.origin)
+    if gelu is not None:
+      fields["gelu_approximate"] = gelu
+  return model_form.ModelForm(**fields), source

@@ -13,15 +13,17 @@ import numpy as np
 
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
+from vit_jax.weights import exports
 from vit_jax.weights import families
 from vit_jax.weights import torch_layout
 from vit_jax.weights.names import POSEMB
 from vit_jax.weights.timm import attention_pool
 from vit_jax.weights.timm import eva
+from vit_jax.weights.timm import timm_config
 from vit_jax.weights.timm import timm_names
 
-_POOLS = {"token": "token", "gap": "avg", "map": "map"}
-_ROPE_TYPES = {"dinov3": "dinov3", "axial": "cat", "mixed": "mixed"}
+POOLS = {ours: theirs for theirs, ours in timm_config.POOLS.items()}
+_ROPE_TYPES = {ours: theirs for theirs, ours in timm_config.ROPE_TYPES.items()}
 
 
 def _function(model_config, block) -> str:
@@ -36,21 +38,20 @@ def _function(model_config, block) -> str:
 
 
 def _refuse_what_eva_lacks(params, model_config, block):
-  """One line naming what timm's Eva cannot build from model_args."""
+  """One line naming what timm's Eva cannot build from model_args: a
+  field it does not write (`exports`: timm-eva), or a value or parameter
+  of one it writes."""
+  exports.refuse_unwritten(model_config, "timm-eva")
   form = model_config
   embedding_bias = params.get("embedding/bias")
   differs = {
       "a position table other than learned": form.posemb not in
                                              ("learn", "none"),
-      "tanh GELU or QuickGELU (Eva's are erf)":
-          form.quick_gelu or
-          (form.gelu_approximate and
-           (not block["swiglu"] or form.classifier == "map")),
+      "tanh GELU (Eva's are erf)": (
+          form.gelu_approximate and
+          (not block["swiglu"] or form.classifier == "map")),
       "a LayerNorm epsilon other than 1e-6 or 1e-5": form.layer_norm_eps not in
                                                      (1e-6, 1e-5),
-      "a pre-logits layer": "pre_logits/kernel" in params,
-      "ViT-22B's parallel block or no LayerNorm biases": (
-          block["parallel_block"] or not block["use_bias"]),
       "a patch embedding bias with the LayerNorm before the blocks (Eva's "
       "has none there)": "Transformer/pre_norm/scale" in params
                          and embedding_bias is not None
@@ -111,7 +112,7 @@ def args(params, model_config, image_size: int) -> tuple[str, dict]:
       "rope_grid_indexing": "xy" if form.rope_axes == "column_row" else "ij",
       "rope_grid_offset": form.rope_grid_offset,
       "ref_feat_shape": [reference, reference] if reference else None,
-      "global_pool": _POOLS[form.classifier],
+      "global_pool": POOLS[form.classifier],
       "use_fc_norm": "pooled_norm/scale" in params,
       "use_post_transformer_norm": "Transformer/encoder_norm/scale" in params,
       "use_pre_transformer_norm": "Transformer/pre_norm/scale" in params,

@@ -1,9 +1,9 @@
 """What a timm directory's config.json says that its weights cannot show:
 the activation, the LayerNorm epsilon, a NaFlexViT's resizing of its
 position table, DINOv3's pooling and RoPE base, the RoPE form and pooling
-of the other Eva families (`model_args` over the defaults of the model
-function it names, `architecture`); registered as a reader of
-`origins.CONFIG_READERS`.
+of the other Eva families, a VisionTransformer's pooling (`model_args`
+over the defaults of the model function it names, `architecture`);
+registered as a reader of `origins.CONFIG_READERS`.
 """
 
 from vit_jax.errors import WeightsError
@@ -38,22 +38,29 @@ def stated_options(config: dict) -> dict:
     pool = args.get("global_pool", config.get("global_pool", "avg"))
     options["classifier"] = "token" if pool == "token" else "gap"
     options["rope_temperature"] = float(args.get("rope_temperature", 100.0))
-  elif any(part in config["architecture"] for part in _EVA_FUNCTIONS):
-    options.update(_eva_options(args))
+  if "_dinov3" in config["architecture"] or any(
+      part in config["architecture"] for part in _EVA_FUNCTIONS):
+    options.update(_eva_options(args))  # What model_args say of RoPE.
+  elif args.get("global_pool") in POOLS:  # A VisionTransformer's pooling.
+    options["classifier"] = POOLS[args["global_pool"]]
   return options
 
 
 # timm's Eva functions whose family (weights/timm/eva.py) the file says;
 # model_args may change what the family's functions set.
 _EVA_FUNCTIONS = ("eva02_", "_rope_", "vit_pe_core_")
-_POOLS = {"avg": "gap", "token": "token", "map": "map"}
+# timm's model_args -> config.model (timm_dir and eva_export write back).
+POOLS = {"avg": "gap", "token": "token", "map": "map"}  # global_pool
+ROPE_TYPES = {"dinov3": "dinov3", "cat": "axial", "mixed": "mixed"}
 
 
 def _eva_options(args: dict) -> dict:
-  """The config.model fields of an Eva model's model_args: RoPE's base,
-  layout, axis order, offset and reference grid, the pooling, PE's pool's
-  heads."""
+  """The config.model fields of an Eva model's model_args: RoPE's kind,
+  base, layout, axis order, offset and reference grid, the pooling, PE's
+  pool's heads."""
   options = {}
+  if args.get("rope_type") in ROPE_TYPES:
+    options["rope"] = ROPE_TYPES[args["rope_type"]]
   if "rope_temperature" in args:
     options["rope_temperature"] = float(args["rope_temperature"])
   if "rope_rotate_half" in args:
@@ -75,8 +82,8 @@ def _eva_options(args: dict) -> dict:
           "ref_feat_shape) is not square; this project scales both axes to "
           "one side (config.model.rope_reference_grid).")
     options["rope_reference_grid"] = int(reference[0])
-  if args.get("global_pool") in _POOLS:
-    options["classifier"] = _POOLS[args["global_pool"]]
+  if args.get("global_pool") in POOLS:
+    options["classifier"] = POOLS[args["global_pool"]]
   if "attn_pool_num_heads" in args:
     options["map_heads"] = int(args["attn_pool_num_heads"])
   return options

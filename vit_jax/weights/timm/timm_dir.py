@@ -28,6 +28,7 @@ from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import eval_preprocessing
+from vit_jax.weights import exports
 from vit_jax.weights import families
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import writers
@@ -59,13 +60,17 @@ def write(directory: str, params: dict, model_config, image_size: int,
   `model_config`: the config.model that built it (GELU decided); `naflex`:
   a model of images at their own shape, written as timm's NaFlexViT."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  if mixer_layout.is_mixer(params):
+  mixer = mixer_layout.is_mixer(params)
+  writer = exports.writer("timm-dir", model_config, mixer, naflex)
+  if writer != "timm-eva":  # eva_export checks its own.
+    exports.refuse_unwritten(model_config, writer, mixer, naflex)
+  if writer == "timm-mixer":
     architecture, model_args = _mixer_args(params, model_config)
     state, first_conv = timm_mixer.to_timm_mixer(params), "stem.proj"
-  elif naflex:
+  elif writer == "timm-naflex":
     architecture, model_args, state = _naflex(params, model_config, image_size)
     first_conv = "embeds.proj"
-  elif model_config.rope != "none":
+  elif writer == "timm-eva":
     architecture, model_args = eva_export.args(params, model_config, image_size)
     state, first_conv = eva_export.state(params), "patch_embed.proj"
   else:
@@ -101,6 +106,12 @@ def _activation(model_config) -> str:
 def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
   """(timm model function, its model_args, params with a position
   embedding table) of a ViT."""
+  if POSEMB + "_y" in params:
+    raise WeightsError(
+        "timm's VisionTransformer has no factorized position embeddings "
+        "(NaViT's, config.model.posemb=factorized); its NaFlexViT has, for a "
+        "model of images at their own shape (config.sequence_length): use "
+        "--format=npz.")
   eps = model_config.layer_norm_eps
   if eps not in _VIT_BY_EPS:
     raise WeightsError(
@@ -140,11 +151,7 @@ def _vit_args(params, model_config, image_size) -> tuple[str, dict, dict]:
       "class_token": "cls" in params,
       "reg_tokens": prefix - int("cls" in params),
       "no_embed_class": bool(prefix) and table_prefix == 0,
-      "global_pool": {
-          "token": "token",
-          "gap": "avg",
-          "map": "map"
-      }[classifier],
+      "global_pool": eva_export.POOLS[classifier],
       "fc_norm": "pooled_norm/scale" in params,
       "pre_norm": "Transformer/pre_norm/scale" in params,
       "init_values": (

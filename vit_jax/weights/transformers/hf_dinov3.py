@@ -26,6 +26,7 @@ import numpy as np
 
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
+from vit_jax.weights import exports
 from vit_jax.weights import families
 from vit_jax.weights import torch_layout
 from vit_jax.weights.timm import eva
@@ -107,23 +108,18 @@ def stated_options(config: dict) -> dict:
 def write_model(params: dict, model_config,
                 image_size: int) -> tuple[dict, dict]:
   """(state dict, config.json) of a DINOv3ViTModel with `params`: a model
-  of DINOv3's form without a head (transformers' has none)."""
+  of DINOv3's form without a head (transformers' has none). Refused in one
+  line: a field it does not write (`exports`: hf-dinov3), or a value or
+  parameter of one it writes that DINOv3's backbone does not have."""
+  exports.refuse_unwritten(model_config, "hf-dinov3")
   block = families.block_options(params)
   differs = {
-      "a head or pre-logits layer": any(
-          k.startswith(("head/", "pre_logits/")) for k in params),
+      "a head": any(k.startswith("head/") for k in params),
       "no class token": "cls" not in params,
       "no registers": "registers" not in params,
-      "another activation": not model_config.swiglu and
-                            (model_config.quick_gelu or
-                             model_config.gelu_approximate),
-      "a LayerNorm inside the MLP or over the heads": (block["mlp_norm"] or
-                                                       block["attention_norm"]),
-      "a pre-norm or pooled norm": any(
-          k.startswith(("Transformer/pre_norm/", "pooled_norm/"))
-          for k in params),
-      "another block": block["parallel_block"] or block["qk_norm"]
-                       or not block["use_bias"],
+      "a position table": model_config.posemb != "none",
+      "another activation": not model_config.swiglu
+                            and model_config.gelu_approximate,
   }
   wrong = [what for what, found in differs.items() if found]
   if wrong or model_config.rope != "dinov3":

@@ -25,6 +25,7 @@ from vit_jax import paths
 from vit_jax.errors import WeightsError
 from vit_jax.weights import architecture
 from vit_jax.weights import eval_preprocessing
+from vit_jax.weights import exports
 from vit_jax.weights import families
 from vit_jax.weights import mixer_layout
 from vit_jax.weights import writers
@@ -40,12 +41,18 @@ def write(directory: str, params: dict, model_config, image_size: int,
           pp: eval_preprocessing.EvalPreprocessing, class_names=None):
   """Writes the three files into `directory` (see the module doc)."""
   from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
-  if model_config.rope != "none":  # DINOv3's backbone, DINOv3ViTModel.
+  mixer = mixer_layout.is_mixer(params)
+  writer = exports.writer("hf", model_config, mixer)
+  if writer == "hf-dinov3":  # DINOv3's backbone, DINOv3ViTModel.
     state, config = hf_dinov3.write_model(params, model_config, image_size)
     write_files(directory, config,
                 st_numpy.save(state, metadata={"format": "pt"}), pp)
     return
-  _check(params, model_config)
+  if mixer:
+    raise WeightsError("transformers has no MLP-Mixer; use --format=timm-dir "
+                       "(timm's MlpMixer) or --format=npz.")
+  exports.refuse_unwritten(model_config, writer)
+  _check(params)
   params = writers.with_posemb_table(params, image_size, model_config.posemb)
   params = writers.with_class_token_entry(params, posemb_prefix(params))
   head = params.get("head/kernel")
@@ -106,27 +113,17 @@ def _activation(model_config) -> str:
   return "gelu_pytorch_tanh" if model_config.gelu_approximate else "gelu"
 
 
-def _check(params, model_config):
-  """Refuses what transformers' ViT cannot compute, before writing."""
-  if mixer_layout.is_mixer(params):
-    raise WeightsError("transformers has no MLP-Mixer; use --format=timm-dir "
-                       "(timm's MlpMixer) or --format=npz.")
+def _check(params):
+  """Refuses what transformers' ViT cannot compute of the fields it writes
+  (`exports`: the classifier's class token, learned position embeddings or
+  a table of fixed ones, the pooler), before writing."""
   if any(k.startswith("conv_root") for k in params):
     raise WeightsError("transformers' ViT has no ResNet stem for this "
                        "hybrid; use --format=npz.")
-  if model_config.classifier != "token" or "cls" not in params:
+  if POSEMB + "_y" in params:
     raise WeightsError(
-        f"transformers' ViT classifies the class token; this model pools "
-        f"with {model_config.classifier!r}: {_TIMM_DIR}.")
-  found = families.options(params, posemb_prefix(params))
-  # A zero entry stands for the class token's missing position embedding;
-  # the epsilon is a config.json field.
-  lacking = sorted(
-      set(found) - {"posemb_covers_prefix", "layer_norm_eps", "qkv_bias"})
-  if lacking:
-    raise WeightsError(
-        f"transformers' ViT has no place for this model's "
-        f"{', '.join(lacking)} ({families.name(found)}): {_TIMM_DIR}.")
+        "transformers' ViT has no factorized position embeddings (NaViT's, "
+        "config.model.posemb=factorized): use --format=npz.")
   if "pre_logits/kernel" in params and "head/kernel" in params:
     raise WeightsError(
         "ViTForImageClassification classifies the class token without the "

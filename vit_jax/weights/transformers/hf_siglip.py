@@ -17,6 +17,7 @@ resized bilinearly (antialiased) to each image's grid, big_vision's.
 import numpy as np
 
 from vit_jax.errors import WeightsError
+from vit_jax.weights import exports
 from vit_jax.weights import torch_layout
 from vit_jax.weights.names import BLOCK
 from vit_jax.weights.names import POSEMB
@@ -165,7 +166,7 @@ def to_siglip(params: dict, model_config, text_config, image_size: int,
   model's flat params (ours), or with `naflex` (images at their own shape)
   its Siglip2Model: SigLIP's form only (below), else a WeightsError that
   says what it lacks."""
-  _check(params, model_config, text_config)
+  _check(params, model_config, text_config, naflex)
   from vit_jax.weights import writers  # pylint: disable=g-import-not-at-top
   image = writers.with_posemb_table(
       {
@@ -244,11 +245,13 @@ def _config(image, text, model_config, text_config, image_size) -> dict:
   }
 
 
-def _check(params, model_config, text_config):
+def _check(params, model_config, text_config, naflex: bool):
   """What SiglipModel computes: an image tower MAP-pooled without a class
   token or a projection, a learned position table (or one stored from
   sin-cos), plain blocks; the text tower's last token and projection; a
-  bias b (SigLIP's loss)."""
+  bias b (SigLIP's loss). A field of the image tower's form it does not
+  write (`exports`: hf-siglip) is refused first."""
+  exports.refuse_unwritten(model_config, "hf-siglip", towers=True)
   why = []
   if model_config.classifier != "map" or "img/cls" in params:
     why.append("its image tower pools by MAP without a class token")
@@ -259,6 +262,10 @@ def _check(params, model_config, text_config):
     why.append("its text embedding is the last token's, projected")
   if "b" not in params:
     why.append("it has SigLIP's bias b (the siglip objective)")
+  if naflex and (model_config.posemb_interpolation != "bilinear" or
+                 model_config.posemb_keep_aspect):
+    why.append("Siglip2 resizes its position table bilinearly to each "
+               "image's own grid")
   extra = [
       k for k in params if any(s in k
                                for s in ("LayerScale", "query_ln", "key_ln",
