@@ -282,7 +282,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
       "mae", enabled=None)
   # Runs of an objective with no evaluator type of its own (a user's): its
   # own loss on the evaluation data (vit_jax/evaluators/objective_loss.py).
-  config.evals.loss = eval_entry("loss", enabled=None)
+  config.evals.loss = eval_entry("loss", enabled=None)  # See above.
   config.evals.distill = eval_entry(  # Distillation runs: the teachers'
       "distill", enabled=None, cache_teacher=True)  # accuracy, agreement, KL.
   # Image-text runs (siglip, clip): zero-shot accuracy on the evaluation

@@ -186,9 +186,29 @@ class BoundStep:
   def __call__(self, state, batch):
     return self.step(state, batch, self.teacher_params)
 
-  def lower(self, state, batch):
-    return self.step.lower(state, batch, self.teacher_params)
+  def lower(self, state, batch) -> "_Bound":
+    return _Bound(self.step.lower(state, batch, self.teacher_params),
+                  self.teacher_params)
 
-  def compile(self, state, batch):
+  def compile(self, state, batch) -> "_Bound":
     """Compiled ahead of the first call (`sharding.jit_on_mesh.compile`)."""
-    return self.step.compile(state, batch, self.teacher_params)
+    return _Bound(self.step.compile(state, batch, self.teacher_params),
+                  self.teacher_params)
+
+
+class _Bound:
+  """A lowered or compiled step taking (state, batch), the teachers'
+  parameters bound; its other attributes are the wrapped one's (memory
+  and cost analyses, the program's text)."""
+
+  def __init__(self, wrapped, teacher_params: tuple):
+    self._wrapped, self._teacher_params = wrapped, teacher_params
+
+  def __call__(self, state, batch):
+    return self._wrapped(state, batch, self._teacher_params)
+
+  def compile(self, *args, **kwargs) -> "_Bound":
+    return _Bound(self._wrapped.compile(*args, **kwargs), self._teacher_params)
+
+  def __getattr__(self, name):
+    return getattr(self._wrapped, name)
