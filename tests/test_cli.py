@@ -102,6 +102,13 @@ MISTAKES = {
         "vit_jax", "zeroshot",
         "--checkpoint=tests/references/tiny_timm.safetensors"
     ], "error: tests/references/tiny_timm.safetensors holds no text tower"),
+    "zeroshot: missing checkpoint": ([
+        "vit_jax", "zeroshot", "--checkpoint=/nonexistent/ckpt"
+    ], "error: No weights at /nonexistent/ckpt: the path does not exist."),
+    "train: an unknown objective": ([
+        "vit_jax", "train", "--config=configs/digits.py:runlocal",
+        "--workdir=/tmp/unused", "--config.objective=byol"
+    ], "error: config.objective='byol' is not an objective; known: "),
     "predict: an image-text model without class names": (
         [
             "vit_jax", "predict",

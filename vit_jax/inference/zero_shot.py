@@ -115,9 +115,10 @@ def check_exists(checkpoint: str):
   if (paths.is_remote(file) or weights.lookup_released(file) is not None or
       paths.resolve(file).exists()):
     return
-  raise UserError(f"{checkpoint}: no such file or directory. Give an "
-                  "image-text run's workdir, a two-tower file (big_vision's "
-                  "SigLIP .npz) or a transformers SiglipModel directory.")
+  raise UserError(f"No weights at {checkpoint}: the path does not exist. "
+                  "Give an image-text run's workdir, a two-tower file "
+                  "(big_vision's SigLIP .npz) or a transformers SiglipModel "
+                  "directory.")
 
 
 def _run_config(recorded: dict):
