@@ -24,6 +24,7 @@ from configs import finetune
 from configs import selfsup
 from vit_jax import inference
 from vit_jax import models
+from vit_jax import objectives
 from vit_jax import weights
 from vit_jax.config import defaults
 from vit_jax.config import recorded
@@ -70,9 +71,10 @@ def test_an_old_selfsup_run_resumes_with_a_fewshot_entry(
 def test_an_old_selfsup_checkpoint_is_described():
   """`vit-jax inspect CHECKPOINT --config=configs/selfsup.py:...`."""
   checkpoint = os.path.join(FIXTURES, "selfsup", "checkpoints", "4")
-  text = weights.describe_weights(checkpoint,
-                                  selfsup.get_config("digits,runlocal"))
-  assert "Loads into testing at 16 px with config.objective=masked_patch" in (
+  config = selfsup.get_config("digits,runlocal")
+  text = weights.describe_weights(checkpoint, config,
+                                  objective=objectives.of(config))
+  assert "Loads into testing at 16 px with the masked_patch objective" in (
       text), text
 
 
