@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from tests import tiers
 from tests.helpers import processes
 from tests.helpers import torch_env
 
@@ -84,6 +85,28 @@ def pytest_sessionfinish(session):
   del session
   gc.collect()
   gc.freeze()
+
+
+def pytest_collection_modifyitems(config, items):
+  """Marks the full tier's tests `full` (`tests/tiers.py`); a name there
+  that no test of its module has fails the collection."""
+  del config
+  by_module = {}
+  for item in items:
+    module = item.module.__name__.rpartition(".")[2]
+    by_module.setdefault(module, []).append(item)
+  unknown = []
+  for module, names in tiers.FULL.items():
+    collected = by_module.get(module, [])
+    functions = {item.originalname for item in collected}
+    if collected and names != tiers.ALL:
+      unknown += [f"{module}::{n}" for n in names if n not in functions]
+    for item in collected:
+      if names == tiers.ALL or item.originalname in names:
+        item.add_marker(pytest.mark.full)
+  if unknown:
+    raise pytest.UsageError("tests/tiers.py names tests that do not exist: "
+                            f"{', '.join(unknown)}.")
 
 
 @pytest.hookimpl(hookwrapper=True)
