@@ -102,6 +102,9 @@ MISTAKES = {
         "vit_jax", "zeroshot",
         "--checkpoint=tests/references/tiny_timm.safetensors"
     ], "error: tests/references/tiny_timm.safetensors holds no text tower"),
+    "convert-data: no dataset": (
+        ["vit_jax", "convert-data"], "error: Pass --dataset=NAME (a prepared "
+        "TFDS dataset)"),
     "zeroshot: missing checkpoint": ([
         "vit_jax", "zeroshot", "--checkpoint=/nonexistent/ckpt"
     ], "error: No weights at /nonexistent/ckpt: the path does not exist."),

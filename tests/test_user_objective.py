@@ -97,9 +97,9 @@ def test_an_objective_of_ones_own_trains_with_the_train_command(
   # learnt: chance is ln 4 = 1.386 and 25%.
   assert "test: accuracy" not in said
   found = re.search(
-      r"Step 60: loss loss ([0-9.]+), accuracy ([0-9.]+) on 360 examples", said)
+      r"Step 60: loss accuracy ([0-9.]+), loss ([0-9.]+) on 360 examples", said)
   assert found, said[-3000:]
-  loss, accuracy = map(float, found.groups())
+  accuracy, loss = map(float, found.groups())
   assert loss < 1.2 and accuracy > 0.4, (loss, accuracy)
   assert json.loads(
       (workdir / "config.json").read_text())["objective"] == ("rotation")

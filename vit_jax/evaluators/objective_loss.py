@@ -9,6 +9,7 @@ at different steps compare; every example counts once (padding masked).
 import dataclasses
 from typing import Callable
 from typing import Iterable
+from typing import Optional
 
 import flax.linen as nn
 import jax
@@ -26,14 +27,17 @@ from vit_jax.evaluators import registry
 
 class ObjectiveLossEvaluator:
   """`run(params) -> {'loss', <its per-example metrics>, 'num_examples'}`
-  for an objective's `loss` (`objectives.Loss`) on `batches`."""
+  for an objective's `loss` (`objectives.Loss`) on `batches`; with
+  `counted` (what the loss's count counts, e.g. "corrupted patches") also
+  `num_patches`, that count."""
 
   def __init__(self, model: nn.Module, batches: Callable[[], Iterable[dict]],
                mesh: Mesh, loss: objectives.Loss, seed: int, params_sharding,
-               logical_axis_rules=()):
+               logical_axis_rules=(), counted: Optional[str] = None):
     """`batches()` returns a fresh iterable of process-local numpy batches."""
     self._batches = batches
     self._mesh = mesh
+    self._counted = counted
 
     def eval_step(params, batch, index):
       rng = jax.random.fold_in(jax.random.key(seed), index)
@@ -63,22 +67,27 @@ class ObjectiveLossEvaluator:
           local_batch, self._mesh), np.int32(index))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.tree.map(lambda x: float(np.asarray(x)), totals)
-    count, images = max(totals.pop("count"), 1.0), totals.pop("images")
+    count, images = totals.pop("count"), totals.pop("images")
+    metrics = {k: v / max(count, 1.0) for k, v in totals.items()}
+    if self._counted:
+      metrics["num_patches"] = count
     return {
-        **{
-            k: v / count for k, v in totals.items()
-        }, "num_examples": images,
+        **metrics, "num_examples": images,
         **unreadable.left_out(self._batches, images)
     }
 
   def summary(self, metrics) -> str:
-    others = [
-        f", {k} {v:.4f}" for k, v in sorted(metrics.items())
-        if k != "loss" and not k.startswith("num_")
-    ]
-    return (f"loss {metrics['loss']:.4f}{''.join(others)} on "
-            f"{metrics['num_examples']:.0f} examples" +
-            unreadable.summary(metrics))
+    """'accuracy A, loss L, ... on N examples' (on C corrupted patches of
+    N images, where the count counts patches)."""
+    first = [k for k in ("accuracy", "loss") if k in metrics]
+    shown = first + sorted(
+        k for k in metrics if k not in first and not k.startswith("num_"))
+    values = ", ".join(f"{k} {metrics[k]:.4f}" for k in shown)
+    where = f"{metrics['num_examples']:.0f} examples"
+    if self._counted:
+      where = (f"{metrics['num_patches']:.0f} {self._counted} of "
+               f"{metrics['num_examples']:.0f} images")
+    return f"{values} on {where}" + unreadable.summary(metrics)
 
 
 @registry.register(
