@@ -3,7 +3,8 @@ named here, touching every module, command and stored reference in
 minutes. `make test-all` (CI's) runs everything. A test is named here by
 its cost alone, never to hide a failure: it took more than 4.5 s on two
 cores in the suite's run of 2026-12-08 (AMD EPYC, cold compilation cache),
-or it starts several processes or an emulator (whole modules: `ALL`).
+or it starts several processes or an emulator, or all its tests share a
+fixture that costs (whole modules: `ALL`).
 Kept in the quick tier though slower: each comparison with what timm,
 transformers, big_vision or facebookresearch compute (their stored
 outputs) and the objective of one's own (`test_user_objective`).
@@ -54,10 +55,7 @@ FULL = {
         "test_an_interrupted_distillation_resumes_exactly_and_keeps_its_teachers",
         "test_flexivit_distils_at_the_patch_size_of_each_step",
     ),
-    "test_export_fields": (
-        "test_an_export_is_faithful_or_refused_in_one_line",
-        "test_their_libraries_compute_the_same_logits",
-    ),
+    "test_export_fields": ALL,
     "test_exports": (
         "test_a_trained_workdir_exports_for_both_from_the_command_line",),
     "test_fewshot": (
